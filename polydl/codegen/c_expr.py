@@ -1,0 +1,175 @@
+"""Render IR statements and isl AST expressions as C text.
+
+Takes IR values (statements, index and value expressions) and isl `AstExpr`s; returns strings.
+Arrays are flat pointers indexed with their row-major strides (sizes are bound at compile time);
+bfloat16 elements are stored as `uint16_t` and computed in float.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polydl.ir import (
+    DTYPES,
+    Access,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    IndexValue,
+    Load,
+    Select,
+    Statement,
+    Unary,
+)
+
+# Generated identifiers start with "_pd" or "_t"; the frontends reject user names with "_".
+ITERATOR_PREFIX = "_t"
+
+C_HELPERS = """\
+static inline long _pd_floord(long a, long b) { return (a >= 0) ? a / b : -((-a + b - 1) / b); }
+static inline long _pd_mod(long a, long b) { long r = a % b; return r < 0 ? r + b : r; }
+static inline long _pd_min(long a, long b) { return a < b ? a : b; }
+static inline long _pd_max(long a, long b) { return a > b ? a : b; }
+static inline float _pd_bf16_to_f32(uint16_t v) {
+  union { uint32_t u; float f; } x; x.u = (uint32_t)v << 16; return x.f;
+}
+static inline uint16_t _pd_f32_to_bf16(float f) {
+  /* round to nearest even, as hardware conversions do */
+  union { uint32_t u; float f; } x; x.f = f;
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40u);
+  return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+}
+"""
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        out = []
+        acc = 1
+        for extent in reversed(self.shape):
+            out.append(acc)
+            acc *= extent
+        return tuple(reversed(out))
+
+    @property
+    def c_type(self) -> str:
+        return DTYPES[self.dtype]
+
+
+def compute_type(layouts: dict[str, ArrayLayout]) -> str:
+    """The C type arithmetic runs in: double if any array is float64, else float."""
+    return "double" if any(a.dtype == "float64" for a in layouts.values()) else "float"
+
+
+class StatementPrinter:
+    def __init__(self, layouts: dict[str, ArrayLayout]) -> None:
+        self.layouts = layouts
+        self.ctype = compute_type(layouts)
+
+    def element(self, acc: Access) -> str:
+        layout = self.layouts[acc.array]
+        terms = []
+        for idx, stride in zip(acc.indices, layout.strides, strict=True):
+            text = idx.to_c()
+            terms.append(text if stride == 1 else f"({text}) * {stride}L")
+        return f"{acc.array}[{' + '.join(terms) or '0'}]"
+
+    def load(self, acc: Access) -> str:
+        text = self.element(acc)
+        if self.layouts[acc.array].dtype == "bfloat16":
+            return f"_pd_bf16_to_f32({text})"
+        return text
+
+    def literal(self, value: float) -> str:
+        if math.isinf(value) or math.isnan(value):
+            raise ValueError(f"non-finite literal {value}")
+        text = repr(float(value))
+        return text + "f" if self.ctype == "float" else text
+
+    def function(self, name: str) -> str:
+        return name if self.ctype == "float" else name[:-1]
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return self.literal(e.value)
+        if isinstance(e, Load):
+            return self.load(e.access)
+        if isinstance(e, IndexValue):
+            return f"(({self.ctype})({e.expr.to_c()}))"
+        if isinstance(e, Unary):
+            return f"(-{self.expr(e.operand)})"
+        if isinstance(e, Binary):
+            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
+        if isinstance(e, Call):
+            return f"{self.function(e.function)}({', '.join(self.expr(a) for a in e.args)})"
+        if isinstance(e, Select):
+            return (
+                f"(({self.expr(e.left)} {e.op} {self.expr(e.right)}) ? "
+                f"{self.expr(e.if_true)} : {self.expr(e.if_false)})"
+            )
+        raise TypeError(e)
+
+    def statement(self, s: Statement) -> str:
+        target = self.element(s.target)
+        value = self.expr(s.value)
+        if self.layouts[s.target.array].dtype == "bfloat16":
+            if s.op != "=":
+                value = f"{self.load(s.target)} {s.op[0]} {value}"
+            return f"{target} = _pd_f32_to_bf16({value});"
+        return f"{target} {s.op} {value};"
+
+
+_BINARY_OPS = {
+    isl.ast_expr_op_type.add: "+",
+    isl.ast_expr_op_type.sub: "-",
+    isl.ast_expr_op_type.mul: "*",
+    isl.ast_expr_op_type.div: "/",
+    isl.ast_expr_op_type.zdiv_r: "%",
+    isl.ast_expr_op_type.pdiv_r: "%",
+    isl.ast_expr_op_type.pdiv_q: "/",
+    isl.ast_expr_op_type.eq: "==",
+    isl.ast_expr_op_type.le: "<=",
+    isl.ast_expr_op_type.lt: "<",
+    isl.ast_expr_op_type.ge: ">=",
+    isl.ast_expr_op_type.gt: ">",
+    isl.ast_expr_op_type.and_: "&&",
+    isl.ast_expr_op_type.and_then: "&&",
+    isl.ast_expr_op_type.or_: "||",
+    isl.ast_expr_op_type.or_else: "||",
+}
+
+
+def ast_expr_to_c(e: isl.AstExpr) -> str:
+    """An isl AST expression (loop bounds, guards, statement arguments) as C over `long`."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return str(e.get_val().to_python())
+    if kind == isl.ast_expr_type.id:
+        return e.get_id().get_name()
+    op = e.get_op_type()
+    args = [ast_expr_to_c(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    if op in _BINARY_OPS:
+        return f"({args[0]} {_BINARY_OPS[op]} {args[1]})"
+    if op == isl.ast_expr_op_type.minus:
+        return f"(-{args[0]})"
+    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
+        name = "_pd_min" if op == isl.ast_expr_op_type.min else "_pd_max"
+        text = args[0]
+        for a in args[1:]:
+            text = f"{name}({text}, {a})"
+        return text
+    if op == isl.ast_expr_op_type.fdiv_q:
+        return f"_pd_floord({args[0]}, {args[1]})"
+    if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise NotImplementedError(f"isl AST operation {op}")

@@ -1,0 +1,119 @@
+"""Loop code from isl's AST generator.
+
+Takes a `GroupPlan` (statement domains and their schedule map); returns C lines. isl decides
+every loop bound and guard; this module only prints its AST, binds each statement's original
+iterators to the AST's arguments, and puts an OpenMP `parallel for` on the outermost loop of a
+dimension the plan proved dependence-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import islpy as isl
+
+from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
+from polydl.poly.model import StatementModel
+from polydl.schedules.apply import GroupPlan
+
+# Renders one statement instance given C expressions for its iterators; returns lines.
+InstancePrinter = Callable[[StatementModel, list[str]], list[str]]
+
+
+def build_ast(plan: GroupPlan) -> isl.AstNode:
+    ctx = plan.schedule_map.get_ctx()
+    width = _width(plan.schedule_map)
+    iterators = isl.IdList.alloc(ctx, width)
+    for d in range(width):
+        iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
+    build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
+    return build.node_from_schedule_map(plan.schedule_map.intersect_domain(plan.domain))
+
+
+def _width(smap: isl.UnionMap) -> int:
+    maps: list[isl.Map] = []
+    smap.foreach_map(maps.append)
+    return maps[0].dim(isl.dim_type.out) if maps else 0
+
+
+def _dim_of(iterator: str) -> int:
+    return int(iterator[len(ITERATOR_PREFIX):])
+
+
+class LoopPrinter:
+    def __init__(
+        self,
+        plan: GroupPlan,
+        print_instance: InstancePrinter,
+        parallel_pragma: str = "#pragma omp parallel for schedule(static)",
+    ) -> None:
+        self.plan = plan
+        self.print_instance = print_instance
+        self.statements = {s.name: s for s in plan.statements}
+        self.parallel_dims = set(plan.parallel_dims)
+        self.parallel_pragma = parallel_pragma
+
+    def lines(self) -> list[str]:
+        if self.plan.schedule_map.is_empty():
+            return []
+        return self._node(build_ast(self.plan), 0, False)
+
+    def _node(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+        pad = "  " * indent
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[str] = []
+            for i in range(children.n_ast_node()):
+                out += self._node(children.get_at(i), indent, in_parallel)
+            return out
+        if kind == isl.ast_node_type.for_:
+            return self._for(node, indent, in_parallel)
+        if kind == isl.ast_node_type.if_:
+            out = [f"{pad}if ({_strip(ast_expr_to_c(node.if_get_cond()))}) {{"]
+            out += self._node(node.if_get_then_node(), indent + 1, in_parallel)
+            if node.if_has_else_node():
+                out.append(f"{pad}}} else {{")
+                out += self._node(node.if_get_else_node(), indent + 1, in_parallel)
+            out.append(f"{pad}}}")
+            return out
+        if kind == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            args = [ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
+            body = self.print_instance(self.statements[name], args)
+            return [pad + line for line in body]
+        if kind == isl.ast_node_type.mark:
+            return self._node(node.mark_get_node(), indent, in_parallel)
+        raise NotImplementedError(f"isl AST node {kind}")
+
+    def _for(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+        pad = "  " * indent
+        it = node.for_get_iterator().get_id().get_name()
+        init = ast_expr_to_c(node.for_get_init())
+        if node.for_is_degenerate():
+            out = [f"{pad}{{", f"{pad}  const long {it} = {init};"]
+            out += self._node(node.for_get_body(), indent + 1, in_parallel)
+            return out + [f"{pad}}}"]
+        cond = ast_expr_to_c(node.for_get_cond())
+        inc = ast_expr_to_c(node.for_get_inc())
+        out = []
+        parallel_here = not in_parallel and _dim_of(it) in self.parallel_dims
+        if parallel_here:
+            out.append(pad + self.parallel_pragma)
+        step = f"{it}++" if inc == "1" else f"{it} += {inc}"
+        out.append(f"{pad}for (long {it} = {init}; {_strip(cond)}; {step}) {{")
+        out += self._node(node.for_get_body(), indent + 1, in_parallel or parallel_here)
+        return out + [f"{pad}}}"]
+
+
+def _strip(text: str) -> str:
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text

@@ -1,0 +1,379 @@
+"""The loop-nest IR: immutable values produced by every frontend and read by the polyhedral model.
+
+A `LoopNest` is a function: integer size parameters, arrays, and a body of loops, guards and
+statements. Index expressions (`IntExpr`) are affine in loop variables and size parameters, with
+integer division and modulo by positive constants; value expressions (`Expr`) compute array
+elements. Nothing here knows about isl or C beyond the small renderers `to_isl` and `to_c`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from polydl.errors import SourcePosition
+
+# ----------------------------------------------------------------------------- index expressions
+
+
+@dataclass(frozen=True)
+class IntConst:
+    value: int
+
+    def to_isl(self) -> str:
+        return str(self.value)
+
+    def to_c(self) -> str:
+        return f"{self.value}L" if abs(self.value) > 2**31 - 1 else str(self.value)
+
+
+@dataclass(frozen=True)
+class IntVar:
+    """A loop variable or a size parameter."""
+
+    name: str
+
+    def to_isl(self) -> str:
+        return self.name
+
+    def to_c(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class IntBinary:
+    """`+`, `-`, `*` (one side constant), `/` (floor division by a positive constant), `%`."""
+
+    op: str
+    left: IntExpr
+    right: IntExpr
+
+    def to_isl(self) -> str:
+        a, b = self.left.to_isl(), self.right.to_isl()
+        # isl's parser wants a bare constant divisor
+        if self.op == "/":
+            return f"floor(({a})/{b})"
+        if self.op == "%":
+            return f"(({a}) mod {b})"
+        return f"({a}) {self.op} ({b})"
+
+    def to_c(self) -> str:
+        a, b = self.left.to_c(), self.right.to_c()
+        if self.op == "/":
+            return f"_pd_floord({a}, {b})"
+        if self.op == "%":
+            return f"_pd_mod({a}, {b})"
+        return f"({a} {self.op} {b})"
+
+
+@dataclass(frozen=True)
+class IntNeg:
+    operand: IntExpr
+
+    def to_isl(self) -> str:
+        return f"-({self.operand.to_isl()})"
+
+    def to_c(self) -> str:
+        return f"(-{self.operand.to_c()})"
+
+
+@dataclass(frozen=True)
+class IntMinMax:
+    """`min(a, b, ...)` / `max(...)`: allowed only as a loop bound."""
+
+    op: str  # "min" | "max"
+    args: tuple[IntExpr, ...]
+
+    def to_isl(self) -> str:
+        return f"{self.op}(" + ", ".join(a.to_isl() for a in self.args) + ")"
+
+    def to_c(self) -> str:
+        text = self.args[0].to_c()
+        for a in self.args[1:]:
+            text = f"_pd_{self.op}({text}, {a.to_c()})"
+        return text
+
+
+IntExpr = Union[IntConst, IntVar, IntBinary, IntNeg, IntMinMax]
+
+
+def int_vars(expr: IntExpr) -> frozenset[str]:
+    """Names of variables an index expression mentions."""
+    if isinstance(expr, IntVar):
+        return frozenset({expr.name})
+    if isinstance(expr, IntBinary):
+        return int_vars(expr.left) | int_vars(expr.right)
+    if isinstance(expr, IntNeg):
+        return int_vars(expr.operand)
+    if isinstance(expr, IntMinMax):
+        out: frozenset[str] = frozenset()
+        for a in expr.args:
+            out |= int_vars(a)
+        return out
+    return frozenset()
+
+
+def eval_int(expr: IntExpr, env: dict[str, int]) -> int:
+    """Evaluate an index expression with C-style floor semantics for `/` and `%` by constants."""
+    if isinstance(expr, IntConst):
+        return expr.value
+    if isinstance(expr, IntVar):
+        return env[expr.name]
+    if isinstance(expr, IntNeg):
+        return -eval_int(expr.operand, env)
+    if isinstance(expr, IntMinMax):
+        vals = [eval_int(a, env) for a in expr.args]
+        return min(vals) if expr.op == "min" else max(vals)
+    a, b = eval_int(expr.left, env), eval_int(expr.right, env)
+    if expr.op == "+":
+        return a + b
+    if expr.op == "-":
+        return a - b
+    if expr.op == "*":
+        return a * b
+    if expr.op == "/":
+        return a // b
+    if expr.op == "%":
+        return a % b
+    raise ValueError(expr.op)
+
+
+# ----------------------------------------------------------------------------- value expressions
+
+
+@dataclass(frozen=True)
+class Access:
+    """A reference to one array element: `array[indices...]`."""
+
+    array: str
+    indices: tuple[IntExpr, ...]
+    position: SourcePosition | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Load:
+    access: Access
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a value (converted to the element type)."""
+
+    expr: IntExpr
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "-"
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # "+", "-", "*", "/"
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    """A math function from `MATH_FUNCTIONS`, named by its float form (`expf`, `fmaxf`, ...)."""
+
+    function: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Select:
+    """`cond ? a : b` where cond compares two values."""
+
+    op: str  # "<", "<=", ">", ">=", "==", "!="
+    left: Expr
+    right: Expr
+    if_true: Expr
+    if_false: Expr
+
+
+Expr = Union[Const, Load, IndexValue, Unary, Binary, Call, Select]
+
+# float function name -> number of arguments. The double form drops the trailing "f".
+MATH_FUNCTIONS: dict[str, int] = {
+    "expf": 1,
+    "logf": 1,
+    "sqrtf": 1,
+    "tanhf": 1,
+    "fabsf": 1,
+    "sinf": 1,
+    "cosf": 1,
+    "erff": 1,
+    "fmaxf": 2,
+    "fminf": 2,
+    "powf": 2,
+}
+
+
+def expr_loads(expr: Expr) -> list[Access]:
+    """Every array access an expression reads, in source order."""
+    if isinstance(expr, Load):
+        return [expr.access]
+    if isinstance(expr, Unary):
+        return expr_loads(expr.operand)
+    if isinstance(expr, Binary):
+        return expr_loads(expr.left) + expr_loads(expr.right)
+    if isinstance(expr, Call):
+        return [a for arg in expr.args for a in expr_loads(arg)]
+    if isinstance(expr, Select):
+        return (
+            expr_loads(expr.left)
+            + expr_loads(expr.right)
+            + expr_loads(expr.if_true)
+            + expr_loads(expr.if_false)
+        )
+    return []
+
+
+def count_flops(expr: Expr) -> int:
+    """Floating-point operations of one evaluation (a call or a select counts as one)."""
+    if isinstance(expr, Unary):
+        return 1 + count_flops(expr.operand)
+    if isinstance(expr, Binary):
+        return 1 + count_flops(expr.left) + count_flops(expr.right)
+    if isinstance(expr, Call):
+        return 1 + sum(count_flops(a) for a in expr.args)
+    if isinstance(expr, Select):
+        return 1 + sum(count_flops(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
+    return 0
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+@dataclass(frozen=True)
+class Condition:
+    """An affine comparison `left op right` used by guards."""
+
+    op: str  # "<", "<=", ">", ">=", "=="
+    left: IntExpr
+    right: IntExpr
+
+    def to_isl(self) -> str:
+        op = "=" if self.op == "==" else self.op
+        return f"{self.left.to_isl()} {op} {self.right.to_isl()}"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """`target op value` with op one of `=`, `+=`, `-=`, `*=`.
+
+    `name` is unique in the nest (S0, S1, ... in source order).
+    """
+
+    name: str
+    target: Access
+    op: str
+    value: Expr
+    position: SourcePosition | None = field(default=None, compare=False)
+
+    @property
+    def reads(self) -> list[Access]:
+        loads = expr_loads(self.value)
+        return ([self.target] if self.op != "=" else []) + loads
+
+    @property
+    def flops(self) -> int:
+        return count_flops(self.value) + (0 if self.op == "=" else 1)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for (var = lower; var < upper; var += step)`; `upper` is exclusive."""
+
+    var: str
+    lower: IntExpr
+    upper: IntExpr
+    step: int
+    body: tuple[Node, ...]
+    position: SourcePosition | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """`if (c1 && c2 ...) { body }` with affine conditions."""
+
+    conditions: tuple[Condition, ...]
+    body: tuple[Node, ...]
+    position: SourcePosition | None = field(default=None, compare=False)
+
+
+Node = Union[Loop, Guard, Statement]
+
+DTYPES: dict[str, str] = {
+    # polydl dtype -> C element type
+    "float32": "float",
+    "float64": "double",
+    "bfloat16": "uint16_t",
+}
+
+
+@dataclass(frozen=True)
+class Array:
+    """An array parameter. `is_input` arrays are `const`; the others are outputs."""
+
+    name: str
+    dtype: str
+    shape: tuple[IntExpr, ...]
+    is_input: bool
+    position: SourcePosition | None = field(default=None, compare=False)
+
+    def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
+        return tuple(eval_int(e, params) for e in self.shape)
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """A primitive as a loop nest: the value every frontend produces."""
+
+    name: str
+    params: tuple[str, ...]
+    arrays: tuple[Array, ...]
+    body: tuple[Node, ...]
+    source: str | None = field(default=None, compare=False)
+    filename: str = field(default="<spec>", compare=False)
+
+    def array(self, name: str) -> Array:
+        for a in self.arrays:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def inputs(self) -> tuple[Array, ...]:
+        return tuple(a for a in self.arrays if a.is_input)
+
+    @property
+    def outputs(self) -> tuple[Array, ...]:
+        return tuple(a for a in self.arrays if not a.is_input)
+
+    def statements(self) -> list[Statement]:
+        return [s for s, _ in walk_statements(self.body)]
+
+    def with_name(self, name: str) -> LoopNest:
+        return replace(self, name=name)
+
+
+def walk_statements(
+    body: tuple[Node, ...], enclosing: tuple[Loop | Guard, ...] = ()
+) -> list[tuple[Statement, tuple[Loop | Guard, ...]]]:
+    """Statements in source order, each with its enclosing loops and guards (outermost first)."""
+    out: list[tuple[Statement, tuple[Loop | Guard, ...]]] = []
+    for node in body:
+        if isinstance(node, Statement):
+            out.append((node, enclosing))
+        else:
+            out.extend(walk_statements(node.body, enclosing + (node,)))
+    return out

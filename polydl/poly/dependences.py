@@ -1,0 +1,97 @@
+"""Dependences of a `PolyModel` and the legality questions schedules ask of them.
+
+Takes a `PolyModel`; returns `Dependences`: value-based flow dependences from isl's flow analysis
+(for explanation) and memory-based read-after-write, write-after-read and write-after-write
+relations between statement instances (for legality: a schedule must keep every one of them in
+order, since polydl never renames or expands arrays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import islpy as isl
+
+from polydl.poly.model import PolyModel
+
+
+@dataclass(frozen=True, eq=False)
+class Dependences:
+    model: PolyModel
+
+    @cached_property
+    def flow(self) -> isl.UnionMap:
+        """Value-based flow dependences (which write produced the value each read sees)."""
+        info = isl.UnionAccessInfo.from_sink(self.model.reads)
+        info = info.set_must_source(self.model.writes)
+        info = info.set_schedule_map(self.model.original_schedule)
+        return info.compute_flow().get_may_dependence()
+
+    def _memory(self, source: isl.UnionMap, sink: isl.UnionMap) -> isl.UnionMap:
+        sched = self.model.original_schedule
+        same_cell = source.apply_range(sink.reverse())
+        return same_cell.intersect(sched.lex_lt_union_map(sched))
+
+    @cached_property
+    def raw(self) -> isl.UnionMap:
+        return self._memory(self.model.writes, self.model.reads)
+
+    @cached_property
+    def war(self) -> isl.UnionMap:
+        return self._memory(self.model.reads, self.model.writes)
+
+    @cached_property
+    def waw(self) -> isl.UnionMap:
+        return self._memory(self.model.writes, self.model.writes)
+
+    @cached_property
+    def all(self) -> isl.UnionMap:
+        return self.raw.union(self.war).union(self.waw).coalesce()
+
+    def is_respected_by(self, schedule: isl.UnionMap) -> bool:
+        """True if `schedule` runs every dependence source strictly before its sink."""
+        deps = self.all
+        if deps.is_empty():
+            return True
+        after = schedule.lex_lt_union_map(schedule)
+        return deps.is_subset(after)
+
+    def violations(self, schedule: isl.UnionMap) -> isl.UnionMap:
+        """Dependences that `schedule` would break (empty for a legal schedule)."""
+        return self.all.subtract(schedule.lex_lt_union_map(schedule))
+
+    def carried_at(self, schedule: isl.UnionMap, dim: int) -> bool:
+        """True if some dependence is carried by output dimension `dim` of `schedule`:
+        its source and sink agree on dimensions before `dim` and differ at `dim`.
+
+        A loop at a dimension that carries nothing may run its iterations in parallel."""
+        deps = self.all
+        if deps.is_empty():
+            return False
+        in_time = deps.apply_domain(schedule).apply_range(schedule)
+        for m in _maps(in_time):
+            if dim >= m.dim(isl.dim_type.in_):
+                continue
+            for d in range(dim):
+                m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+            if not _dim_is_zero(m.deltas(), dim):
+                return True
+        return False
+
+    def is_parallel(self, schedule: isl.UnionMap, dim: int) -> bool:
+        return not self.carried_at(schedule, dim)
+
+
+def _dim_is_zero(deltas: isl.Set, dim: int) -> bool:
+    """True if every vector of `deltas` is zero at `dim` (or the set is empty)."""
+    zero = isl.Set.universe(deltas.get_space()).fix_val(
+        isl.dim_type.set, dim, isl.Val.zero(deltas.get_ctx())
+    )
+    return deltas.is_subset(zero)
+
+
+def _maps(union: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    union.foreach_map(out.append)
+    return out

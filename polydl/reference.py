@@ -1,0 +1,298 @@
+"""Plain numpy evaluation of a loop nest: the independent reference every kernel is checked against.
+
+Takes a `PolyModel`; returns a function that evaluates the nest in place on a dict of numpy
+arrays, in the original statement order, computing in float64. It runs the inner loops of a
+statement as one numpy operation only where that cannot change the result: the statement is the
+only one in those loops and no dependence between its instances inside them exists other than
+accumulation into its own target (`+=` becomes `np.add.at`). Everything else runs loop by loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import islpy as isl
+import numpy as np
+
+from polydl.ir import (
+    Binary,
+    Call,
+    Condition,
+    Const,
+    Expr,
+    Guard,
+    IndexValue,
+    IntBinary,
+    IntConst,
+    IntExpr,
+    IntMinMax,
+    IntNeg,
+    IntVar,
+    Load,
+    Loop,
+    Node,
+    Select,
+    Statement,
+    Unary,
+    expr_loads,
+)
+from polydl.poly.model import PolyModel, StatementModel
+
+# Largest number of statement instances evaluated as one numpy operation (memory bound).
+MAX_BATCH_POINTS = 1 << 22
+
+_UFUNCS: dict[str, Callable[..., np.ndarray]] = {
+    "expf": np.exp,
+    "logf": np.log,
+    "sqrtf": np.sqrt,
+    "tanhf": np.tanh,
+    "fabsf": np.abs,
+    "sinf": np.sin,
+    "cosf": np.cos,
+    "erff": np.vectorize(math.erf, otypes=[np.float64]),
+    "fmaxf": np.fmax,
+    "fminf": np.fmin,
+    "powf": np.power,
+}
+
+_STORE_UFUNC = {"+=": np.add, "-=": np.subtract, "*=": np.multiply}
+
+_COMPARE = {
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "==": np.equal,
+    "!=": np.not_equal,
+}
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 bits, nearest even (NaN stays NaN)."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def batch_depth(s: StatementModel) -> int:
+    """The outermost loop depth from which the statement's loops may run as one batch."""
+    write = s.write.relation
+    target = s.statement.target.array
+    same_array_reads = [
+        a.relation
+        for a in s.accesses[1:]
+        if a.access.array == target and not (s.statement.op != "=" and a.access is s.statement.target)
+    ]
+    # Fixing more iterators removes pairs, so the first depth without a conflict is the answer.
+    n = len(s.iterators)
+    for depth in range(n + 1):
+        if not _conflicts(s, write, same_array_reads, depth):
+            return depth
+    return n
+
+
+def _conflicts(s: StatementModel, write: isl.Map, reads: list[isl.Map], depth: int) -> bool:
+    """True if two distinct instances agreeing on the first `depth` iterators conflict."""
+    n = len(s.iterators)
+    distinct = isl.Map.identity(isl.Space.map_from_set(s.domain.get_space())).complement()
+    for d in range(depth):
+        distinct = distinct.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+    distinct = distinct.intersect_domain(s.domain).intersect_range(s.domain)
+    for r in reads:
+        if not write.apply_range(r.reverse()).intersect(distinct).is_empty():
+            return True
+    if s.statement.op == "=" and n > 0:
+        if not write.apply_range(write.reverse()).intersect(distinct).is_empty():
+            return True
+    return False
+
+
+def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
+    nest = model.nest
+    depths = {s.name: batch_depth(s) for s in model.statements}
+    params = dict(model.params)
+
+    def run(arrays: dict[str, np.ndarray]) -> None:
+        work = {name: _to_work(arr, nest.array(name).dtype) for name, arr in arrays.items()}
+        env = {k: np.array([v], dtype=np.int64) for k, v in params.items()}
+        _Evaluator(work, depths).body(nest.body, env, 0)
+        for arr in nest.outputs:
+            out = arrays[arr.name]
+            if arr.dtype == "bfloat16":
+                out[...] = f32_to_bf16(work[arr.name].astype(np.float32)).view(out.dtype)
+            else:
+                out[...] = work[arr.name].astype(out.dtype)
+
+    return run
+
+
+def _to_work(arr: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return bf16_to_f32(arr.view(np.uint16)).astype(np.float64)
+    return arr.astype(np.float64)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Evaluator:
+    def __init__(self, arrays: dict[str, np.ndarray], depths: dict[str, int]) -> None:
+        self.arrays = arrays
+        self.depths = depths
+
+    def body(self, nodes: tuple[Node, ...], env: dict[str, np.ndarray], depth: int) -> None:
+        for node in nodes:
+            self.node(node, env, depth)
+
+    def node(self, node: Node, env: dict[str, np.ndarray], depth: int) -> None:
+        if isinstance(node, Statement):
+            self.store(node, env)
+        elif isinstance(node, Guard):
+            if all(_cond(c, env).all() for c in node.conditions):
+                self.body(node.body, env, depth)
+        else:
+            single = _single_statement(node)
+            if single is not None and depth >= self.depths[single.name]:
+                try:
+                    points = _expand(node, env)
+                except _TooLarge:
+                    points = None
+                if points is not None:
+                    if len(next(iter(points.values()))):
+                        self.store(single, points)
+                    return
+            lo = int(_int(node.lower, env)[0])
+            hi = int(_int(node.upper, env)[0])
+            for value in range(lo, hi, node.step):
+                inner = dict(env)
+                inner[node.var] = np.array([value], dtype=np.int64)
+                self.body(node.body, inner, depth + 1)
+
+    def store(self, s: Statement, env: dict[str, np.ndarray]) -> None:
+        target = self.arrays[s.target.array]
+        index = tuple(_int(i, env) for i in s.target.indices)
+        value = np.broadcast_to(self.value(s.value, env), index[0].shape if index else ())
+        if not index:
+            index = (np.zeros(1, dtype=np.int64),)
+            target = target.reshape(1)
+        if s.op == "=":
+            target[index] = value
+        else:
+            _STORE_UFUNC[s.op].at(target, index, value)
+
+    def value(self, e: Expr, env: dict[str, np.ndarray]) -> np.ndarray:
+        if isinstance(e, Const):
+            return np.float64(e.value)
+        if isinstance(e, Load):
+            arr = self.arrays[e.access.array]
+            if not e.access.indices:
+                return arr.reshape(1)[np.zeros(1, dtype=np.int64)]
+            return arr[tuple(_int(i, env) for i in e.access.indices)]
+        if isinstance(e, IndexValue):
+            return _int(e.expr, env).astype(np.float64)
+        if isinstance(e, Unary):
+            return -self.value(e.operand, env)
+        if isinstance(e, Binary):
+            a, b = self.value(e.left, env), self.value(e.right, env)
+            with np.errstate(all="ignore"):
+                if e.op == "+":
+                    return a + b
+                if e.op == "-":
+                    return a - b
+                if e.op == "*":
+                    return a * b
+                return a / b
+        if isinstance(e, Call):
+            with np.errstate(all="ignore"):
+                return _UFUNCS[e.function](*(self.value(a, env) for a in e.args))
+        if isinstance(e, Select):
+            test = _COMPARE[e.op](self.value(e.left, env), self.value(e.right, env))
+            return np.where(test, self.value(e.if_true, env), self.value(e.if_false, env))
+        raise TypeError(e)
+
+
+def _single_statement(loop: Loop) -> Statement | None:
+    """The statement if `loop` holds exactly one, through loops and guards only."""
+    found: list[Statement] = []
+
+    def walk(nodes: tuple[Node, ...]) -> None:
+        for n in nodes:
+            if isinstance(n, Statement):
+                found.append(n)
+            else:
+                walk(n.body)
+
+    walk(loop.body)
+    return found[0] if len(found) == 1 else None
+
+
+def _expand(node: Node, env: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Every instance of the single statement under `node`, as arrays of iterator values."""
+    if isinstance(node, Statement):
+        return env
+    if isinstance(node, Guard):
+        size = max((len(v) for v in env.values()), default=1)
+        mask = np.ones(size, dtype=bool)
+        for c in node.conditions:
+            mask &= np.broadcast_to(_cond(c, env), mask.shape)
+        env = {k: np.broadcast_to(v, mask.shape)[mask] for k, v in env.items()}
+        for child in node.body:
+            return _expand(child, env)
+        return env
+    assert isinstance(node, Loop)
+    size = max((len(v) for v in env.values()), default=1)
+    env = {k: np.broadcast_to(v, (size,)) for k, v in env.items()}
+    lo = np.broadcast_to(_int(node.lower, env), (size,))
+    hi = np.broadcast_to(_int(node.upper, env), (size,))
+    counts = np.maximum(0, -((lo - hi) // node.step))
+    total = int(counts.sum())
+    if total > MAX_BATCH_POINTS:
+        raise _TooLarge
+    repeat = {k: np.repeat(v, counts) for k, v in env.items()}
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    repeat[node.var] = np.repeat(lo, counts) + node.step * (np.arange(total) - starts)
+    for child in node.body:
+        return _expand(child, repeat)
+    return repeat
+
+
+def _cond(c: Condition, env: dict[str, np.ndarray]) -> np.ndarray:
+    return _COMPARE[c.op](_int(c.left, env), _int(c.right, env))
+
+
+def _int(e: IntExpr, env: dict[str, np.ndarray]) -> np.ndarray:
+    if isinstance(e, IntConst):
+        return np.array([e.value], dtype=np.int64)
+    if isinstance(e, IntVar):
+        return env[e.name]
+    if isinstance(e, IntNeg):
+        return -_int(e.operand, env)
+    if isinstance(e, IntMinMax):
+        vals = [_int(a, env) for a in e.args]
+        out = vals[0]
+        for v in vals[1:]:
+            out = np.minimum(out, v) if e.op == "min" else np.maximum(out, v)
+        return out
+    assert isinstance(e, IntBinary)
+    a, b = _int(e.left, env), _int(e.right, env)
+    if e.op == "+":
+        return a + b
+    if e.op == "-":
+        return a - b
+    if e.op == "*":
+        return a * b
+    if e.op == "/":
+        return np.floor_divide(a, b)
+    return np.mod(a, b)
+
+
+__all__ = ["make_reference", "batch_depth", "bf16_to_f32", "f32_to_bf16", "expr_loads"]

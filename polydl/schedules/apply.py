@@ -1,0 +1,211 @@
+"""Apply a `Schedule` to a `PolyModel`: isl schedule maps per loop nest, checked for legality.
+
+Takes a `PolyModel` and a `Schedule`; returns a `ScheduledNest`, one `GroupPlan` per top-level
+loop nest (group). The schedule transforms the band of the main group (the nest with the most
+floating-point work); the other groups keep their order and run their outermost
+dependence-free loop in parallel. Every plan is checked against the dependences: a schedule
+that would run a sink before its source, or a parallel loop that carries a dependence, is a
+`ScheduleError`, never code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import islpy as isl
+
+from polydl.errors import ScheduleError
+from polydl.ir import Loop
+from polydl.poly.counting import count_points
+from polydl.poly.dependences import Dependences
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.schedule import Schedule, is_tile_loop, loop_var, tile_loop
+
+
+@dataclass(frozen=True, eq=False)
+class GroupPlan:
+    group: int
+    statements: tuple[StatementModel, ...]
+    band: tuple[Loop, ...]
+    order: tuple[str, ...]  # loop names of the band dims, outermost first
+    tiles: dict[str, int]
+    schedule_map: isl.UnionMap  # statement instance -> time vector
+    parallel_dims: tuple[int, ...]
+
+    @property
+    def domain(self) -> isl.UnionSet:
+        out = isl.UnionSet("{ }")
+        for s in self.statements:
+            out = out.union(isl.UnionSet.from_set(s.domain))
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduledNest:
+    model: PolyModel
+    schedule: Schedule
+    main_group: int
+    groups: tuple[GroupPlan, ...]
+
+    @cached_property
+    def dependences(self) -> Dependences:
+        return Dependences(self.model)
+
+    @property
+    def main(self) -> GroupPlan:
+        return next(g for g in self.groups if g.group == self.main_group)
+
+
+def statement_work(s: StatementModel) -> int:
+    return count_points(s.domain) * max(s.statement.flops, 1)
+
+
+def group_statements(model: PolyModel) -> dict[int, tuple[StatementModel, ...]]:
+    groups: dict[int, list[StatementModel]] = {}
+    for s in model.statements:
+        groups.setdefault(s.group, []).append(s)
+    return {g: tuple(ss) for g, ss in groups.items()}
+
+
+def main_group(model: PolyModel) -> int:
+    groups = group_statements(model)
+    return max(groups, key=lambda g: (sum(statement_work(s) for s in groups[g]), -g))
+
+
+def band_of(statements: tuple[StatementModel, ...]) -> tuple[Loop, ...]:
+    """The loops every statement of the group shares: the permutable candidate band."""
+    band: list[Loop] = []
+    for depth, loop in enumerate(statements[0].loops):
+        if all(len(s.loops) > depth and s.loops[depth] is loop for s in statements):
+            band.append(loop)
+        else:
+            break
+    return tuple(band)
+
+
+def main_band(model: PolyModel) -> tuple[Loop, ...]:
+    return band_of(group_statements(model)[main_group(model)])
+
+
+def _check_order(schedule: Schedule, band_vars: tuple[str, ...]) -> tuple[str, ...]:
+    tiles = schedule.tile_sizes
+    for var, size in tiles.items():
+        if var not in band_vars:
+            raise ScheduleError(f"tile on '{var}', which is not a loop of the band {band_vars}")
+        if size < 1:
+            raise ScheduleError(f"tile size of '{var}' must be >= 1, not {size}")
+    order = schedule.order or tuple(
+        [tile_loop(v) for v in band_vars if v in tiles] + list(band_vars)
+    )
+    expected = sorted(list(band_vars) + [tile_loop(v) for v in tiles])
+    if sorted(order) != expected:
+        raise ScheduleError(f"order {order} must list each of {tuple(expected)} exactly once")
+    for v in tiles:
+        if order.index(tile_loop(v)) > order.index(v):
+            raise ScheduleError(f"tile loop '{tile_loop(v)}' must come before its point loop '{v}'")
+    for p in schedule.parallel:
+        if p not in order:
+            raise ScheduleError(f"parallel loop '{p}' is not in the order {order}")
+    return order
+
+
+def _time_vector(
+    s: StatementModel, band: tuple[Loop, ...], order: tuple[str, ...], tiles: dict[str, int]
+) -> list[str]:
+    time: list[str] = []
+    for name in order:
+        var = loop_var(name)
+        time.append(f"{tiles[var]}*floor(({var})/{tiles[var]})" if is_tile_loop(name) else var)
+    nb = len(band)
+    time.append(str(s.positions[nb]))
+    for depth in range(nb, len(s.loops)):
+        time += [s.loops[depth].var, str(s.positions[depth + 1])]
+    return time
+
+
+def _group_plan(
+    deps: Dependences,
+    group: int,
+    statements: tuple[StatementModel, ...],
+    order: tuple[str, ...] | None,
+    tiles: dict[str, int],
+    parallel: tuple[str, ...] | None,
+) -> GroupPlan:
+    band = band_of(statements)
+    band_vars = tuple(loop.var for loop in band)
+    if order is None:
+        order = band_vars
+    vectors = {s.name: _time_vector(s, band, order, tiles) for s in statements}
+    width = max(len(v) for v in vectors.values())
+    smap = isl.UnionMap("{ }")
+    for s in statements:
+        vec = vectors[s.name] + ["0"] * (width - len(vectors[s.name]))
+        text = f"{{ {s.name}[{', '.join(s.iterators)}] -> [{', '.join(vec)}] }}"
+        smap = smap.union(isl.UnionMap.from_map(isl.Map(text).intersect_domain(s.domain)))
+
+    plan_deps = _restrict(deps, statements)
+    if not plan_deps.is_empty():
+        broken = plan_deps.subtract(smap.lex_lt_union_map(smap))
+        if not broken.is_empty():
+            raise ScheduleError(
+                f"order {' > '.join(order)} violates a dependence: {_sample(broken)}"
+            )
+    if parallel is None:
+        dims = tuple(d for d in range(len(order)) if _is_parallel(plan_deps, smap, d))[:1]
+    else:
+        dims = tuple(order.index(p) for p in parallel)
+        for p, d in zip(parallel, dims, strict=True):
+            if not _is_parallel(plan_deps, smap, d):
+                raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
+    return GroupPlan(group, statements, band, order, tiles, smap, dims)
+
+
+def _restrict(deps: Dependences, statements: tuple[StatementModel, ...]) -> isl.UnionMap:
+    dom = isl.UnionSet("{ }")
+    for s in statements:
+        dom = dom.union(isl.UnionSet.from_set(s.domain))
+    return deps.all.intersect_domain(dom).intersect_range(dom)
+
+
+def _is_parallel(plan_deps: isl.UnionMap, smap: isl.UnionMap, dim: int) -> bool:
+    if plan_deps.is_empty():
+        return True
+    in_time = plan_deps.apply_domain(smap).apply_range(smap)
+    maps: list[isl.Map] = []
+    in_time.foreach_map(maps.append)
+    for m in maps:
+        for d in range(dim):
+            m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        deltas = m.deltas()
+        zero = isl.Set.universe(deltas.get_space()).fix_val(
+            isl.dim_type.set, dim, isl.Val.zero(deltas.get_ctx())
+        )
+        if not deltas.is_subset(zero):
+            return False
+    return True
+
+
+def _sample(deps: isl.UnionMap) -> str:
+    maps: list[isl.Map] = []
+    deps.foreach_map(maps.append)
+    point = maps[0].wrap().sample_point()
+    return str(isl.Set.from_point(point).unwrap()).strip("{} ")
+
+
+def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
+    deps = Dependences(model)
+    groups = group_statements(model)
+    main = main_group(model)
+    plans = []
+    for g, statements in groups.items():
+        if g == main:
+            band_vars = tuple(loop.var for loop in band_of(statements))
+            order = _check_order(schedule, band_vars)
+            parallel = schedule.parallel if schedule.order or schedule.parallel else None
+            plans.append(
+                _group_plan(deps, g, statements, order, schedule.tile_sizes, parallel)
+            )
+        else:
+            plans.append(_group_plan(deps, g, statements, None, {}, None))
+    return ScheduledNest(model, schedule, main, tuple(plans))

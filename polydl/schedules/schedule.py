@@ -1,0 +1,109 @@
+"""`Schedule`: how the main loop band of a nest runs — a value that serialises to JSON.
+
+A schedule names loops of the band by their variable; a tiled variable `i` has a tile loop
+`i.t` (stepping by the tile size) and a point loop `i` (inside one tile). `order` lists the loops
+outermost first; `parallel` the loops run by OpenMP threads; `microkernel` the innermost loops
+replaced by a batch-reduce GEMM call; `epilogues` the statements fused into the band.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TILE_SUFFIX = ".t"
+
+
+def tile_loop(var: str) -> str:
+    return var + TILE_SUFFIX
+
+
+def loop_var(loop: str) -> str:
+    """The variable a loop name iterates: `i` for both `i` and `i.t`."""
+    return loop[: -len(TILE_SUFFIX)] if loop.endswith(TILE_SUFFIX) else loop
+
+
+def is_tile_loop(loop: str) -> bool:
+    return loop.endswith(TILE_SUFFIX)
+
+
+@dataclass(frozen=True)
+class MicrokernelBinding:
+    """Innermost loops of `statement` computed by one batch-reduce GEMM call.
+
+    `m`, `n`, `k` are point loops of the GEMM `C[m][n] += A[m][k] * B[k][n]`; `batch` are the
+    reduction loops outside `k` that form the batch (outermost first)."""
+
+    statement: str
+    m: str
+    n: str
+    k: str
+    batch: tuple[str, ...] = ()
+    backend: str = "auto"  # "auto" | "polydl" | "libxsmm"
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        return self.batch + (self.m, self.n, self.k)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    order: tuple[str, ...] = ()
+    tiles: tuple[tuple[str, int], ...] = ()
+    parallel: tuple[str, ...] = ()
+    microkernel: MicrokernelBinding | None = None
+    epilogues: tuple[str, ...] = ()
+    # Numbers the ranking attached (working sets, score); informative, not part of identity.
+    notes: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+
+    @property
+    def tile_sizes(self) -> dict[str, int]:
+        return dict(self.tiles)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tiles"] = dict(self.tiles)
+        data["notes"] = dict(self.notes)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+        mk = data.get("microkernel")
+        return cls(
+            order=tuple(data.get("order", ())),
+            tiles=tuple(sorted((str(k), int(v)) for k, v in dict(data.get("tiles", {})).items())),
+            parallel=tuple(data.get("parallel", ())),
+            microkernel=MicrokernelBinding(
+                statement=mk["statement"],
+                m=mk["m"],
+                n=mk["n"],
+                k=mk["k"],
+                batch=tuple(mk.get("batch", ())),
+                backend=mk.get("backend", "auto"),
+            )
+            if mk
+            else None,
+            epilogues=tuple(data.get("epilogues", ())),
+            notes=tuple(sorted(dict(data.get("notes", {})).items())),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Schedule:
+        return cls.from_dict(json.loads(text))
+
+    def describe(self) -> str:
+        parts = ["order " + " > ".join(self.order) if self.order else "original order"]
+        if self.tiles:
+            parts.append("tiles " + ", ".join(f"{v}={t}" for v, t in self.tiles))
+        parts.append("parallel " + (", ".join(self.parallel) if self.parallel else "none"))
+        if self.microkernel:
+            mk = self.microkernel
+            batch = f" batch({', '.join(mk.batch)})" if mk.batch else ""
+            parts.append(f"microkernel brgemm(m={mk.m}, n={mk.n}, k={mk.k}){batch} [{mk.backend}]")
+        if self.epilogues:
+            parts.append("fused " + ", ".join(self.epilogues))
+        return "; ".join(parts)
