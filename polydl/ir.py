@@ -322,13 +322,17 @@ DTYPES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Array:
-    """An array parameter. `is_input` arrays are `const`; the others are outputs."""
+    """An array parameter. `is_input` arrays are `const`; the others are outputs.
+
+    A `local` array is scratch space of the kernel (e.g. a zero-padded copy of an input): not
+    a parameter, allocated zero-filled on every call."""
 
     name: str
     dtype: str
     shape: tuple[IntExpr, ...]
     is_input: bool
     position: SourcePosition | None = field(default=None, compare=False)
+    local: bool = False
 
     def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
         return tuple(eval_int(e, params) for e in self.shape)
@@ -352,12 +356,21 @@ class LoopNest:
         raise KeyError(name)
 
     @property
+    def parameters(self) -> tuple[Array, ...]:
+        """The arrays a caller passes, in declaration order."""
+        return tuple(a for a in self.arrays if not a.local)
+
+    @property
     def inputs(self) -> tuple[Array, ...]:
-        return tuple(a for a in self.arrays if a.is_input)
+        return tuple(a for a in self.arrays if a.is_input and not a.local)
 
     @property
     def outputs(self) -> tuple[Array, ...]:
-        return tuple(a for a in self.arrays if not a.is_input)
+        return tuple(a for a in self.arrays if not a.is_input and not a.local)
+
+    @property
+    def locals(self) -> tuple[Array, ...]:
+        return tuple(a for a in self.arrays if a.local)
 
     def statements(self) -> list[Statement]:
         return [s for s, _ in walk_statements(self.body)]

@@ -122,6 +122,8 @@ def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
 
     def run(arrays: dict[str, np.ndarray]) -> None:
         work = {name: _to_work(arr, nest.array(name).dtype) for name, arr in arrays.items()}
+        for local in nest.locals:
+            work[local.name] = np.zeros(local.concrete_shape(params), dtype=np.float64)
         env = {k: np.array([v], dtype=np.int64) for k, v in params.items()}
         _Evaluator(work, depths).body(nest.body, env, 0)
         for arr in nest.outputs:

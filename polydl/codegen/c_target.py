@@ -6,13 +6,18 @@ declaration order (`const` for inputs); size parameters are compile-time constan
 
 from __future__ import annotations
 
+import math
+
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
+from polydl.codegen.microkernel_call import CallPrinter
 from polydl.codegen.templating import render
 from polydl.ir import DTYPES
+from polydl.machine import current_machine
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import ScheduledNest
+from polydl.schedules.microkernel import MicrokernelCall
 from polydl.version import __version__
 
 
@@ -26,7 +31,7 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
             is_input=a.is_input,
             c_type=DTYPES[a.dtype],
         )
-        for a in nest.arrays
+        for a in nest.parameters
     )
 
 
@@ -39,15 +44,24 @@ def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
 def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
     model = scheduled.model
     arguments = kernel_arguments(scheduled)
-    layouts = {a.name: ArrayLayout(a.name, a.dtype, a.shape) for a in arguments}
+    layouts = {
+        a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params))
+        for a in model.nest.arrays
+    }
     printer = StatementPrinter(layouts)
+    calls = CallPrinter(printer, current_machine().isa)
 
     def instance(s: StatementModel, args: list[str]) -> list[str]:
+        call = plan_calls.get(s.name)
+        if call is not None:
+            return calls.lines(call, args)
         binds = [f"const long {var} = {arg};" for var, arg in zip(s.iterators, args, strict=True)]
         return ["{", *("  " + b for b in binds), "  " + printer.statement(s.statement), "}"]
 
     body: list[str] = []
+    plan_calls: dict[str, MicrokernelCall] = {}
     for plan in scheduled.groups:
+        plan_calls = plan.calls
         body += LoopPrinter(plan, instance).lines()
 
     name = model.nest.name
@@ -58,10 +72,15 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         "c/kernel.c.j2",
         **values,
         schedule=scheduled.schedule.describe(),
-        includes=[],
+        includes=["immintrin.h"] if calls.microkernels else [],
         helpers=C_HELPERS,
-        microkernels=[],
+        microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
+        locals=[
+            {"name": a.name, "c_type": layouts[a.name].c_type,
+             "count": math.prod(layouts[a.name].shape)}
+            for a in model.nest.locals
+        ],
         body=body,
     )
     header = render("c/kernel.h.j2", **values, arguments=arguments)
@@ -71,5 +90,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         source=source,
         header=header,
         target="c",
-        compile_flags=(),
+        compile_flags=tuple(
+            sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
+        ),
     )

@@ -9,6 +9,7 @@ order, since polydl never renames or expands arrays).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import weakref
 from functools import cached_property
 
 import islpy as isl
@@ -95,3 +96,14 @@ def _maps(union: isl.UnionMap) -> list[isl.Map]:
     out: list[isl.Map] = []
     union.foreach_map(out.append)
     return out
+
+
+_CACHE: weakref.WeakKeyDictionary[PolyModel, Dependences] = weakref.WeakKeyDictionary()
+
+
+def dependences_of(model: PolyModel) -> Dependences:
+    """One `Dependences` per model, so ranking many schedules analyses the nest once."""
+    deps = _CACHE.get(model)
+    if deps is None:
+        deps = _CACHE[model] = Dependences(model)
+    return deps

@@ -10,7 +10,7 @@ that would run a sink before its source, or a parallel loop that carries a depen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import islpy as isl
@@ -18,9 +18,16 @@ import islpy as isl
 from polydl.errors import ScheduleError
 from polydl.ir import Loop
 from polydl.poly.counting import count_points
-from polydl.poly.dependences import Dependences
+from polydl.poly.dependences import Dependences, dependences_of
 from polydl.poly.model import PolyModel, StatementModel
-from polydl.schedules.schedule import Schedule, is_tile_loop, loop_var, tile_loop
+from polydl.schedules.microkernel import MicrokernelCall, bind_microkernel
+from polydl.schedules.schedule import (
+    MicrokernelBinding,
+    Schedule,
+    is_tile_loop,
+    loop_var,
+    tile_loop,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +39,9 @@ class GroupPlan:
     tiles: dict[str, int]
     schedule_map: isl.UnionMap  # statement instance -> time vector
     parallel_dims: tuple[int, ...]
+    # Statements whose innermost loops became one microkernel call, by statement name. Their
+    # instances in `schedule_map` are then points of the outer loops, not of the statement.
+    calls: dict[str, MicrokernelCall] = field(default_factory=dict)
 
     @property
     def domain(self) -> isl.UnionSet:
@@ -48,9 +58,9 @@ class ScheduledNest:
     main_group: int
     groups: tuple[GroupPlan, ...]
 
-    @cached_property
+    @property
     def dependences(self) -> Dependences:
-        return Dependences(self.model)
+        return dependences_of(self.model)
 
     @property
     def main(self) -> GroupPlan:
@@ -131,6 +141,7 @@ def _group_plan(
     order: tuple[str, ...] | None,
     tiles: dict[str, int],
     parallel: tuple[str, ...] | None,
+    microkernel: MicrokernelBinding | None = None,
 ) -> GroupPlan:
     band = band_of(statements)
     band_vars = tuple(loop.var for loop in band)
@@ -158,7 +169,44 @@ def _group_plan(
         for p, d in zip(parallel, dims, strict=True):
             if not _is_parallel(plan_deps, smap, d):
                 raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
-    return GroupPlan(group, statements, band, order, tiles, smap, dims)
+    calls: dict[str, MicrokernelCall] = {}
+    if microkernel is not None:
+        smap, calls = _bind_call(deps.model, statements, smap, order, tiles, microkernel, width)
+        inner = len(order) - len(microkernel.loops)
+        if any(d >= inner for d in dims):
+            raise ScheduleError("a parallel loop must stay outside the microkernel call")
+    return GroupPlan(group, statements, band, order, tiles, smap, dims, calls)
+
+
+def _bind_call(
+    model: PolyModel,
+    statements: tuple[StatementModel, ...],
+    smap: isl.UnionMap,
+    order: tuple[str, ...],
+    tiles: dict[str, int],
+    binding: MicrokernelBinding,
+    width: int,
+) -> tuple[isl.UnionMap, dict[str, MicrokernelCall]]:
+    """Replace the bound statement's instances by one call per point of the outer loops."""
+    target = next((s for s in statements if s.name == binding.statement), None)
+    if target is None:
+        raise ScheduleError(f"microkernel statement {binding.statement} is not in the main nest")
+    if len(statements) != 1:
+        raise ScheduleError(
+            f"a microkernel needs {target.name} alone in its loop nest (fuse epilogues instead)"
+        )
+    call = bind_microkernel(model, target, binding, order, tiles)
+    outer = len(call.outer)
+    maps: list[isl.Map] = []
+    smap.foreach_map(maps.append)
+    times = next(m for m in maps if m.get_tuple_name(isl.dim_type.in_) == target.name).range()
+    points = times.project_out(isl.dim_type.set, outer, width - outer).set_tuple_name(target.name)
+    names = [f"t{d}" for d in range(outer)]
+    vec = names + ["0"] * (width - outer)
+    call_map = isl.Map(
+        f"{{ {target.name}[{', '.join(names)}] -> [{', '.join(vec)}] }}"
+    ).intersect_domain(points)
+    return isl.UnionMap.from_map(call_map), {target.name: call}
 
 
 def _restrict(deps: Dependences, statements: tuple[StatementModel, ...]) -> isl.UnionMap:
@@ -194,7 +242,7 @@ def _sample(deps: isl.UnionMap) -> str:
 
 
 def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
-    deps = Dependences(model)
+    deps = dependences_of(model)
     groups = group_statements(model)
     main = main_group(model)
     plans = []
@@ -204,7 +252,9 @@ def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
             order = _check_order(schedule, band_vars)
             parallel = schedule.parallel if schedule.order or schedule.parallel else None
             plans.append(
-                _group_plan(deps, g, statements, order, schedule.tile_sizes, parallel)
+                _group_plan(
+                    deps, g, statements, order, schedule.tile_sizes, parallel, schedule.microkernel
+                )
             )
         else:
             plans.append(_group_plan(deps, g, statements, None, {}, None))

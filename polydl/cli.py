@@ -1,0 +1,189 @@
+"""The `polydl` command line: compile, run, explain, tune, bench, cache.
+
+Every failure exits non-zero with one line on stderr (`--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from polydl.errors import PolyDLError
+
+
+class UsageError(PolyDLError):
+    pass
+
+
+def _params(values: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"-p expects NAME=VALUE, got '{item}'")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise UsageError(f"-p {name}: '{value}' is not an integer") from None
+    return out
+
+
+def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]
+    from polydl.api import lower
+    from polydl.frontends import load_spec
+
+    nest, params = load_spec(args.spec, _params(args.param) or None)
+    return lower(nest, params, target, getattr(args, "schedule", "auto"))
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    compilation = _lower(args, args.target)
+    if args.output is None:
+        sys.stdout.write(compilation.code.source)
+        return 0
+    from polydl.runtime.aot import write_artifacts
+
+    paths = write_artifacts(compilation.code, Path(args.output))
+    for kind, path in paths.items():
+        print(f"{kind:8s} {path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from polydl.api import kernel_from
+    from polydl.inputs import random_inputs
+    from polydl.verify import compare
+
+    compilation = _lower(args)
+    kernel = kernel_from(compilation)
+    inputs = random_inputs(kernel.arguments, seed=args.seed)
+    outputs = kernel(*inputs)
+    samples = []
+    for _ in range(max(args.repeat, 1)):
+        t0 = time.perf_counter()
+        kernel(*inputs)
+        samples.append(time.perf_counter() - t0)
+    seconds = float(np.median(samples))
+    expected = kernel.reference(*inputs)
+    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+    refs = expected if isinstance(expected, tuple) else (expected,)
+    worst_ok, worst_err = True, 0.0
+    for arg, out, ref in zip((a for a in kernel.arguments if not a.is_input), outs, refs, strict=True):
+        ok, err = compare(out, ref, arg.dtype)
+        worst_ok &= ok
+        worst_err = max(worst_err, err)
+    gflops = kernel.flops / seconds / 1e9 if seconds > 0 else float("inf")
+    print(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})")
+    print(f"schedule {kernel.schedule.describe()}")
+    print(f"verify   {'ok' if worst_ok else 'FAILED'} (max relative error {worst_err:.2e} vs numpy reference)")
+    print(f"time     {seconds * 1e3:.3f} ms (median of {len(samples)})")
+    print(f"perf     {gflops:.2f} GFLOP/s ({kernel.flops} flops per call)")
+    if not worst_ok:
+        raise PolyDLError(f"result differs from the reference (max relative error {worst_err:.2e})")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from polydl.explain import explain
+
+    print(explain(_lower(args), ranking=args.top))
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from polydl.frontends import load_spec
+    from polydl.schedules.database import TuningDatabase
+    from polydl.tuning import tune
+
+    nest, params = load_spec(args.spec, _params(args.param) or None)
+    db = TuningDatabase(args.db) if args.db else None
+    result = tune(nest, params, trials=args.trials, db=db)
+    print(f"best     {result.best.seconds * 1e3:.3f} ms  {result.best.schedule.describe()}")
+    print(f"stored   {result.stored_in}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from polydl import bench
+
+    return bench.main(args.suite, args.json, args.case or None, args.repeat)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from polydl.paths import cache_root
+
+    root = cache_root()
+    if args.action == "clear":
+        if root.exists():
+            shutil.rmtree(root)
+        print(f"cleared {root}")
+        return 0
+    files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    size = sum(p.stat().st_size for p in files)
+    print(f"cache    {root}")
+    print(f"entries  {len(files)} files, {size / 1e6:.1f} MB")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polydl", description="polyhedral compiler for DL loop nests")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def spec_command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help)
+        c.add_argument("spec", help="a .c loop nest or a .toml primitive spec")
+        c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+        return c
+
+    c = spec_command("compile", "generate source, header and (for C) a shared library")
+    c.add_argument("--target", default="c", choices=["c", "hip", "cuda"])
+    c.add_argument("-o", "--output", metavar="DIR", help="write files here (default: source to stdout)")
+    c.set_defaults(func=cmd_compile)
+    c = spec_command("run", "run on random inputs, verify against numpy, print GFLOP/s")
+    c.add_argument("--repeat", type=int, default=10)
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_run)
+    c = spec_command("explain", "domains, accesses, dependences, working sets, ranking")
+    c.add_argument("--top", type=int, default=5, help="ranked candidates to show")
+    c.set_defaults(func=cmd_explain)
+    c = spec_command("tune", "time the best-ranked schedules and store the winner")
+    c.add_argument("--trials", type=int, default=8)
+    c.add_argument("--db", metavar="FILE")
+    c.set_defaults(func=cmd_tune)
+    c = sub.add_parser("bench", help="benchmark suites against reference libraries")
+    c.add_argument("--suite", default="gemm", choices=["gemm", "resnet50"])
+    c.add_argument("--json", metavar="FILE")
+    c.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
+    c.add_argument("--repeat", type=int, default=10)
+    c.set_defaults(func=cmd_bench)
+    c = sub.add_parser("cache", help="show or clear the compile cache")
+    c.add_argument("action", choices=["info", "clear"])
+    c.set_defaults(func=cmd_cache)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PolyDLError as exc:
+        if args.debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"polydl: {first}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug in polydl: still one line, with the way to see more
+        if args.debug:
+            raise
+        print(f"polydl: internal error: {type(exc).__name__}: {exc} (run with --debug)", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

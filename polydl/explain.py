@@ -1,0 +1,97 @@
+"""`polydl explain`: the compiler's view of a spec, as readable text.
+
+Takes a `Compilation`; returns text with the iteration domains, access relations, dependences,
+the chosen schedule and, where the schedule was ranked, the candidates with their working sets.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polydl.api import Compilation
+from polydl.poly.counting import count_points
+from polydl.machine import current_machine
+from polydl.poly.dependences import Dependences
+from polydl.schedules.rank import rank
+
+
+def _maps(union: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    union.foreach_map(out.append)
+    return out
+
+
+def explain(c: Compilation, ranking: int = 5) -> str:
+    model = c.model
+    lines = [f"kernel {model.nest.name}  ({model.nest.filename})"]
+    lines.append("  sizes: " + (", ".join(f"{k}={v}" for k, v in model.params.items()) or "none"))
+    lines.append("  arrays:")
+    for a in model.nest.arrays:
+        shape = "x".join(str(e) for e in a.concrete_shape(model.params))
+        lines.append(f"    {a.name}: {a.dtype}[{shape}] {'input' if a.is_input else 'output'}")
+    lines.append("")
+    lines.append("statements:")
+    for s in model.statements:
+        lines.append(f"  {s.name} (nest {s.group}): {_text(s)}")
+        lines.append(f"    domain: {s.domain}  ({count_points(s.domain)} instances)")
+        for acc in s.accesses:
+            lines.append(f"    {'write' if acc.is_write else 'read '}: {acc.relation}")
+    deps = Dependences(model)
+    lines.append("")
+    lines.append("dependences (flow, value-based):")
+    flow = _maps(deps.flow)
+    lines += [f"  {m}" for m in flow] or ["  none"]
+    lines.append("dependences (memory-based, kept in order by every schedule):")
+    for kind, rel in (("RAW", deps.raw), ("WAR", deps.war), ("WAW", deps.waw)):
+        for m in _maps(rel):
+            lines.append(f"  {kind} {m}")
+    lines.append("")
+    lines.append(f"schedule: {c.schedule.describe()}")
+    for plan in c.scheduled.groups:
+        par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
+        main = " (main)" if plan.group == c.scheduled.main_group else ""
+        lines.append(
+            f"  nest {plan.group}{main}: band {' > '.join(plan.order) or '-'}; "
+            f"parallel {', '.join(par) or 'none'}"
+        )
+    for key, value in c.schedule.notes:
+        lines.append(f"  {key}: {value}")
+    lines.append(f"flops per call: {c.flops}")
+    if ranking > 0:
+        lines.append("")
+        lines += _ranking(c, ranking)
+    return "\n".join(lines)
+
+
+def _ranking(c: Compilation, top: int) -> list[str]:
+    machine = current_machine()
+    ranked = rank(c.model, machine)
+    caches = f"L1 {machine.l1_bytes // 1024} KiB, L2 {machine.l2_bytes // 1024} KiB, L3 {machine.l3_bytes // 1024} KiB"
+    lines = [f"ranking by the data-reuse model ({len(ranked)} legal candidates; {caches}; {machine.cores} cores):"]
+    for i, r in enumerate(ranked[:top]):
+        lines.append(f"  #{i + 1} cost {r.cost:.3e}  {r.schedule.describe()}")
+        for w in r.working_sets:
+            size = w.bytes(machine.cache_line_bytes)
+            fits = "L1" if size <= machine.l1_bytes else "L2" if size <= machine.l2_bytes else "L3" if size <= machine.l3_bytes else "memory"
+            lines.append(
+                f"      level {w.level} {w.loop:>8s}: working set {_size(size):>10s} ({fits}), runs {w.executions}x"
+            )
+        traffic = ", ".join(f"{k} {_size(v)}" for k, v in r.traffic_bytes.items())
+        lines.append(f"      traffic into {traffic}; parallel balance {r.balance:.2f}")
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _text(s) -> str:  # type: ignore[no-untyped-def]
+    src = s.statement.position
+    nest = s.statement
+    if src is not None:
+        return f"{nest.target.array}[...] {nest.op} ...  at {src}"
+    return f"{nest.target.array}[...] {nest.op} ..."

@@ -1,0 +1,23 @@
+"""Random arrays for a kernel's arguments (for `polydl run`, tuning and benchmarks)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polydl.codegen.artifact import KernelArgument
+from polydl.reference import f32_to_bf16
+
+NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.uint16}
+
+
+def random_array(arg: KernelArgument, rng: np.random.Generator) -> np.ndarray:
+    """Uniform values in [-1, 1): small enough that long reductions stay well conditioned."""
+    values = rng.uniform(-1.0, 1.0, size=arg.shape)
+    if arg.dtype == "bfloat16":
+        return f32_to_bf16(values.astype(np.float32))
+    return values.astype(NUMPY_DTYPES[arg.dtype])
+
+
+def random_inputs(arguments: tuple[KernelArgument, ...], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [random_array(a, rng) for a in arguments if a.is_input]

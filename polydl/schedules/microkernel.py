@@ -1,0 +1,288 @@
+"""Recognise batch-reduce GEMMs in a statement and bind its innermost loops to one call.
+
+Takes a `StatementModel` (and, for binding, the schedule's loop order and tiles); returns the
+candidate bindings `C[m][n] += sum_batch A[m][k] * B[k][n]` (any access order, constant
+strides) and, for a chosen binding, a `MicrokernelCall`: the element strides of A, B and C per
+loop, the extents, and which loop stays outside. A binding is refused (ScheduleError) unless the
+statement is a pure multiply-accumulate over a box of those loops whose only dependences inside
+the call are the accumulation into C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import permutations
+
+import islpy as isl
+
+from polydl.errors import ScheduleError
+from polydl.ir import Access, Binary, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar, Load
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var
+
+
+def linear_coefficient(expr: IntExpr, var: str) -> int | None:
+    """The constant coefficient of `var` in an affine expression, None if `var` sits under a
+    division, modulo or min/max (then the stride is not constant)."""
+    if isinstance(expr, IntConst):
+        return 0
+    if isinstance(expr, IntVar):
+        return 1 if expr.name == var else 0
+    if isinstance(expr, IntNeg):
+        inner = linear_coefficient(expr.operand, var)
+        return None if inner is None else -inner
+    if isinstance(expr, IntMinMax):
+        return None if any(linear_coefficient(a, var) != 0 for a in expr.args) else 0
+    assert isinstance(expr, IntBinary)
+    left = linear_coefficient(expr.left, var)
+    right = linear_coefficient(expr.right, var)
+    if left is None or right is None:
+        return None
+    if expr.op in ("/", "%"):
+        return 0 if left == 0 and right == 0 else None
+    if expr.op == "+":
+        return left + right
+    if expr.op == "-":
+        return left - right
+    # '*': the frontends guarantee one side is constant
+    if left == 0 and right == 0:
+        return 0
+    const = _constant(expr.right) if left != 0 else _constant(expr.left)
+    if const is None:
+        return None
+    return (left if left != 0 else right) * const
+
+
+def _constant(expr: IntExpr) -> int | None:
+    if isinstance(expr, IntConst):
+        return expr.value
+    if isinstance(expr, IntNeg):
+        inner = _constant(expr.operand)
+        return None if inner is None else -inner
+    if isinstance(expr, IntBinary):
+        a, b = _constant(expr.left), _constant(expr.right)
+        if a is None or b is None:
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else None, "%": a % b if b else None}[expr.op]  # type: ignore[return-value]
+    return None
+
+
+def element_stride(model: PolyModel, access: Access, var: str) -> int | None:
+    """Elements advanced in the flat array per unit step of `var` (None if not constant)."""
+    shape = model.nest.array(access.array).concrete_shape(model.params)
+    stride, total = 1, 0
+    for extent, index in zip(reversed(shape), reversed(access.indices), strict=True):
+        coeff = linear_coefficient(index, var)
+        if coeff is None:
+            return None
+        total += coeff * stride
+        stride *= extent
+    return total
+
+
+@dataclass(frozen=True)
+class GemmOperands:
+    """The three accesses of a multiply-accumulate statement."""
+
+    c: Access
+    a: Access  # the load that varies with m
+    b: Access  # the load that varies with n
+
+
+def multiply_accumulate(s: StatementModel) -> tuple[Access, Access, Access] | None:
+    """(C, X, Y) if the statement is `C += X * Y` (or `C = C + X * Y`) with X, Y loads."""
+    stmt = s.statement
+    value = stmt.value
+    if stmt.op != "+=":
+        return None
+    if not (isinstance(value, Binary) and value.op == "*"):
+        return None
+    if not (isinstance(value.left, Load) and isinstance(value.right, Load)):
+        return None
+    return stmt.target, value.left.access, value.right.access
+
+
+def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str, ...]) -> list[MicrokernelBinding]:
+    """Every assignment of band loops to (batch..., m, n, k) that forms a batch-reduce GEMM,
+    best first: unit stride of C along n (the vector dimension), then larger extents."""
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return []
+    c, x, y = mac
+    extents = _box_extents(s)
+    if extents is None:
+        return []
+    stride = {
+        (acc_name, v): element_stride(model, acc, v)
+        for acc_name, acc in (("c", c), ("x", x), ("y", y))
+        for v in band_vars
+    }
+    if any(value is None for value in stride.values()):
+        return []
+    out: list[tuple[tuple[int, ...], MicrokernelBinding]] = []
+    reduction = [v for v in band_vars if stride[("c", v)] == 0]
+    spatial = [v for v in band_vars if stride[("c", v)] != 0]
+    for m, n in permutations(spatial, 2):
+        for k in reduction:
+            # Orientation: A varies with m and k, not n; B with k and n, not m.
+            for a_name, b_name in (("x", "y"), ("y", "x")):
+                if stride[(a_name, n)] != 0 or stride[(b_name, m)] != 0:
+                    continue
+                if stride[(a_name, m)] == 0 or stride[(b_name, n)] == 0:
+                    continue
+                if stride[(a_name, k)] == 0 or stride[(b_name, k)] == 0:
+                    continue
+                # Spatial loops other than m, n stay outside; the other reductions form the batch.
+                batch = tuple(v for v in band_vars if v in reduction and v != k)
+                binding = MicrokernelBinding(s.name, m=m, n=n, k=k, batch=batch)
+                score = (
+                    int(stride[("c", n)] == 1 and stride[(b_name, n)] == 1),
+                    int(stride[(a_name, k)] == 1 or stride[(b_name, k)] == 1),
+                    extents.get(n, 0),
+                    extents.get(k, 0),
+                    extents.get(m, 0),
+                )
+                out.append((score, binding))
+    out.sort(key=lambda item: item[0], reverse=True)
+    seen: set[MicrokernelBinding] = set()
+    unique = []
+    for _, b in out:
+        if b not in seen:
+            seen.add(b)
+            unique.append(b)
+    return unique
+
+
+def _box_extents(s: StatementModel) -> dict[str, int] | None:
+    """Constant extents of every loop if the domain is a box, else None."""
+    dom = s.domain
+    out: dict[str, int] = {}
+    box = isl.Set.universe(dom.get_space())
+    for d, var in enumerate(s.iterators):
+        lo = dom.dim_min_val(d).to_python()
+        hi = dom.dim_max_val(d).to_python()
+        out[var] = hi - lo + 1
+        box = box.intersect(_range_set(dom.get_space(), d, lo, hi))
+    return out if box.is_equal(dom) else None
+
+
+def _range_set(space: isl.Space, d: int, lo: int, hi: int) -> isl.Set:
+    s = isl.Set.universe(space)
+    s = s.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(space.get_ctx(), lo))
+    return s.upper_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(space.get_ctx(), hi))
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    var: str
+    lower: int
+    extent: int
+    tile: int | None  # tile size if the loop is tiled (then the call covers one tile)
+
+
+@dataclass(frozen=True)
+class MicrokernelCall:
+    """Everything codegen needs to emit the call in place of the bound loops."""
+
+    binding: MicrokernelBinding
+    statement: StatementModel
+    c: Access
+    a: Access
+    b: Access
+    outer: tuple[str, ...]  # loop names (schedule order) that stay as loops around the call
+    ranges: dict[str, LoopRange]  # for m, n, k and batch loops
+    strides: dict[tuple[str, str], int]  # (operand "a"|"b"|"c", var) -> element stride
+
+    def extent_variants(self, var: str) -> tuple[int, ...]:
+        """Full tile, and the remainder tile if the extent is not a multiple of the tile."""
+        r = self.ranges[var]
+        if r.tile is None or r.tile >= r.extent:
+            return (r.extent,)
+        rem = r.extent % r.tile
+        return (r.tile,) if rem == 0 else (r.tile, rem)
+
+
+def bind_microkernel(
+    model: PolyModel,
+    s: StatementModel,
+    binding: MicrokernelBinding,
+    order: tuple[str, ...],
+    tiles: dict[str, int],
+) -> MicrokernelCall:
+    mac = multiply_accumulate(s)
+    if mac is None:
+        raise ScheduleError(f"statement {s.name} is not a multiply-accumulate `C += A * B`")
+    c, x, y = mac
+    loops = binding.loops
+    if len(set(loops)) != len(loops) or not set(loops) <= set(s.iterators):
+        raise ScheduleError(f"microkernel loops {loops} must be distinct loops of {s.name}")
+    extents = _box_extents(s)
+    if extents is None:
+        raise ScheduleError(
+            f"the domain of {s.name} is not a box; a microkernel needs constant loop extents"
+        )
+    # The bound loops must be the innermost loops of the order, untiled except m and n.
+    inner = [name for name in order if loop_var(name) in loops and not is_tile_loop(name)]
+    if tuple(order[len(order) - len(loops):]) != tuple(inner) or len(inner) != len(loops):
+        raise ScheduleError(
+            f"the microkernel loops {loops} must be the innermost loops of the order {order}"
+        )
+    for var in (binding.k, *binding.batch):
+        if var in tiles:
+            raise ScheduleError(f"reduction loop '{var}' of the microkernel cannot be tiled")
+    # Inside one call, only the accumulation into C may depend on another instance.
+    if not _only_accumulation(s, loops):
+        raise ScheduleError(
+            f"statement {s.name} has dependences inside the microkernel loops {loops}"
+        )
+
+    strides: dict[tuple[str, str], int] = {}
+    for var in loops:
+        for name, acc in (("c", c), ("x", x), ("y", y)):
+            value = element_stride(model, acc, var)
+            if value is None:
+                raise ScheduleError(f"the stride of {acc.array} along '{var}' is not constant")
+            strides[(name, var)] = value
+    a_name, b_name = "x", "y"
+    if strides[("x", binding.n)] != 0 or strides[("y", binding.m)] != 0:
+        a_name, b_name = "y", "x"
+    if strides[(a_name, binding.n)] != 0 or strides[(b_name, binding.m)] != 0:
+        raise ScheduleError(
+            f"binding m={binding.m}, n={binding.n} does not split the operands into A(m,k), B(k,n)"
+        )
+    if any(strides[("c", v)] != 0 for v in (binding.k, *binding.batch)):
+        raise ScheduleError("C must not vary with the reduction loops k and batch")
+    renamed = {("a" if n == a_name else "b" if n == b_name else "c", v): st for (n, v), st in strides.items()}
+    ranges = {}
+    for var in loops:
+        d = s.iterators.index(var)
+        lo = s.domain.dim_min_val(d).to_python()
+        ranges[var] = LoopRange(var, lo, extents[var], tiles.get(var))
+    outer = tuple(name for name in order if name not in inner)
+    return MicrokernelCall(
+        binding=binding,
+        statement=s,
+        c=c,
+        a=x if a_name == "x" else y,
+        b=y if b_name == "y" else x,
+        outer=outer,
+        ranges=ranges,
+        strides=renamed,
+    )
+
+
+def _only_accumulation(s: StatementModel, loops: tuple[str, ...]) -> bool:
+    """True if instances that differ only in `loops` conflict only by accumulating into C."""
+    fixed = [d for d, v in enumerate(s.iterators) if v not in loops]
+    space = isl.Space.map_from_set(s.domain.get_space())
+    distinct = isl.Map.identity(space).complement()
+    for d in fixed:
+        distinct = distinct.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+    distinct = distinct.intersect_domain(s.domain).intersect_range(s.domain)
+    write = s.write.relation
+    target = s.statement.target
+    for acc in s.accesses[1:]:
+        if acc.access.array == target.array and acc.access is not target:
+            if not write.apply_range(acc.relation.reverse()).intersect(distinct).is_empty():
+                return False
+    return True

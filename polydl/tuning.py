@@ -1,0 +1,121 @@
+"""Empirical autotuning: time the best-ranked schedules and remember the winner.
+
+Takes a loop nest with bound sizes; compiles the top candidates of the reuse model, times each
+on random inputs (median of several runs), stores the fastest in the tuning database and
+returns it. Later compiles with `schedule="tuned"` read the database instead of timing again.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from polydl.errors import PolyDLError
+from polydl.inputs import random_inputs
+from polydl.ir import LoopNest
+from polydl.machine import Machine, current_machine
+from polydl.poly.model import PolyModel, build_model
+from polydl.schedules.auto import resolve
+from polydl.schedules.database import TuningDatabase, TuningRecord, nest_key
+from polydl.schedules.rank import rank
+from polydl.schedules.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    schedule: Schedule
+    seconds: float
+    model_cost: float
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    best: TrialResult
+    trials: tuple[TrialResult, ...]
+    stored_in: str
+
+
+def time_kernel(kernel, args: list[np.ndarray], repeats: int = 5, budget_s: float = 2.0) -> float:  # type: ignore[no-untyped-def]
+    kernel(*args)  # warm up: page in, spin up threads
+    samples = []
+    start = time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        kernel(*args)
+        samples.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s and len(samples) >= 3:
+            break
+    return statistics.median(samples)
+
+
+def tune(
+    nest: LoopNest,
+    params: Mapping[str, int],
+    *,
+    trials: int = 8,
+    db: TuningDatabase | None = None,
+    machine: Machine | None = None,
+    log=sys.stderr,  # type: ignore[no-untyped-def]
+) -> TuneResult:
+    from polydl.api import kernel_from, lower  # the tuner sits above the whole pipeline
+
+    machine = machine or current_machine()
+    db = db or TuningDatabase()
+    model = build_model(nest, dict(params))
+    ranked = rank(model, machine)[: max(trials, 1)]
+    if not ranked:
+        raise PolyDLError("no legal schedule candidates to tune")
+    results: list[TrialResult] = []
+    args: list[np.ndarray] | None = None
+    for i, candidate in enumerate(ranked):
+        kernel = kernel_from(lower(nest, params, "c", candidate.schedule))
+        if args is None:
+            args = random_inputs(kernel.arguments)
+        seconds = time_kernel(kernel, args)
+        results.append(TrialResult(kernel.schedule, seconds, candidate.cost))
+        if log is not None:
+            gflops = kernel.flops / seconds / 1e9
+            print(
+                f"[{i + 1}/{len(ranked)}] {seconds * 1e3:9.3f} ms {gflops:8.2f} GFLOP/s  "
+                f"{kernel.schedule.describe()}",
+                file=log,
+            )
+    best = min(results, key=lambda r: r.seconds)
+    record = TuningRecord(best.schedule, best.seconds, _gflops(model, best.seconds), len(results))
+    db.store(
+        nest_key(nest, dict(params)),
+        machine.key(),
+        nest.name,
+        dict(params),
+        _dtype(nest),
+        record,
+    )
+    return TuneResult(best, tuple(results), str(db.path))
+
+
+def _gflops(model: PolyModel, seconds: float) -> float:
+    from polydl.poly.counting import count_points
+
+    flops = sum(count_points(s.domain) * s.statement.flops for s in model.statements)
+    return flops / seconds / 1e9
+
+
+def _dtype(nest: LoopNest) -> str:
+    return "/".join(sorted({a.dtype for a in nest.arrays}))
+
+
+def tuned_schedule(model: PolyModel, trials: int = 8) -> Schedule:
+    """The database's schedule for this nest on this machine, tuning it first if absent."""
+    machine = current_machine()
+    db = TuningDatabase()
+    record = db.lookup(nest_key(model.nest, model.params), machine.key())
+    if record is None:
+        tune(model.nest, model.params, trials=trials, db=db, machine=machine)
+        record = db.lookup(nest_key(model.nest, model.params), machine.key())
+        assert record is not None
+    return resolve(model, record.schedule)

@@ -1,0 +1,40 @@
+"""One helper for every end-to-end test: compile, run, compare with the reference and numpy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+import polydl
+from polydl.inputs import random_inputs
+from polydl.verify import compare
+
+
+def run_and_check(
+    kernel: polydl.runtime.kernel.Kernel,  # type: ignore[name-defined]
+    expected: Callable[..., object] | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, ...]:
+    """Run `kernel` on random inputs; its outputs must match `kernel.reference` and, when given,
+    an independent numpy formula `expected(*inputs)` (an array or a tuple of arrays)."""
+    inputs = random_inputs(kernel.arguments, seed=seed)
+    got = kernel(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    ref = kernel.reference(*inputs)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    outputs = [a for a in kernel.arguments if not a.is_input]
+    for arg, g, r in zip(outputs, got, ref, strict=True):
+        ok, err = compare(g, r, arg.dtype)
+        assert ok, f"{arg.name}: kernel differs from reference, relative error {err:.3e}"
+    if expected is not None:
+        want = expected(*inputs)
+        want = want if isinstance(want, tuple) else (want,)
+        for arg, g, w in zip(outputs, got, want, strict=True):
+            ok, err = compare(g, np.asarray(w), arg.dtype)
+            assert ok, f"{arg.name}: kernel differs from numpy, relative error {err:.3e}"
+    return tuple(got)
+
+
+def compile_c(text: str, params: Mapping[str, int], **kw: object) -> polydl.runtime.kernel.Kernel:  # type: ignore[name-defined]
+    return polydl.compile(text, params, **kw)  # type: ignore[arg-type]
