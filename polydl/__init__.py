@@ -1,1 +1,29 @@
-"""polydl."""
+"""polydl: a polyhedral compiler from loop-nest specs of deep-learning primitives to native kernels.
+
+    import polydl
+    k = polydl.matmul(M=512, N=512, K=512)
+    c = k(a, b)
+
+See `polydl.compile` for specs (C loop nests, TOML primitive specs) and DESIGN.md for the contract.
+"""
+
+from polydl.api import compile, conv2d, matmul
+from polydl.errors import CompileError, PolyDLError, ScheduleError, ShapeError, SpecError
+from polydl.runtime.kernel import Kernel
+from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.version import __version__
+
+__all__ = [
+    "CompileError",
+    "Kernel",
+    "MicrokernelBinding",
+    "PolyDLError",
+    "Schedule",
+    "ScheduleError",
+    "ShapeError",
+    "SpecError",
+    "__version__",
+    "compile",
+    "conv2d",
+    "matmul",
+]

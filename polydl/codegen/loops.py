@@ -27,7 +27,8 @@ def build_ast(plan: GroupPlan) -> isl.AstNode:
     for d in range(width):
         iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
     build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
-    return build.node_from_schedule_map(plan.schedule_map.intersect_domain(plan.domain))
+    # The schedule map is already restricted to the instances it runs (statements or calls).
+    return build.node_from_schedule_map(plan.schedule_map)
 
 
 def _width(smap: isl.UnionMap) -> int:

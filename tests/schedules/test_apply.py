@@ -54,7 +54,10 @@ def test_tile_validation() -> None:
 def test_microkernel_loops_must_be_innermost() -> None:
     mk = MicrokernelBinding("S0", m="i", n="j", k="k")
     with pytest.raises(ScheduleError, match="innermost"):
-        apply_schedule(mm(), Schedule(order=("i", "k", "j"), microkernel=mk, parallel=()))
+        apply_schedule(
+            mm(),
+            Schedule(order=("i", "j.t", "j", "k"), tiles=(("j", 4),), microkernel=mk, parallel=()),
+        )
     plan = apply_schedule(mm(), Schedule(order=("i", "j", "k"), microkernel=mk, parallel=())).main
     assert "S0" in plan.calls
 

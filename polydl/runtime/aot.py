@@ -1,0 +1,31 @@
+"""Ahead-of-time output: the files `polydl compile -o DIR` writes for use without Python.
+
+Takes `GeneratedCode`; writes the source and the header and, for the C target, a shared library
+whose exported function has the spec's name and can be linked from plain C.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.runtime.cache import write_atomic
+from polydl.runtime.toolchain import build_shared_library
+
+SOURCE_SUFFIX = {"c": ".c", "cuda": ".cu", "hip": ".hip.cpp"}
+
+
+def write_artifacts(code: GeneratedCode, directory: Path) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "source": directory / f"{code.function}{SOURCE_SUFFIX.get(code.target, '.txt')}",
+        "header": directory / f"{code.function}.h",
+    }
+    write_atomic(paths["source"], code.source.encode())
+    write_atomic(paths["header"], code.header.encode())
+    if code.target == "c":
+        library = directory / f"lib{code.function}.so"
+        shutil.copyfile(build_shared_library(code), library)
+        paths["library"] = library
+    return paths

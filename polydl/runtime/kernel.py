@@ -1,0 +1,203 @@
+"""`Kernel`: a compiled loop nest as a Python callable over numpy arrays.
+
+Takes the generated code, the loop nest and its compiled library; returns a callable that checks
+every argument (shape, dtype, C-contiguity, writability, aliasing) before any native code runs.
+Calling convention (DESIGN.md section 3): `const` arrays are inputs, passed positionally in
+declaration order or by name; outputs may be passed by name and are then updated in place,
+otherwise they are allocated zero-filled. The call returns the output, or a tuple of outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.errors import PolyDLError, ShapeError
+from polydl.ir import LoopNest
+from polydl.schedules.schedule import Schedule
+
+NUMPY_DTYPES: dict[str, type[np.generic]] = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "bfloat16": np.uint16,  # raw bits; ml_dtypes.bfloat16 arrays are accepted and viewed as such
+}
+
+ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    return dtype.name == "bfloat16"
+
+
+class Kernel:
+    """A compiled kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
+
+    def __init__(
+        self,
+        code: GeneratedCode,
+        nest: LoopNest,
+        params: Mapping[str, int],
+        schedule: Schedule,
+        flops: int,
+        reference_impl: ReferenceImpl,
+        library_path: Path,
+    ) -> None:
+        self.code = code
+        self.nest = nest
+        self.params = dict(params)
+        self.schedule = schedule
+        self.flops = flops
+        self.library_path = library_path
+        self._reference_impl = reference_impl
+        self._ffi = cffi.FFI()
+        self._ffi.cdef(f"int {code.function}({', '.join(_c_parameters(code.arguments))});")
+        self._lib = self._ffi.dlopen(str(library_path))
+        self._function = getattr(self._lib, code.function)
+
+    # ------------------------------------------------------------------ what the kernel is
+    @property
+    def name(self) -> str:
+        return self.code.function
+
+    @property
+    def arguments(self) -> tuple[KernelArgument, ...]:
+        return self.code.arguments
+
+    @property
+    def inputs(self) -> tuple[KernelArgument, ...]:
+        return tuple(a for a in self.arguments if a.is_input)
+
+    @property
+    def outputs(self) -> tuple[KernelArgument, ...]:
+        return tuple(a for a in self.arguments if not a.is_input)
+
+    @property
+    def source(self) -> str:
+        return self.code.source
+
+    @property
+    def header(self) -> str:
+        return self.code.header
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"<polydl.Kernel {self.name}({sizes}) {self.schedule.describe()}>"
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        arrays, outputs = self._bind(args, named)
+        pointers = [
+            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) for a in self.arguments
+        ]
+        status = self._function(*pointers)
+        if status != 0:
+            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
+        return _result(outputs)
+
+    def reference(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """The plain numpy evaluation of the same loop nest; outputs passed by name are copied,
+        not modified."""
+        arrays, outputs = self._bind(args, named, copy_outputs=True)
+        self._reference_impl(arrays)
+        return _result(outputs)
+
+    def _bind(
+        self, args: tuple[Any, ...], named: dict[str, Any], copy_outputs: bool = False
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
+        if len(args) > len(inputs):
+            raise ShapeError(
+                "<call>",
+                f"too many positional arguments: {self.name} takes {len(inputs)} inputs "
+                f"({', '.join(a.name for a in inputs)}); pass outputs by name",
+                expected=len(inputs),
+                given=len(args),
+            )
+        given: dict[str, Any] = {a.name: v for a, v in zip(inputs, args, strict=False)}
+        for name, value in named.items():
+            if name not in by_name:
+                raise ShapeError(
+                    name, f"{self.name} has no argument '{name}'",
+                    expected=", ".join(by_name), given=name,
+                )
+            if name in given:
+                raise ShapeError(name, "given both by position and by name")
+            given[name] = value
+        missing = [a.name for a in inputs if a.name not in given]
+        if missing:
+            raise ShapeError(
+                missing[0],
+                f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                expected=", ".join(a.name for a in inputs),
+                given=", ".join(given) or "none",
+            )
+        arrays: dict[str, np.ndarray] = {}
+        outputs: list[np.ndarray] = []
+        for arg in self.arguments:
+            if arg.name in given:
+                array = _checked(arg, given[arg.name])
+                if copy_outputs and not arg.is_input:
+                    array = array.copy()
+            else:
+                array = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+            arrays[arg.name] = array
+            if not arg.is_input:
+                outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
+        _check_aliasing(self.arguments, arrays, given)
+        return arrays, outputs
+
+
+def _c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
+    return [f"{'const ' if a.is_input else ''}{a.c_type} *{a.name}" for a in arguments]
+
+
+def _result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
+    """The array to hand to C for `arg` (a bfloat16 array viewed as its bits), or ShapeError."""
+    role = "input" if arg.is_input else "output"
+    if not isinstance(value, np.ndarray):
+        raise ShapeError(
+            arg.name, f"{role} must be a numpy array",
+            expected=f"ndarray {arg.dtype}{list(arg.shape)}", given=type(value).__name__,
+        )
+    want = np.dtype(NUMPY_DTYPES[arg.dtype])
+    array = value
+    if arg.dtype == "bfloat16" and _is_bfloat16(value.dtype):
+        array = value.view(np.uint16)
+    if array.dtype != want:
+        expected = "bfloat16 (ml_dtypes.bfloat16 or uint16 bits)" if arg.dtype == "bfloat16" else arg.dtype
+        raise ShapeError(arg.name, f"{role} has the wrong dtype", expected=expected, given=str(value.dtype))
+    if array.shape != arg.shape:
+        raise ShapeError(
+            arg.name, f"{role} has the wrong shape", expected=arg.shape, given=array.shape
+        )
+    if not array.flags.c_contiguous:
+        raise ShapeError(
+            arg.name, f"{role} must be C-contiguous (use np.ascontiguousarray)",
+            expected="C-contiguous", given=f"strides {array.strides}",
+        )
+    if not arg.is_input and not array.flags.writeable:
+        raise ShapeError(arg.name, "output is read-only", expected="writeable", given="read-only")
+    return array
+
+
+def _check_aliasing(
+    arguments: tuple[KernelArgument, ...], arrays: dict[str, np.ndarray], given: dict[str, Any]
+) -> None:
+    """An output may share memory with no other argument: the C code declares them restrict."""
+    names = [a.name for a in arguments if a.name in given]
+    for out in (a for a in arguments if not a.is_input and a.name in given):
+        for other in names:
+            if other != out.name and np.may_share_memory(arrays[out.name], arrays[other]):
+                raise ShapeError(
+                    out.name, f"output overlaps argument '{other}'",
+                    expected="separate memory", given=f"shares memory with '{other}'",
+                )

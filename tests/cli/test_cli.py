@@ -1,0 +1,120 @@
+"""The `polydl` command line end to end, including an ahead-of-time library used from plain C."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polydl.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def test_run_verifies_and_prints_gflops(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", str(EXAMPLES / "matmul.c"), "-p", "M=33", "-p", "N=17", "-p", "K=9", "--repeat", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "verify   ok" in out and "GFLOP/s" in out
+
+
+@pytest.mark.parametrize(
+    "example, params",
+    [
+        ("matmul.c", ["M=64", "N=48", "K=40"]),
+        ("linear_bias_relu.c", ["N=4", "C=37", "K=20"]),
+        ("wavefront.c", ["N=40"]),
+        ("conv2d.toml", ["N=1", "H=8", "W=8", "C=5", "K=6"]),
+        ("conv2d_bias_relu.toml", ["N=1", "H=9", "W=7", "C=3", "K=4"]),
+    ],
+)
+def test_every_example_runs_and_verifies(example: str, params: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", str(EXAMPLES / example), "--repeat", "1"]
+    for p in params:
+        argv += ["-p", p]
+    assert main(argv) == 0
+    assert "verify   ok" in capsys.readouterr().out
+
+
+def test_explain_shows_domains_accesses_dependences_and_schedule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(EXAMPLES / "matmul.c"), "-p", "M=16", "-p", "N=16", "-p", "K=16"]) == 0
+    out = capsys.readouterr().out
+    for word in ("domain", "read", "write", "dependences", "schedule", "working set"):
+        assert word in out
+
+
+def test_compile_to_stdout_prints_c(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", "M=4", "-p", "N=4", "-p", "K=4"]) == 0
+    assert "int matmul(" in capsys.readouterr().out
+
+
+def test_aot_library_is_callable_from_plain_c(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    m, n, k = 7, 5, 3
+    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", f"M={m}", "-p", f"N={n}", "-p", f"K={k}", "-o", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"matmul.c", "matmul.h", "libmatmul.so"}
+    program = tmp_path / "main.c"
+    program.write_text(
+        f"""
+#include <stdio.h>
+#include "matmul.h"
+int main(void) {{
+  float A[{m}][{k}], B[{k}][{n}], C[{m}][{n}] = {{{{0}}}};
+  for (int i = 0; i < {m}; i++) for (int p = 0; p < {k}; p++) A[i][p] = (float)(i + p);
+  for (int p = 0; p < {k}; p++) for (int j = 0; j < {n}; j++) B[p][j] = (float)(p - j);
+  if (matmul(&C[0][0], &A[0][0], &B[0][0]) != 0) return 1;
+  for (int i = 0; i < {m}; i++) {{ for (int j = 0; j < {n}; j++) printf("%g ", C[i][j]); printf("\\n"); }}
+  return 0;
+}}
+"""
+    )
+    exe = tmp_path / "main"
+    subprocess.run(
+        ["cc", str(program), f"-I{out}", f"-L{out}", "-lmatmul", f"-Wl,-rpath,{out}", "-o", str(exe)],
+        check=True,
+    )
+    printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    got = np.array([[float(v) for v in line.split()] for line in printed.strip().splitlines()])
+    a = np.add.outer(np.arange(m), np.arange(k)).astype(np.float64)
+    b = np.subtract.outer(np.arange(k), np.arange(n)).astype(np.float64)
+    np.testing.assert_allclose(got, a @ b)
+
+
+def test_spec_error_is_one_line_with_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.c"
+    bad.write_text("void f(int N, float A[N]) {\n  for (int i = 0; i < N; i++)\n    A[i * i] = 1.0f;\n}\n")
+    assert main(["compile", str(bad), "-p", "N=4"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"polydl: {bad}:3:")
+
+
+def test_bad_parameter_syntax(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLES / "matmul.c"), "-p", "M"]) == 1
+    assert "NAME=VALUE" in capsys.readouterr().err
+
+
+def test_missing_parameter_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", "M=4", "-p", "N=4"]) == 1
+    assert "K" in capsys.readouterr().err
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", "no/such/spec.c"]) == 1
+    assert "no/such/spec.c" in capsys.readouterr().err
+
+
+def test_console_script_exit_status(tmp_path: Path) -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "polydl.cli", "compile", str(EXAMPLES / "wavefront.c"), "-p", "N=8"],
+        capture_output=True, text=True,
+    )
+    assert ok.returncode == 0 and "int wavefront(" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "polydl.cli", "compile", str(tmp_path / "none.c")],
+        capture_output=True, text=True,
+    )
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
