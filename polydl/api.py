@@ -5,25 +5,30 @@ Runs the pipeline once: frontend -> polyhedral model -> schedule -> codegen -> r
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from polydl.codegen.artifact import GeneratedCode
+import numpy as np
+
+from polydl.codegen.artifact import GeneratedCode, code_from_dict, code_to_dict
 from polydl.codegen.targets import generate
 from polydl.errors import PolyDLError
 from polydl.frontends import builders, load_spec
-from polydl.ir import LoopNest
+from polydl.ir import LoopNest, fingerprint
 from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, build_model
 from polydl.reference import make_reference
+from polydl.machine import current_machine
+from polydl.runtime.cache import content_key, read_lowering, write_lowering
 from polydl.runtime.kernel import Kernel
 from polydl.runtime.toolchain import build_shared_library
 from polydl.schedules.apply import ScheduledNest, apply_schedule
-from polydl.machine import current_machine
 from polydl.schedules.auto import auto_schedule, resolve
 from polydl.schedules.schedule import Schedule
+from polydl.version import __version__
 
 ScheduleArg = str | Schedule | Mapping[str, Any]
 
@@ -71,17 +76,86 @@ def lower(
     return Compilation(model, scheduled, generate(scheduled, target))
 
 
+class LazyReference:
+    """The numpy reference of a nest, built on first use: a cached kernel never needs isl."""
+
+    def __init__(self, nest: LoopNest, params: Mapping[str, int], model: PolyModel | None = None) -> None:
+        self.nest, self.params, self.model = nest, dict(params), model
+        self._run: Callable[[dict[str, np.ndarray]], None] | None = None
+
+    def __call__(self, arrays: dict[str, np.ndarray]) -> None:
+        if self._run is None:
+            model = self.model or build_model(self.nest, self.params)
+            self._run = make_reference(model)
+        self._run(arrays)
+
+
 def kernel_from(compilation: Compilation) -> Kernel:
-    library = build_shared_library(compilation.code)
-    return Kernel(
-        code=compilation.code,
-        nest=compilation.model.nest,
-        params=compilation.model.params,
-        schedule=compilation.schedule,
-        flops=compilation.flops,
-        reference_impl=make_reference(compilation.model),
-        library_path=library,
+    model = compilation.model
+    return _kernel(
+        compilation.code, model.nest, model.params, compilation.schedule, compilation.flops, model
     )
+
+
+def _kernel(
+    code: GeneratedCode,
+    nest: LoopNest,
+    params: Mapping[str, int],
+    schedule: Schedule,
+    flops: int,
+    model: PolyModel | None = None,
+) -> Kernel:
+    return Kernel(
+        code=code,
+        nest=nest,
+        params=params,
+        schedule=schedule,
+        flops=flops,
+        reference_impl=LazyReference(nest, params, model),
+        library_path=build_shared_library(code),
+    )
+
+
+def _lowering_key(
+    nest: LoopNest, params: Mapping[str, int], target: str, schedule: ScheduleArg
+) -> str | None:
+    """Everything the generated code depends on; None where it depends on mutable state."""
+    if isinstance(schedule, Schedule):
+        chosen = schedule.to_json()
+    elif isinstance(schedule, Mapping):
+        chosen = Schedule.from_dict(dict(schedule)).to_json()
+    elif schedule == "auto":
+        chosen = "auto"
+    else:  # "tuned" reads the tuning database, which changes under us
+        return None
+    return content_key(
+        [__version__, fingerprint(nest), json.dumps(dict(params), sort_keys=True), target,
+         chosen, current_machine().key()]
+    )
+
+
+def build_kernel(
+    nest: LoopNest, params: Mapping[str, int], target: str = "c", schedule: ScheduleArg = "auto"
+) -> Kernel:
+    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
+    key = _lowering_key(nest, params, target, schedule)
+    record = read_lowering(key) if key else None
+    if record is not None:
+        try:
+            return _kernel(
+                code_from_dict(record["code"]), nest, params,
+                Schedule.from_dict(record["schedule"]), int(record["flops"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry from an older layout: lower again and overwrite it
+    compilation = lower(nest, params, target, schedule)
+    if key:
+        write_lowering(key, {
+            "code": code_to_dict(compilation.code),
+            "schedule": compilation.schedule.to_dict(),
+            "flops": compilation.flops,
+        })
+    return kernel_from(compilation)
 
 
 def compile(  # noqa: A001 - the public name DESIGN.md gives
@@ -93,14 +167,14 @@ def compile(  # noqa: A001 - the public name DESIGN.md gives
 ) -> Kernel:
     """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel."""
     nest, bound = load_spec(spec, params)
-    return kernel_from(lower(nest, bound, target, schedule))
+    return build_kernel(nest, bound, target, schedule)
 
 
 def _build(
     builder: str, target: str, schedule: ScheduleArg, **sizes: Any
 ) -> Kernel:
     nest, params = builders.PRIMITIVES[builder](**sizes)
-    return kernel_from(lower(nest, params, target, schedule))
+    return build_kernel(nest, params, target, schedule)
 
 
 def matmul(

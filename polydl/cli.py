@@ -55,12 +55,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from polydl.api import kernel_from
+    from polydl.api import build_kernel
+    from polydl.frontends import load_spec
     from polydl.inputs import random_inputs
     from polydl.verify import compare
 
-    compilation = _lower(args)
-    kernel = kernel_from(compilation)
+    nest, params = load_spec(args.spec, _params(args.param) or None)
+    kernel = build_kernel(nest, params)
     inputs = random_inputs(kernel.arguments, seed=args.seed)
     outputs = kernel(*inputs)
     samples = []

@@ -59,6 +59,15 @@ class SpecError(PolyDLError):
         return text
 
 
+class ArgumentError(PolyDLError):
+    """A builder argument of the wrong type or out of range (no source text to point into)."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        self.message = message
+        super().__init__(f"argument '{argument}': {message}")
+
+
 class ShapeError(PolyDLError):
     """A kernel call whose argument does not match what the kernel was compiled for."""
 

@@ -8,7 +8,7 @@ elements. Nothing here knows about isl or C beyond the small renderers `to_isl` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Union
 
 from polydl.errors import SourcePosition
@@ -55,6 +55,11 @@ class IntBinary:
             return f"floor(({a})/{b})"
         if self.op == "%":
             return f"(({a}) mod {b})"
+        # ... and a bare constant factor: `16 * (k)` parses, `(k) * (16)` does not
+        if self.op == "*" and isinstance(self.right, IntConst):
+            return f"{b} * ({a})"
+        if self.op == "*" and isinstance(self.left, IntConst):
+            return f"{a} * ({b})"
         return f"({a}) {self.op} ({b})"
 
     def to_c(self) -> str:
@@ -390,3 +395,15 @@ def walk_statements(
         else:
             out.extend(walk_statements(node.body, enclosing + (node,)))
     return out
+
+
+def fingerprint(value: object) -> str:
+    """A text identity of IR that ignores source positions and spelling: what the code depends on."""
+    if is_dataclass(value) and not isinstance(value, type):
+        inner = ", ".join(
+            f"{f.name}={fingerprint(getattr(value, f.name))}" for f in fields(value) if f.compare
+        )
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, tuple | list):
+        return "(" + ", ".join(fingerprint(v) for v in value) + ")"
+    return repr(value)

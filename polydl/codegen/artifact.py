@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,3 +23,21 @@ class GeneratedCode:
     header: str
     target: str = "c"
     compile_flags: tuple[str, ...] = ()
+
+
+def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
+    return asdict(code)
+
+
+def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
+    return GeneratedCode(
+        function=data["function"],
+        arguments=tuple(
+            KernelArgument(a["name"], a["dtype"], tuple(a["shape"]), a["is_input"], a["c_type"])
+            for a in data["arguments"]
+        ),
+        source=data["source"],
+        header=data["header"],
+        target=data["target"],
+        compile_flags=tuple(data["compile_flags"]),
+    )

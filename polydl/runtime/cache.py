@@ -9,10 +9,12 @@ concurrent process sees either no file or the whole file.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from polydl.paths import cache_root
 
@@ -39,3 +41,20 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _lowering_path(key: str) -> Path:
+    return cache_root() / "lowered" / key[:2] / f"{key}.json"
+
+
+def read_lowering(key: str) -> dict[str, Any] | None:
+    """A stored lowering (generated code, schedule, flops), or None if absent or unreadable."""
+    try:
+        data = json.loads(_lowering_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_lowering(key: str, record: dict[str, Any]) -> None:
+    write_atomic(_lowering_path(key), json.dumps(record, sort_keys=True).encode())

@@ -9,6 +9,7 @@ otherwise they are allocated zero-filled. The call returns the output, or a tupl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,7 @@ class Kernel:
         self.flops = flops
         self.library_path = library_path
         self._reference_impl = reference_impl
-        self._ffi = cffi.FFI()
-        self._ffi.cdef(f"int {code.function}({', '.join(_c_parameters(code.arguments))});")
-        self._lib = self._ffi.dlopen(str(library_path))
-        self._function = getattr(self._lib, code.function)
+        self._ffi, self._function = _load(library_path, code)
 
     # ------------------------------------------------------------------ what the kernel is
     @property
@@ -150,6 +148,23 @@ class Kernel:
                 outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
         _check_aliasing(self.arguments, arrays, given)
         return arrays, outputs
+
+
+# Loaded libraries stay loaded for the life of the process: unloading one whose OpenMP runtime
+# came in with it would unmap code that OpenMP's idle worker threads still run.
+_LOADED: dict[Path, tuple[cffi.FFI, Any, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
+    with _LOCK:
+        if library_path not in _LOADED:
+            ffi = cffi.FFI()
+            ffi.cdef(f"int {code.function}({', '.join(_c_parameters(code.arguments))});")
+            lib = ffi.dlopen(str(library_path))
+            _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
+        ffi, function, _ = _LOADED[library_path]
+        return ffi, function
 
 
 def _c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:

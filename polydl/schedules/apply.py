@@ -10,8 +10,8 @@ that would run a sink before its source, or a parallel loop that carries a depen
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import islpy as isl
 
@@ -78,9 +78,16 @@ def group_statements(model: PolyModel) -> dict[int, tuple[StatementModel, ...]]:
     return {g: tuple(ss) for g, ss in groups.items()}
 
 
+_MAIN_GROUP: weakref.WeakKeyDictionary[PolyModel, int] = weakref.WeakKeyDictionary()
+
+
 def main_group(model: PolyModel) -> int:
-    groups = group_statements(model)
-    return max(groups, key=lambda g: (sum(statement_work(s) for s in groups[g]), -g))
+    if model not in _MAIN_GROUP:
+        groups = group_statements(model)
+        _MAIN_GROUP[model] = max(
+            groups, key=lambda g: (sum(statement_work(s) for s in groups[g]), -g)
+        )
+    return _MAIN_GROUP[model]
 
 
 def band_of(statements: tuple[StatementModel, ...]) -> tuple[Loop, ...]:
@@ -155,19 +162,22 @@ def _group_plan(
         text = f"{{ {s.name}[{', '.join(s.iterators)}] -> [{', '.join(vec)}] }}"
         smap = smap.union(isl.UnionMap.from_map(isl.Map(text).intersect_domain(s.domain)))
 
-    plan_deps = _restrict(deps, statements)
-    if not plan_deps.is_empty():
-        broken = plan_deps.subtract(smap.lex_lt_union_map(smap))
+    band_deps = band_dependences(deps, statements)
+    # Tiling and permuting a fully permutable band is legal (every dependence moves forward
+    # along every band loop); only other bands need the exact check.
+    if not band_deps.permutable:
+        broken = band_deps.relation.subtract(smap.lex_lt_union_map(smap))
         if not broken.is_empty():
             raise ScheduleError(
                 f"order {' > '.join(order)} violates a dependence: {_sample(broken)}"
             )
     if parallel is None:
-        dims = tuple(d for d in range(len(order)) if _is_parallel(plan_deps, smap, d))[:1]
+        first = next((d for d in range(len(order)) if _parallel_at(band_deps, smap, order, d)), None)
+        dims = () if first is None else (first,)
     else:
         dims = tuple(order.index(p) for p in parallel)
         for p, d in zip(parallel, dims, strict=True):
-            if not _is_parallel(plan_deps, smap, d):
+            if not _parallel_at(band_deps, smap, order, d):
                 raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
     calls: dict[str, MicrokernelCall] = {}
     if microkernel is not None:
@@ -209,11 +219,68 @@ def _bind_call(
     return isl.UnionMap.from_map(call_map), {target.name: call}
 
 
-def _restrict(deps: Dependences, statements: tuple[StatementModel, ...]) -> isl.UnionMap:
+@dataclass(frozen=True, eq=False)
+class BandDependences:
+    """The dependences among one group's statements, seen on the band they share."""
+
+    relation: isl.UnionMap  # between instances of the group's statements
+    permutable: bool  # every dependence distance is >= 0 along every band loop
+    still: frozenset[str]  # band loops along which no dependence moves
+
+
+_BAND_DEPS: weakref.WeakKeyDictionary[Dependences, dict[tuple[str, ...], BandDependences]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def band_dependences(deps: Dependences, statements: tuple[StatementModel, ...]) -> BandDependences:
+    """Computed once per group: ranking asks it of every candidate schedule."""
+    per_group = _BAND_DEPS.setdefault(deps, {})
+    key = tuple(s.name for s in statements)
+    if key not in per_group:
+        per_group[key] = _band_dependences(deps, statements)
+    return per_group[key]
+
+
+def _band_dependences(deps: Dependences, statements: tuple[StatementModel, ...]) -> BandDependences:
     dom = isl.UnionSet("{ }")
     for s in statements:
         dom = dom.union(isl.UnionSet.from_set(s.domain))
-    return deps.all.intersect_domain(dom).intersect_range(dom)
+    relation = deps.all.intersect_domain(dom).intersect_range(dom)
+    band = [loop.var for loop in band_of(statements)]
+    nb = len(band)
+    permutable, moving = True, set()
+    maps: list[isl.Map] = []
+    relation.foreach_map(maps.append)
+    for m in maps:
+        on_band = m.project_out(isl.dim_type.in_, nb, m.dim(isl.dim_type.in_) - nb)
+        on_band = on_band.project_out(isl.dim_type.out, nb, on_band.dim(isl.dim_type.out) - nb)
+        on_band = on_band.set_tuple_name(isl.dim_type.in_, "B").set_tuple_name(isl.dim_type.out, "B")
+        deltas = on_band.deltas()
+        if deltas.is_empty():
+            continue
+        for d, var in enumerate(band):
+            low, high = deltas.dim_min_val(d), deltas.dim_max_val(d)
+            if low.is_neg() or low.is_neginfty():
+                permutable = False
+            if not (low.is_zero() and high.is_zero()):
+                moving.add(var)
+    return BandDependences(relation, permutable, frozenset(band) - moving)
+
+
+def _parallel_at(
+    band_deps: BandDependences, smap: isl.UnionMap, order: tuple[str, ...], dim: int
+) -> bool:
+    """Whether the loop at `dim` carries no dependence: at once if no dependence moves along
+    its variable, else by the exact test."""
+    if dim < len(order) and loop_var(order[dim]) in band_deps.still:
+        return True
+    return _is_parallel(band_deps.relation, smap, dim)
+
+
+def loop_is_parallel(model: PolyModel, plan: GroupPlan, dim: int) -> bool:
+    band_deps = band_dependences(dependences_of(model), plan.statements)
+    return _parallel_at(band_deps, plan.schedule_map, plan.order, dim)
 
 
 def _is_parallel(plan_deps: isl.UnionMap, smap: isl.UnionMap, dim: int) -> bool:

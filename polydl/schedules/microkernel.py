@@ -140,6 +140,8 @@ def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str
                     int(stride[(a_name, k)] == 1 or stride[(b_name, k)] == 1),
                     extents.get(n, 0),
                     extents.get(k, 0),
+                    # rows of C close together: the call's output block stays in few pages
+                    -abs(stride[("c", m)]),
                     extents.get(m, 0),
                 )
                 out.append((score, binding))

@@ -9,7 +9,6 @@ efficiency), scaled by how evenly the parallel loop splits over the cores.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -23,6 +22,7 @@ from polydl.schedules.apply import (
     apply_schedule,
     band_of,
     group_statements,
+    loop_is_parallel,
     main_group,
 )
 from polydl.schedules.microkernel import candidate_bindings
@@ -94,13 +94,14 @@ def microkernel_candidates(
 
 
 def _outer_orders(outer: list[str]) -> list[list[str]]:
-    if len(outer) <= 4:
-        return [list(p) for p in itertools.permutations(outer)]
-    # Many loops: keep the written order, and move each tile loop innermost or outermost.
+    """The written order, and each loop moved outermost or innermost: the moves that change
+    which operand stays in cache, without the factorial of all permutations."""
     orders = [outer]
     for v in outer:
         rest = [x for x in outer if x != v]
-        orders += [[v] + rest, rest + [v]]
+        for order in ([v] + rest, rest + [v]):
+            if order not in orders:
+                orders.append(order)
     return orders
 
 
@@ -135,32 +136,25 @@ def _with_parallel(model: PolyModel, schedule: Schedule, machine: Machine) -> tu
         plan = apply_schedule(model, replace(schedule, parallel=(), microkernel=None)).main
     except ScheduleError:
         return None
-    free = [plan.order[d] for d in range(len(plan.order)) if _free(model, schedule, plan.order[d])]
+    inside_call = set(schedule.microkernel.loops) if schedule.microkernel else set()
+    free = [
+        name
+        for d, name in enumerate(plan.order)
+        if name not in inside_call and loop_is_parallel(model, plan, d)
+    ]
     if not free:
         return replace(schedule, parallel=()), plan
     first = plan.order.index(free[0])
     chosen = [free[0]]
-    trips = _trip(model, schedule, free[0])
     nxt = plan.order[first + 1] if first + 1 < len(plan.order) else None
-    if trips < 4 * machine.cores and nxt in free and not (
-        schedule.microkernel and nxt in schedule.microkernel.loops
-    ):
+    if _trip(model, schedule, free[0]) < 4 * machine.cores and nxt in free:
         chosen.append(nxt)
+    final = replace(schedule, parallel=tuple(chosen))
     try:
-        final = replace(schedule, parallel=tuple(chosen))
-        plan = apply_schedule(model, replace(final, microkernel=None)).main
-        apply_schedule(model, final)
+        apply_schedule(model, final)  # binds the microkernel: may still refuse it
     except ScheduleError:
         return None
-    return final, plan
-
-
-def _free(model: PolyModel, schedule: Schedule, loop: str) -> bool:
-    try:
-        apply_schedule(model, replace(schedule, parallel=(loop,), microkernel=None))
-    except ScheduleError:
-        return False
-    return not (schedule.microkernel and loop in schedule.microkernel.loops)
+    return final, plan  # the parallel loops do not change the time map the reuse model reads
 
 
 def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:

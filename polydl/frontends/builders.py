@@ -1,0 +1,194 @@
+"""Built-in primitives as loop nests: `matmul` and `conv2d` (plain or blocked, fused epilogues).
+
+Takes sizes and options; returns `(LoopNest, params)`. Every argument is validated first
+(`ArgumentError` naming it); the C spec of the primitive is then written from the validated
+numbers and parsed by `parse_c`, so a builder and the same hand-written spec give the same IR.
+Scratch arrays (the zero-padded input of a convolution) are marked `local`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from polydl.errors import ArgumentError
+from polydl.frontends.c_loopnest import read_c
+from polydl.ir import DTYPES, LoopNest
+from polydl.layouts import BLOCK
+
+Built = tuple[LoopNest, dict[str, int]]
+
+SUPPORTED_DTYPES = tuple(d for d in DTYPES if d != "bfloat16")
+LAYOUTS = ("nchw", "nchw16c")
+EPILOGUES = ("bias", "relu", "residual")
+
+
+def _integer(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(name, f"must be an integer, not {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ArgumentError(name, f"must be >= {minimum}, not {value}")
+    return int(value)
+
+
+def _choice(name: str, value: object, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ArgumentError(name, f"must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _epilogues(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise ArgumentError(
+            "fuse", f"must be a list of epilogue names ({', '.join(EPILOGUES)}); got {value!r}"
+        )
+    out: list[str] = []
+    for item in value:
+        name = _choice("fuse", item, EPILOGUES)
+        if name in out:
+            raise ArgumentError("fuse", f"'{name}' is given twice")
+        out.append(name)
+    return tuple(out)
+
+
+def _loops(loops: Sequence[tuple[str, str]], body: str) -> str:
+    """A perfect nest of `for (int v = 0; v < extent; v++)` around one statement."""
+    lines = [
+        "  " * (depth + 1) + f"for (int {var} = 0; {var} < {extent}; {var}++)"
+        for depth, (var, extent) in enumerate(loops)
+    ]
+    lines.append("  " * (len(loops) + 1) + body)
+    return "\n".join(lines)
+
+
+def _declaration(ctype: str, name: str, shape: Sequence[str], is_input: bool) -> str:
+    return ("const " if is_input else "") + f"{ctype} {name}" + "".join(f"[{e}]" for e in shape)
+
+
+def _function(name: str, sizes: Sequence[str], arrays: Sequence[str], nests: Sequence[str]) -> str:
+    params = ",\n    ".join([", ".join(f"int {s}" for s in sizes), *arrays])
+    return f"void {name}({params}) {{\n" + "\n".join(nests) + "\n}\n"
+
+
+def _build(name: str, text: str, sizes: dict[str, int], local: Sequence[str] = ()) -> Built:
+    nest = read_c(text, f"<{name}>").nest
+    arrays = tuple(replace(a, local=True) if a.name in local else a for a in nest.arrays)
+    return replace(nest, arrays=arrays), sizes
+
+
+def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Built:
+    """`C[M][N] += A[M][K] * B[K][N]`; called as `k(A, B) -> C`."""
+    sizes = {"M": _integer("M", M), "N": _integer("N", N), "K": _integer("K", K)}
+    ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
+    text = _function(
+        "matmul",
+        list(sizes),
+        [
+            _declaration(ctype, "C", ["M", "N"], False),
+            _declaration(ctype, "A", ["M", "K"], True),
+            _declaration(ctype, "B", ["K", "N"], True),
+        ],
+        [_loops([("i", "M"), ("j", "N"), ("k", "K")], "C[i][j] += A[i][k] * B[k][j];")],
+    )
+    return _build("matmul", text, sizes)
+
+
+def _output_extent(size: str, window: str, stride: int, padding: int) -> str:
+    if stride == 1:
+        return f"{size} - {window} + {2 * padding + 1}"
+    span = f"{size} - {window}" + (f" + {2 * padding}" if padding else "")
+    return f"({span}) / {stride} + 1"
+
+
+def conv2d(
+    N: int,
+    C: int,
+    K: int,
+    H: int,
+    W: int,
+    R: int,
+    S: int,
+    stride: int = 1,
+    padding: int = 0,
+    dtype: str = "float32",
+    layout: str = "nchw",
+    fuse: Sequence[str] = (),
+) -> Built:
+    """Forward convolution `y[n][k][p][q] += x[n][c][p*stride + r - pad][q*stride + s - pad] *
+    w[k][c][r][s]`, then the `fuse` epilogues in order; called as `k(x, w, *fused) -> y`.
+
+    layout "nchw16c": x[N][CB][H][W][16], w[KB][CB][R][S][16c][16k], y[N][KB][P][Q][16] with
+    CB, KB the channel counts rounded up to blocks (inputs padded with zeros, `polydl.layouts`);
+    a fused bias is then b[KB*16] and a residual is shaped like y."""
+    sizes = {
+        name: _integer(name, value)
+        for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
+    }
+    stride = _integer("stride", stride)
+    padding = _integer("padding", padding, minimum=0)
+    ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
+    layout = _choice("layout", layout, LAYOUTS)
+    epilogues = _epilogues(fuse)
+    for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
+        if sizes[size] + 2 * padding < sizes[window]:
+            raise ArgumentError(
+                window,
+                f"the filter {axis} {window}={sizes[window]} exceeds the padded input {axis} "
+                f"{size} + 2*padding = {sizes[size] + 2 * padding}: the output would be empty",
+            )
+
+    P = _output_extent("H", "R", stride, padding)
+    Q = _output_extent("W", "S", stride, padding)
+    row = f"p * {stride} + r" if stride > 1 else "p + r"
+    col = f"q * {stride} + s" if stride > 1 else "q + s"
+    padded = ("H", "W") if not padding else (f"H + {2 * padding}", f"W + {2 * padding}")
+    if layout == "nchw16c":
+        cb, kb = f"(C + {BLOCK - 1}) / {BLOCK}", f"(K + {BLOCK - 1}) / {BLOCK}"
+        out_shape = ["N", kb, P, Q, str(BLOCK)]
+        out_loops = [("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
+        out = "[n][kb][p][q][k]"
+        bias_shape, bias = [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]"
+        x_shape = ["N", cb, "H", "W", str(BLOCK)]
+        xp_shape = ["N", cb, *padded, str(BLOCK)]
+        w_shape = [kb, cb, "R", "S", str(BLOCK), str(BLOCK)]
+        copy_loops = [("n", "N"), ("cb", cb), ("ih", "H"), ("iw", "W"), ("c", str(BLOCK))]
+        copy = f"xp[n][cb][ih + {padding}][iw + {padding}][c] = x[n][cb][ih][iw][c];"
+        conv_loops = out_loops[:4] + [("cb", cb), ("r", "R"), ("s", "S"), ("c", str(BLOCK))]
+        conv_loops += [out_loops[4]]
+        source, weight = f"[n][cb][{row}][{col}][c]", "w[kb][cb][r][s][c][k]"
+    else:
+        out_shape = ["N", "K", P, Q]
+        out_loops = [("n", "N"), ("k", "K"), ("p", P), ("q", Q)]
+        out = "[n][k][p][q]"
+        bias_shape, bias = ["K"], "[k]"
+        x_shape = ["N", "C", "H", "W"]
+        xp_shape = ["N", "C", *padded]
+        w_shape = ["K", "C", "R", "S"]
+        copy_loops = [("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")]
+        copy = f"xp[n][c][ih + {padding}][iw + {padding}] = x[n][c][ih][iw];"
+        conv_loops = out_loops + [("c", "C"), ("r", "R"), ("s", "S")]
+        source, weight = f"[n][c][{row}][{col}]", "w[k][c][r][s]"
+
+    arrays = [_declaration(ctype, "y", out_shape, False)]
+    nests = []
+    if padding:
+        arrays.append(_declaration(ctype, "xp", xp_shape, False))
+        nests.append(_loops(copy_loops, copy))
+    arrays += [_declaration(ctype, "x", x_shape, True), _declaration(ctype, "w", w_shape, True)]
+    nests.append(_loops(conv_loops, f"y{out} += {'xp' if padding else 'x'}{source} * {weight};"))
+    zero, fmax = ("0.0f", "fmaxf") if ctype == "float" else ("0.0", "fmax")
+    for epilogue in epilogues:
+        if epilogue == "bias":
+            arrays.append(_declaration(ctype, "b", bias_shape, True))
+            nests.append(_loops(out_loops, f"y{out} += b{bias};"))
+        elif epilogue == "relu":
+            nests.append(_loops(out_loops, f"y{out} = {fmax}(y{out}, {zero});"))
+        else:
+            arrays.append(_declaration(ctype, "res", out_shape, True))
+            nests.append(_loops(out_loops, f"y{out} += res{out};"))
+    text = _function("conv2d", list(sizes), arrays, nests)
+    return _build("conv2d", text, sizes, local=("xp",))
+
+
+PRIMITIVES: dict[str, Callable[..., Built]] = {"matmul": matmul, "conv2d": conv2d}

@@ -1,0 +1,444 @@
+"""C expressions -> IR index expressions (`IntExpr`) and value expressions (`Expr`).
+
+Takes pycparser expression nodes and the names in scope (`Scope`); returns IR values or raises
+a `SpecError` at the offending node saying what is allowed instead. Index expressions are affine
+in loop variables and size parameters (constant multiples, floor `/` and `%` by positive
+constants). As in C, an arithmetic value whose operands are all integers is computed in
+integers: it becomes an `IndexValue`; everything else is computed in floating point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pycparser import c_ast
+
+from polydl.errors import SourcePosition, SpecError
+from polydl.ir import (
+    MATH_FUNCTIONS,
+    Access,
+    Array,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    IndexValue,
+    IntBinary,
+    IntConst,
+    IntExpr,
+    IntMinMax,
+    IntNeg,
+    IntVar,
+    Load,
+    Select,
+    Unary,
+    eval_int,
+    int_vars,
+)
+
+# Deepest expression or statement nesting accepted: keeps every recursive pass (here and in
+# the later stages) far from Python's recursion limit on hostile input.
+MAX_DEPTH = 100
+
+INT_LIMIT = 2**63 - 1
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+_AFFINE_HINT = "only affine expressions of loop variables and size parameters are allowed"
+
+
+@dataclass
+class Scope:
+    """The names a spec declares, and where errors point."""
+
+    filename: str
+    text: str
+    function: str = ""
+    sizes: dict[str, SourcePosition] = field(default_factory=dict)
+    arrays: dict[str, Array] = field(default_factory=dict)
+    loops: list[str] = field(default_factory=list)
+    declared_later: set[str] = field(default_factory=set)
+
+    def position(self, node: c_ast.Node | None) -> SourcePosition | None:
+        """Where `node` starts; a node pycparser left without one takes its first child's."""
+        pending = [node] if node is not None else []
+        for _ in range(64):
+            if not pending:
+                break
+            current = pending.pop(0)
+            coord = getattr(current, "coord", None)
+            if coord is not None and coord.line:
+                return SourcePosition(self.filename, coord.line, coord.column or 1)
+            pending.extend(child for _, child in current.children())
+        return None
+
+    def error(self, message: str, node: c_ast.Node | None) -> SpecError:
+        position = self.position(node)
+        if position is None:
+            return SpecError(message, self.filename)
+        return SpecError.at(message, position, self.text)
+
+    def kind(self, name: str) -> str | None:
+        if name in self.loops:
+            return "loop variable"
+        if name in self.sizes:
+            return "size parameter"
+        if name in self.arrays:
+            return "array"
+        if name == self.function:
+            return "function"
+        return None
+
+    def undeclared(self, name: str, node: c_ast.Node) -> SpecError:
+        if name in self.declared_later:
+            return self.error(
+                f"'{name}' is used before its declaration; declare size parameters before "
+                "the arrays whose extents use them",
+                node,
+            )
+        return self.error(
+            f"undeclared identifier '{name}' (names are size parameters, arrays and the "
+            "variables of enclosing for loops)",
+            node,
+        )
+
+
+def int_literal(text: str) -> int | None:
+    digits = text.rstrip("uUlL")
+    try:
+        if digits[:2].lower() == "0x":
+            return int(digits, 16)
+        if digits[:2].lower() == "0b":
+            return int(digits[2:], 2)
+        if len(digits) > 1 and digits.startswith("0"):
+            return int(digits, 8)
+        return int(digits)
+    except ValueError:
+        return None
+
+
+def float_literal(text: str) -> float | None:
+    # a floating constant's exponent is decimal, so a trailing f/F is always the suffix
+    digits = text.rstrip("lL")
+    digits = digits[:-1] if digits[-1:] in ("f", "F") else digits
+    try:
+        return float.fromhex(digits) if digits[:2].lower() == "0x" else float(digits)
+    except ValueError:
+        return None
+
+
+def is_int_constant(node: c_ast.Node) -> bool:
+    return isinstance(node, c_ast.Constant) and node.type.endswith("int")
+
+
+def constant_value(expr: IntExpr) -> int | None:
+    """The value of an index expression without variables, else None."""
+    return eval_int(expr, {}) if not int_vars(expr) else None
+
+
+def _fold(op: str, left: IntExpr, right: IntExpr) -> IntExpr:
+    if isinstance(left, IntConst) and isinstance(right, IntConst):
+        return IntConst(eval_int(IntBinary(op, left, right), {}))
+    return IntBinary(op, left, right)
+
+
+def plus_one(expr: IntExpr) -> IntExpr:
+    """`expr + 1`, pushed into min/max arguments so bounds stay readable."""
+    if isinstance(expr, IntMinMax):
+        return IntMinMax(expr.op, tuple(plus_one(a) for a in expr.args))
+    if isinstance(expr, IntConst):
+        return IntConst(expr.value + 1)
+    return IntBinary("+", expr, IntConst(1))
+
+
+class ExpressionReader:
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def _deeper(self, node: c_ast.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise self.scope.error(
+                f"expression nested too deeply (more than {MAX_DEPTH} levels)", node
+            )
+        return depth + 1
+
+    # ------------------------------------------------------------------ index expressions
+
+    def index(self, node: c_ast.Node, what: str, *, min_max: bool = False) -> IntExpr:
+        """An affine index expression; `what` names the context in messages ("subscript")."""
+        return self._index(node, what, min_max, 0)
+
+    def _index(self, node: c_ast.Node, what: str, min_max: bool, depth: int) -> IntExpr:
+        depth = self._deeper(node, depth)
+        error = self.scope.error
+        if isinstance(node, c_ast.Constant):
+            if not is_int_constant(node):
+                raise error(
+                    f"{what} must be an integer expression, not the {node.type} constant "
+                    f"{node.value}",
+                    node,
+                )
+            value = int_literal(node.value)
+            if value is None or value > INT_LIMIT:
+                raise error(f"integer constant {node.value} is out of range", node)
+            return IntConst(value)
+        if isinstance(node, c_ast.ID):
+            kind = self.scope.kind(node.name)
+            if kind in ("loop variable", "size parameter"):
+                return IntVar(node.name)
+            if kind is None:
+                raise self.scope.undeclared(node.name, node)
+            raise error(f"the {kind} '{node.name}' cannot be used in {what}; {_AFFINE_HINT}", node)
+        if isinstance(node, c_ast.BinaryOp):
+            expr = self._index_binary(node, what, min_max, depth)
+            if isinstance(expr, IntConst) and abs(expr.value) > INT_LIMIT:
+                raise error(f"the constant {expr.value} in {what} is out of range", node)
+            return expr
+        if isinstance(node, c_ast.UnaryOp):
+            if node.op == "+":
+                return self._index(node.expr, what, min_max, depth)
+            if node.op == "-":
+                operand = self._index(node.expr, what, min_max, depth)
+                if isinstance(operand, IntConst):
+                    return IntConst(-operand.value)
+                return IntNeg(operand)
+            if node.op in ("++", "--", "p++", "p--"):
+                raise error("increments are only allowed in the header of a for loop", node)
+            raise error(f"operator '{node.op}' is not allowed in {what}; {_AFFINE_HINT}", node)
+        if isinstance(node, c_ast.FuncCall):
+            name = node.name.name if isinstance(node.name, c_ast.ID) else None
+            if name in ("min", "max"):
+                if not min_max:
+                    raise error(
+                        f"{name}() is only allowed in loop bounds, not in {what}", node
+                    )
+                args = node.args.exprs if node.args is not None else []
+                if len(args) < 2:
+                    raise error(f"{name}() needs at least two arguments", node)
+                return IntMinMax(
+                    name, tuple(self._index(a, what, min_max, depth) for a in args)
+                )
+            raise error(
+                f"function calls are not allowed in {what}"
+                + ("; min() and max() are allowed in loop bounds" if min_max else ""),
+                node,
+            )
+        if isinstance(node, c_ast.ArrayRef):
+            raise error(
+                f"indirect indexing: an array element cannot be used in {what}; {_AFFINE_HINT}",
+                node,
+            )
+        if isinstance(node, c_ast.Cast):
+            raise error(f"casts are not allowed in {what}", node)
+        raise error(f"this expression is not allowed in {what}; {_AFFINE_HINT}", node)
+
+    def _index_binary(
+        self, node: c_ast.BinaryOp, what: str, min_max: bool, depth: int
+    ) -> IntExpr:
+        error = self.scope.error
+        left = self._index(node.left, what, min_max, depth)
+        right = self._index(node.right, what, min_max, depth)
+        if node.op in ("+", "-"):
+            return _fold(node.op, left, right)
+        if node.op == "*":
+            left_value, right_value = constant_value(left), constant_value(right)
+            if left_value is None and right_value is None:
+                raise error(
+                    f"{what} is not affine: a product of two variable expressions; one "
+                    "factor must be a constant",
+                    node,
+                )
+            # the constant factor as a literal: isl reads only `16 * (x)`
+            if left_value is not None:
+                left = IntConst(left_value)
+            if right_value is not None:
+                right = IntConst(right_value)
+            return _fold("*", left, right)
+        if node.op in ("/", "%"):
+            divisor = constant_value(right)
+            if divisor is None or divisor <= 0:
+                raise error(
+                    f"'{node.op}' in {what} must be by a positive integer constant",
+                    node.right,
+                )
+            return _fold(node.op, left, IntConst(divisor))
+        raise error(
+            f"operator '{node.op}' is not allowed in {what}; use + - * / % with constant "
+            "factors and divisors",
+            node,
+        )
+
+    # ------------------------------------------------------------------ array accesses
+
+    def access(self, node: c_ast.ArrayRef, *, write: bool) -> Access:
+        subscripts: list[c_ast.Node] = []
+        base: c_ast.Node = node
+        while isinstance(base, c_ast.ArrayRef):
+            subscripts.insert(0, base.subscript)
+            base = base.name
+        if not isinstance(base, c_ast.ID):
+            raise self.scope.error("only a named array can be subscripted", base)
+        name = base.name
+        kind = self.scope.kind(name)
+        if kind is None:
+            raise self.scope.undeclared(name, base)
+        if kind != "array":
+            raise self.scope.error(f"the {kind} '{name}' is not an array", base)
+        array = self.scope.arrays[name]
+        if len(subscripts) != len(array.shape):
+            raise self.scope.error(
+                f"array '{name}' has {len(array.shape)} dimension(s) but is used with "
+                f"{len(subscripts)} subscript(s)",
+                node,
+            )
+        if write and array.is_input:
+            raise self.scope.error(
+                f"cannot write to '{name}': it is declared const (an input); remove const "
+                "to make it an output",
+                node,
+            )
+        indices = tuple(self.index(s, "a subscript") for s in subscripts)
+        return Access(name, indices, self.scope.position(node))
+
+    # ------------------------------------------------------------------ value expressions
+
+    def is_integer(self, node: c_ast.Node, depth: int = 0) -> bool:
+        """Whether C computes `node` in integers (all operands integer)."""
+        depth = self._deeper(node, depth)
+        if isinstance(node, c_ast.Constant):
+            return is_int_constant(node)
+        if isinstance(node, c_ast.ID):
+            return self.scope.kind(node.name) in ("loop variable", "size parameter")
+        if isinstance(node, c_ast.BinaryOp) and node.op in ("+", "-", "*", "/", "%"):
+            return self.is_integer(node.left, depth) and self.is_integer(node.right, depth)
+        if isinstance(node, c_ast.UnaryOp) and node.op in ("+", "-"):
+            return self.is_integer(node.expr, depth)
+        if isinstance(node, c_ast.TernaryOp):
+            return self.is_integer(node.iftrue, depth) and self.is_integer(node.iffalse, depth)
+        return False
+
+    def value(self, node: c_ast.Node) -> Expr:
+        return self._value(node, 0)
+
+    def _integer_value(self, node: c_ast.Node) -> Expr:
+        expr = self.index(node, "an integer value expression")
+        if isinstance(expr, IntConst):
+            return Const(float(expr.value))
+        return IndexValue(expr)
+
+    def _value(self, node: c_ast.Node, depth: int) -> Expr:
+        depth = self._deeper(node, depth)
+        error = self.scope.error
+        if not isinstance(node, c_ast.TernaryOp) and self.is_integer(node):
+            return self._integer_value(node)
+        if isinstance(node, c_ast.Constant):
+            if node.type in ("char", "string"):
+                raise error(f"{node.type} constants are not allowed; use numbers", node)
+            value = float_literal(node.value)
+            if value is None or not math.isfinite(value):
+                raise error(f"floating-point constant {node.value} is not a finite number", node)
+            return Const(value)
+        if isinstance(node, c_ast.ID):
+            kind = self.scope.kind(node.name)
+            if kind is None:
+                raise self.scope.undeclared(node.name, node)
+            if kind == "array":
+                rank = len(self.scope.arrays[node.name].shape)
+                raise error(
+                    f"array '{node.name}' must be used with {rank} subscript(s)", node
+                )
+            raise error(f"the {kind} '{node.name}' cannot be used as a value", node)
+        if isinstance(node, c_ast.ArrayRef):
+            return Load(self.access(node, write=False))
+        if isinstance(node, c_ast.BinaryOp):
+            if node.op in ("+", "-", "*", "/"):
+                return Binary(
+                    node.op, self._value(node.left, depth), self._value(node.right, depth)
+                )
+            if node.op == "%":
+                raise error(
+                    "'%' needs integer operands (loop variables, size parameters, integers)",
+                    node,
+                )
+            if node.op in COMPARISONS:
+                raise error(
+                    f"a comparison is only allowed as the condition of ?: (a {node.op} b ? x : y)",
+                    node,
+                )
+            raise error(f"operator '{node.op}' is not allowed; use + - * / on values", node)
+        if isinstance(node, c_ast.UnaryOp):
+            if node.op == "+":
+                return self._value(node.expr, depth)
+            if node.op == "-":
+                operand = self._value(node.expr, depth)
+                if isinstance(operand, Const):
+                    return Const(-operand.value)
+                return Unary("-", operand)
+            if node.op in ("++", "--", "p++", "p--"):
+                raise error("increments are only allowed in the header of a for loop", node)
+            raise error(f"operator '{node.op}' is not allowed; use + - * / on values", node)
+        if isinstance(node, c_ast.Cast):
+            target = _cast_type(node)
+            if target not in ("float", "double"):
+                raise error("only (float) and (double) casts are allowed", node)
+            if self.is_integer(node.expr):
+                return self._integer_value(node.expr)
+            return self._value(node.expr, depth)
+        if isinstance(node, c_ast.FuncCall):
+            return self._call(node, depth)
+        if isinstance(node, c_ast.TernaryOp):
+            cond = node.cond
+            if not (isinstance(cond, c_ast.BinaryOp) and cond.op in COMPARISONS):
+                raise error(
+                    "the condition of ?: must compare two values (a < b, a == b, ...); "
+                    "&&, || and other conditions are not allowed",
+                    cond,
+                )
+            return Select(
+                cond.op,
+                self._value(cond.left, depth),
+                self._value(cond.right, depth),
+                self._value(node.iftrue, depth),
+                self._value(node.iffalse, depth),
+            )
+        if isinstance(node, c_ast.Assignment):
+            raise error("an assignment cannot be used as a value", node)
+        if isinstance(node, c_ast.ExprList):
+            raise error("the comma operator is not allowed", node)
+        raise error(
+            "this expression is not allowed; values are numbers, array elements, loop "
+            "variables, + - * /, ?: and math functions",
+            node,
+        )
+
+    def _call(self, node: c_ast.FuncCall, depth: int) -> Expr:
+        error = self.scope.error
+        if not isinstance(node.name, c_ast.ID):
+            raise error("only math functions can be called, by name", node)
+        name = node.name.name
+        if name in MATH_FUNCTIONS:
+            function = name
+        elif name + "f" in MATH_FUNCTIONS:
+            function = name + "f"
+        elif name in ("min", "max"):
+            raise error(
+                f"{name}() is only allowed in loop bounds; for values use f{name}f()", node
+            )
+        else:
+            allowed = ", ".join(sorted(MATH_FUNCTIONS))
+            raise error(
+                f"function '{name}' is not allowed; the math functions allowed are {allowed} "
+                "(and their double forms without 'f')",
+                node,
+            )
+        args = node.args.exprs if node.args is not None else []
+        arity = MATH_FUNCTIONS[function]
+        if len(args) != arity:
+            raise error(f"{name}() takes {arity} argument(s), not {len(args)}", node)
+        return Call(function, tuple(self._value(a, depth) for a in args))
+
+
+def _cast_type(node: c_ast.Cast) -> str | None:
+    decl = node.to_type.type
+    if isinstance(decl, c_ast.TypeDecl) and isinstance(decl.type, c_ast.IdentifierType):
+        return " ".join(decl.type.names)
+    return None

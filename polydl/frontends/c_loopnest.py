@@ -1,0 +1,470 @@
+"""The C loop-nest frontend: one C function -> `LoopNest`.
+
+Takes the text of a spec `void NAME(int N, ..., float A[N][M], const float B[...], ...) {...}`
+and its file name; returns a `LoopNest` whose loops, guards, statements, accesses and arrays
+carry their source positions. The body is for loops with affine bounds and constant positive
+steps, `if` guards of affine conditions joined by `&&`, and assignments `=`, `+=`, `-=`, `*=`
+to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pycparser import c_ast
+
+from polydl.errors import SourcePosition, SpecError
+from polydl.frontends.c_expressions import (
+    ExpressionReader,
+    Scope,
+    constant_value,
+    plus_one,
+)
+from polydl.frontends.c_names import refusal
+from polydl.frontends.c_source import parse_translation_unit
+from polydl.ir import (
+    Array,
+    Condition,
+    Guard,
+    IntExpr,
+    Loop,
+    LoopNest,
+    Node,
+    Statement,
+    int_vars,
+)
+
+ELEMENT_TYPES = {"float": "float32", "double": "float64"}
+# Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
+# stage walks the nest recursively.
+MAX_NESTING = 50
+STATEMENT_OPS = ("=", "+=", "-=", "*=")
+_LOOP_FORM = "for (int i = LO; i < HI; i++)"
+_BODY_FORM = "the body holds for loops, if guards and assignments to array elements"
+
+
+@dataclass(frozen=True)
+class CSpec:
+    """A parsed C spec: the nest and where each size parameter is declared."""
+
+    nest: LoopNest
+    size_positions: dict[str, SourcePosition]
+
+
+def parse_c(text: str, filename: str = "<spec>") -> LoopNest:
+    """Parse a C loop-nest spec into a `LoopNest` (sizes stay symbolic)."""
+    return read_c(text, filename).nest
+
+
+def read_c(text: str, filename: str = "<spec>") -> CSpec:
+    ast = parse_translation_unit(text, filename)
+    try:
+        return _FunctionReader(Scope(filename, text)).read(ast)
+    except RecursionError:
+        raise SpecError("the spec is nested too deeply", filename) from None
+
+
+class _FunctionReader:
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.exprs = ExpressionReader(scope)
+        self.statements = 0
+
+    def error(self, message: str, node: c_ast.Node | None) -> SpecError:
+        return self.scope.error(message, node)
+
+    # ------------------------------------------------------------------ the function
+
+    def read(self, ast: c_ast.FileAST) -> CSpec:
+        functions = [e for e in ast.ext if isinstance(e, c_ast.FuncDef)]
+        for item in ast.ext:
+            if isinstance(item, c_ast.Pragma):
+                raise self.error("#pragma is not allowed", item)
+            if not isinstance(item, c_ast.FuncDef):
+                raise self.error(
+                    "only one function definition is allowed at file scope; global "
+                    "declarations, prototypes and typedefs are not",
+                    item,
+                )
+        if not functions:
+            raise SpecError.at(
+                "the spec has no function; expected "
+                "void NAME(int N, ..., float A[N], const float B[N]) { for loops }",
+                SourcePosition(self.scope.filename, 1, 1),
+                self.scope.text,
+            )
+        if len(functions) > 1:
+            raise self.error(
+                f"only one function is allowed; found a second one, "
+                f"'{functions[1].decl.name}'",
+                functions[1].decl,
+            )
+        func = functions[0]
+        decl = func.decl
+        self._check_name(decl.name, decl, "function")
+        if decl.storage or decl.funcspec or decl.quals:
+            raise self.error(
+                "the function must be declared as plain 'void NAME(...)', without "
+                "static, extern, inline or qualifiers",
+                decl,
+            )
+        if func.param_decls:
+            raise self.error("old-style (K&R) parameter declarations are not allowed", decl)
+        ret = decl.type.type
+        if not (
+            isinstance(ret, c_ast.TypeDecl)
+            and isinstance(ret.type, c_ast.IdentifierType)
+            and ret.type.names == ["void"]
+            and not ret.quals
+        ):
+            raise self.error("the function must return void; outputs are array parameters", decl)
+        self.scope.function = decl.name
+        params = decl.type.args.params if decl.type.args is not None else []
+        if len(params) == 1 and _is_void(params[0]):
+            params = []
+        self.scope.declared_later = {p.name for p in params if isinstance(p, c_ast.Decl)}
+        for p in params:
+            self._parameter(p)
+        if not any(not a.is_input for a in self.scope.arrays.values()):
+            raise self.error(
+                "the function has no output: declare at least one array parameter without "
+                "const (const arrays are inputs, the others outputs)",
+                decl,
+            )
+        body = self._block(func.body.block_items or [], 1)
+        nest = LoopNest(
+            name=decl.name,
+            params=tuple(self.scope.sizes),
+            arrays=tuple(self.scope.arrays.values()),
+            body=body,
+            source=self.scope.text,
+            filename=self.scope.filename,
+        )
+        return CSpec(nest, dict(self.scope.sizes))
+
+    def _check_name(self, name: str, node: c_ast.Node, what: str) -> None:
+        why = refusal(name)
+        if why is not None:
+            raise self.error(why, node)
+        kind = self.scope.kind(name)
+        if kind is not None:
+            if what == "loop variable":
+                raise self.error(
+                    f"loop variable '{name}' shadows the {kind} '{name}'; choose another name",
+                    node,
+                )
+            raise self.error(f"'{name}' is already declared as the {kind}", node)
+
+    def _parameter(self, p: c_ast.Node) -> None:
+        if isinstance(p, c_ast.EllipsisParam):
+            raise self.error("variadic functions are not allowed", p)
+        if not isinstance(p, c_ast.Decl) or not p.name:
+            raise self.error("every parameter needs a type and a name", p)
+        self.scope.declared_later.discard(p.name)
+        self._check_name(p.name, p, "parameter")
+        if p.storage or p.funcspec:
+            raise self.error(f"parameter '{p.name}' cannot have storage specifiers", p)
+        position = self.scope.position(p)
+        t = p.type
+        if isinstance(t, c_ast.TypeDecl):
+            names = t.type.names if isinstance(t.type, c_ast.IdentifierType) else []
+            if names == ["int"] and set(p.quals) <= {"const"}:
+                assert position is not None
+                self.scope.sizes[p.name] = position
+                return
+            if names in (["float"], ["double"]):
+                raise self.error(
+                    f"scalar parameter '{p.name}': only int size parameters and float/double "
+                    "arrays are allowed (pass a value as a one-element array)",
+                    p,
+                )
+            raise self.error(
+                f"size parameter '{p.name}' must be declared 'int'", p
+            )
+        if isinstance(t, c_ast.PtrDecl):
+            raise self.error(
+                f"pointer parameter '{p.name}' is not allowed; declare an array with its "
+                f"extents, e.g. float {p.name}[N][M]",
+                p,
+            )
+        if not isinstance(t, c_ast.ArrayDecl):
+            raise self.error(f"parameter '{p.name}' must be an int or an array", p)
+        dims: list[c_ast.ArrayDecl] = []
+        while isinstance(t, c_ast.ArrayDecl):
+            dims.append(t)
+            t = t.type
+        if isinstance(t, c_ast.PtrDecl):
+            raise self.error(f"'{p.name}' is an array of pointers; only arrays of float/double", p)
+        names = t.type.names if isinstance(t, c_ast.TypeDecl) and isinstance(
+            t.type, c_ast.IdentifierType
+        ) else []
+        if len(names) != 1 or names[0] not in ELEMENT_TYPES:
+            raise self.error(f"array '{p.name}' must have float or double elements", p)
+        quals = set(p.quals) | set(t.quals)
+        if quals - {"const"}:
+            raise self.error(f"qualifier(s) {sorted(quals - {'const'})} not allowed on '{p.name}'", p)
+        shape: list[IntExpr] = []
+        for d in dims:
+            if d.dim_quals:
+                raise self.error(f"qualifiers inside the brackets of '{p.name}' are not allowed", d)
+            if d.dim is None:
+                raise self.error(
+                    f"array '{p.name}' needs an extent in every dimension, e.g. {p.name}[N]", p
+                )
+            extent = self.exprs.index(d.dim, "an array extent")
+            value = constant_value(extent)
+            if value is not None and value < 1:
+                raise self.error(f"extent {value} of array '{p.name}' must be >= 1", d.dim)
+            shape.append(extent)
+        self.scope.arrays[p.name] = Array(
+            name=p.name,
+            dtype=ELEMENT_TYPES[names[0]],
+            shape=tuple(shape),
+            is_input="const" in quals,
+            position=position,
+        )
+
+    # ------------------------------------------------------------------ statements
+
+    def _block(self, items: list[c_ast.Node], depth: int) -> tuple[Node, ...]:
+        out: list[Node] = []
+        for item in items:
+            out.extend(self._item(item, depth))
+        return tuple(out)
+
+    def _body(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
+        if isinstance(node, c_ast.Compound):
+            return self._block(node.block_items or [], depth)
+        return self._item(node, depth)
+
+    def _item(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
+        if depth > MAX_NESTING:
+            raise self.error(
+                f"loops, ifs and blocks nested too deeply (more than {MAX_NESTING} levels)", node
+            )
+        if isinstance(node, c_ast.Compound):
+            return self._block(node.block_items or [], depth + 1)
+        if isinstance(node, c_ast.For):
+            return (self._loop(node, depth + 1),)
+        if isinstance(node, c_ast.If):
+            return (self._guard(node, depth + 1),)
+        if isinstance(node, c_ast.Assignment):
+            return (self._statement(node),)
+        if isinstance(node, c_ast.EmptyStatement):
+            return ()
+        if isinstance(node, (c_ast.Decl, c_ast.DeclList)):
+            raise self.error(
+                f"declarations are only allowed in the header of a for loop: {_LOOP_FORM}",
+                node,
+            )
+        if isinstance(node, (c_ast.While, c_ast.DoWhile)):
+            raise self.error(
+                f"while and do loops are not allowed; use a for loop with affine bounds: "
+                f"{_LOOP_FORM}",
+                node,
+            )
+        if isinstance(node, c_ast.UnaryOp) and node.op in ("++", "--", "p++", "p--"):
+            self._check_assignable(node.expr)
+            raise self.error(
+                "increments are only allowed in the header of a for loop; write A[i] += 1",
+                node,
+            )
+        if isinstance(node, c_ast.Pragma):
+            raise self.error("#pragma is not allowed", node)
+        keyword = {
+            c_ast.Goto: "goto",
+            c_ast.Label: "labels",
+            c_ast.Return: "return",
+            c_ast.Break: "break",
+            c_ast.Continue: "continue",
+            c_ast.Switch: "switch",
+            c_ast.Case: "case",
+            c_ast.Default: "default",
+        }.get(type(node))
+        if keyword is not None:
+            raise self.error(f"'{keyword}' is not allowed; {_BODY_FORM}", node)
+        if isinstance(node, c_ast.FuncCall):
+            raise self.error(f"a function call is not a statement here; {_BODY_FORM}", node)
+        raise self.error(f"this statement is not allowed; {_BODY_FORM}", node)
+
+    def _check_assignable(self, target: c_ast.Node) -> None:
+        """Refuse writes to anything but an array element, naming what it is."""
+        if isinstance(target, c_ast.ArrayRef):
+            return
+        if isinstance(target, c_ast.ID):
+            kind = self.scope.kind(target.name)
+            if kind == "loop variable":
+                raise self.error(
+                    f"loop variable '{target.name}' may only be changed in its for header",
+                    target,
+                )
+            if kind == "size parameter":
+                raise self.error(f"size parameter '{target.name}' cannot be assigned", target)
+            if kind == "array":
+                raise self.error(
+                    f"assign to an element of '{target.name}', with subscripts, not to the "
+                    "array itself",
+                    target,
+                )
+            if kind is None:
+                raise self.scope.undeclared(target.name, target)
+        raise self.error("the left side of an assignment must be an array element", target)
+
+    def _statement(self, node: c_ast.Assignment) -> Statement:
+        self._check_assignable(node.lvalue)
+        if node.op not in STATEMENT_OPS:
+            raise self.error(
+                f"operator '{node.op}' is not allowed; statements use =, +=, -= or *=", node
+            )
+        target = self.exprs.access(node.lvalue, write=True)
+        value = self.exprs.value(node.rvalue)
+        name = f"S{self.statements}"
+        self.statements += 1
+        return Statement(name, target, node.op, value, self.scope.position(node))
+
+    # ------------------------------------------------------------------ loops and guards
+
+    def _loop(self, node: c_ast.For, depth: int) -> Loop:
+        var, lower = self._loop_init(node)
+        self.scope.loops.append(var)
+        try:
+            upper = self._loop_condition(node, var)
+            step = self._loop_step(node, var)
+            body = self._body(node.stmt, depth)
+        finally:
+            self.scope.loops.pop()
+        return Loop(var, lower, upper, step, body, self.scope.position(node))
+
+    def _loop_init(self, node: c_ast.For) -> tuple[str, IntExpr]:
+        init = node.init
+        if isinstance(init, c_ast.Assignment):
+            self._check_assignable(init.lvalue)
+        if isinstance(init, c_ast.DeclList) and len(init.decls) > 1:
+            raise self.error(
+                f"the loop must declare exactly one variable: {_LOOP_FORM}", init.decls[1]
+            )
+        if not isinstance(init, c_ast.DeclList):
+            raise self.error(
+                f"the loop must declare exactly one variable: {_LOOP_FORM}", init or node
+            )
+        decl = init.decls[0]
+        t = decl.type
+        if not (
+            isinstance(t, c_ast.TypeDecl)
+            and isinstance(t.type, c_ast.IdentifierType)
+            and t.type.names == ["int"]
+            and not decl.quals
+            and not decl.storage
+        ):
+            raise self.error(f"the loop variable must be a plain int: {_LOOP_FORM}", decl)
+        self._check_name(decl.name, decl, "loop variable")
+        if decl.init is None:
+            raise self.error(f"the loop variable needs a start value: {_LOOP_FORM}", decl)
+        return decl.name, self.exprs.index(decl.init, "a loop bound", min_max=True)
+
+    def _loop_condition(self, node: c_ast.For, var: str) -> IntExpr:
+        cond = node.cond
+        if not (
+            isinstance(cond, c_ast.BinaryOp)
+            and cond.op in ("<", "<=")
+            and isinstance(cond.left, c_ast.ID)
+            and cond.left.name == var
+        ):
+            raise self.error(
+                f"the loop condition must be '{var} < UPPER' or '{var} <= UPPER' with an "
+                "affine UPPER",
+                cond or node,
+            )
+        upper = self.exprs.index(cond.right, "a loop bound", min_max=True)
+        if var in int_vars(upper):
+            raise self.error(
+                f"the upper bound must not depend on the loop variable '{var}'", cond.right
+            )
+        return plus_one(upper) if cond.op == "<=" else upper
+
+    def _loop_step(self, node: c_ast.For, var: str) -> int:
+        nxt = node.next
+        form = (
+            f"the increment must be {var}++, ++{var}, {var} += STEP or {var} = {var} + STEP "
+            "with a positive constant STEP"
+        )
+        if isinstance(nxt, c_ast.UnaryOp) and isinstance(nxt.expr, c_ast.ID):
+            if nxt.expr.name != var:
+                raise self.error(f"the increment must update the loop variable '{var}'", nxt)
+            if nxt.op in ("++", "p++"):
+                return 1
+            if nxt.op in ("--", "p--"):
+                raise self.error(f"loops must count upward; {form}", nxt)
+        if isinstance(nxt, c_ast.Assignment) and isinstance(nxt.lvalue, c_ast.ID):
+            if nxt.lvalue.name != var:
+                raise self.error(f"the increment must update the loop variable '{var}'", nxt)
+            step_node: c_ast.Node | None = None
+            if nxt.op == "+=":
+                step_node = nxt.rvalue
+            elif nxt.op == "=" and isinstance(nxt.rvalue, c_ast.BinaryOp) and nxt.rvalue.op == "+":
+                left, right = nxt.rvalue.left, nxt.rvalue.right
+                if isinstance(left, c_ast.ID) and left.name == var:
+                    step_node = right
+                elif isinstance(right, c_ast.ID) and right.name == var:
+                    step_node = left
+            elif nxt.op == "-=":
+                raise self.error(f"loops must count upward; {form}", nxt)
+            if step_node is not None:
+                step = constant_value(self.exprs.index(step_node, "a loop step"))
+                if step is None:
+                    raise self.error(f"the step must be a constant; {form}", step_node)
+                if step <= 0:
+                    raise self.error(f"the step must be positive, not {step}; {form}", step_node)
+                return step
+        raise self.error(form, nxt or node)
+
+    def _guard(self, node: c_ast.If, depth: int) -> Guard:
+        if node.iffalse is not None:
+            raise self.error(
+                "else branches are not allowed; write a second if with the opposite condition",
+                node.iffalse,
+            )
+        conditions = tuple(self._conditions(node.cond))
+        return Guard(conditions, self._body(node.iftrue, depth), self.scope.position(node))
+
+    def _conditions(self, root: c_ast.Node) -> list[Condition]:
+        out: list[Condition] = []
+        pending = [root]  # iterative: a long && chain is a deep tree
+        while pending:
+            cond = pending.pop()
+            if isinstance(cond, c_ast.BinaryOp) and cond.op == "&&":
+                pending += [cond.right, cond.left]
+            else:
+                out.append(self._comparison(cond))
+        return out
+
+    def _comparison(self, cond: c_ast.Node) -> Condition:
+        if isinstance(cond, c_ast.BinaryOp) and cond.op in ("<", "<=", ">", ">=", "=="):
+            left = self.exprs.index(cond.left, "a condition")
+            right = self.exprs.index(cond.right, "a condition")
+            return Condition(cond.op, left, right)
+        if isinstance(cond, c_ast.BinaryOp) and cond.op == "!=":
+            raise self.error(
+                "'!=' is not an affine condition; use two guards, one with < and one with >",
+                cond,
+            )
+        if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
+            raise self.error(
+                "'||' is not allowed; split it into separate if statements", cond
+            )
+        raise self.error(
+            "the condition of an if must be affine comparisons (<, <=, >, >=, ==) joined by &&",
+            cond,
+        )
+
+
+def _is_void(p: c_ast.Node) -> bool:
+    return (
+        isinstance(p, c_ast.Typename)
+        and isinstance(p.type, c_ast.TypeDecl)
+        and isinstance(p.type.type, c_ast.IdentifierType)
+        and p.type.type.names == ["void"]
+    )
+
+
+__all__ = ["CSpec", "parse_c", "read_c"]

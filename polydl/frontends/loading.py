@@ -1,0 +1,99 @@
+"""Load a spec, a `.c`/`.toml` file or the text itself, and bind its size parameters.
+
+Takes the spec and the size values given by the caller; returns `(LoopNest, params)` with
+params in declaration order, every size bound to an int >= 1 and every array extent >= 1.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from polydl.errors import SpecError
+from polydl.frontends.c_loopnest import CSpec, read_c
+from polydl.frontends.toml_spec import parse_toml
+from polydl.ir import LoopNest, eval_int
+
+_TOML_SPEC = re.compile(r"""^\s*primitive\s*=\s*["']""", re.MULTILINE)
+
+
+def read_spec(spec: str | os.PathLike[str]) -> tuple[str, str, str]:
+    """The spec's text, file name and kind ("c" or "toml")."""
+    if isinstance(spec, str) and ("\n" in spec or "{" in spec or "=" in spec):
+        return spec, "<spec>", "toml" if _TOML_SPEC.search(spec) else "c"
+    if not isinstance(spec, (str, os.PathLike)):
+        raise SpecError(f"a spec is a path or the text of a spec, not {type(spec).__name__}")
+    path = Path(spec)
+    name = os.fspath(spec)
+    if not path.exists():
+        raise SpecError(f"no such file: {name}", name)
+    if not path.is_file():
+        raise SpecError(f"not a file: {name}", name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read the spec: {exc}", name) from None
+    if path.suffix == ".toml":
+        kind = "toml"
+    elif path.suffix in (".c", ".h"):
+        kind = "c"
+    else:
+        kind = "toml" if _TOML_SPEC.search(text) else "c"
+    return text, name, kind
+
+
+def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
+    """Check the caller's sizes against the spec's size parameters and its array extents."""
+    nest = spec.nest
+    given = dict(params or {})
+    known = list(spec.size_positions)
+    unknown = [k for k in given if k not in spec.size_positions]
+    if unknown:
+        raise SpecError(
+            f"unknown size parameter(s) {', '.join(map(repr, unknown))}; '{nest.name}' has "
+            + (", ".join(known) if known else "no size parameters"),
+            nest.filename,
+        )
+    bound: dict[str, int] = {}
+    for name, position in spec.size_positions.items():
+        if name not in given:
+            raise SpecError.at(
+                f"missing value for size parameter '{name}' (give it in params, or -p {name}=...)",
+                position,
+                nest.source,
+            )
+        value = given[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise SpecError.at(
+                f"size parameter '{name}' must be an integer, not {value!r}", position, nest.source
+            )
+        if value < 1:
+            raise SpecError.at(
+                f"size parameter '{name}' must be >= 1, not {value}", position, nest.source
+            )
+        bound[name] = int(value)
+    for array in nest.arrays:
+        for dim, extent in enumerate(array.shape):
+            value = eval_int(extent, bound)
+            if value < 1:
+                raise SpecError.at(
+                    f"dimension {dim + 1} of array '{array.name}' has extent {extent.to_c()} = "
+                    f"{value}; every extent must be >= 1",
+                    array.position,
+                    nest.source,
+                )
+    return bound
+
+
+def load_spec(
+    spec: str | os.PathLike[str], params: Mapping[str, int] | None = None
+) -> tuple[LoopNest, dict[str, int]]:
+    """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes."""
+    text, filename, kind = read_spec(spec)
+    if kind == "toml":
+        return parse_toml(text, filename, params)
+    parsed = read_c(text, filename)
+    return parsed.nest, bind_sizes(parsed, params)

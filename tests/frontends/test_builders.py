@@ -1,0 +1,260 @@
+"""Builders: the IR they produce (arrays, inputs, outputs, locals), their argument checks, and
+their numbers, evaluated by the numpy reference against independent numpy formulas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polydl import layouts
+from polydl.errors import ArgumentError
+from polydl.frontends.builders import PRIMITIVES, conv2d, matmul
+from polydl.frontends.c_loopnest import parse_c
+from polydl.ir import Loop, LoopNest, walk_statements
+from polydl.poly.model import build_model
+from polydl.reference import make_reference
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def evaluate(nest: LoopNest, params: dict[str, int], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the numpy reference of the nest: outputs start at zero, locals are its own."""
+    arrays = dict(inputs)
+    for a in nest.outputs:
+        arrays[a.name] = np.zeros(a.concrete_shape(params), dtype=NUMPY_DTYPES[a.dtype])
+    make_reference(build_model(nest, params))(arrays)
+    return arrays
+
+
+def random_inputs(nest: LoopNest, params: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        a.name: rng.uniform(-1, 1, a.concrete_shape(params)).astype(NUMPY_DTYPES[a.dtype])
+        for a in nest.inputs
+    }
+
+
+def conv2d_numpy(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    p = (h + 2 * padding - r) // stride + 1
+    q = (wd + 2 * padding - s) // stride + 1
+    y = np.zeros((n, k, p, q))
+    for i in range(r):
+        for j in range(s):
+            patch = xp[:, :, i : i + stride * (p - 1) + 1 : stride, j : j + stride * (q - 1) + 1 : stride]
+            y += np.einsum("ncpq,kc->nkpq", patch, w[:, :, i, j].astype(np.float64))
+    return y
+
+
+# ----------------------------------------------------------------------------- matmul
+
+
+def test_matmul_builder_is_the_example_spec() -> None:
+    nest, params = matmul(M=3, N=4, K=5)
+    assert nest == parse_c((EXAMPLES / "matmul.c").read_text())
+    assert params == {"M": 3, "N": 4, "K": 5}
+    assert [a.name for a in nest.inputs] == ["A", "B"]
+    assert [a.name for a in nest.outputs] == ["C"]
+    assert nest.locals == ()
+    assert PRIMITIVES["matmul"] is matmul and PRIMITIVES["conv2d"] is conv2d
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (3, 5, 7), (17, 2, 9)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_numbers(m: int, n: int, k: int, dtype: str) -> None:
+    nest, params = matmul(M=m, N=n, K=k, dtype=dtype)
+    assert {a.dtype for a in nest.arrays} == {dtype}
+    inputs = random_inputs(nest, params)
+    got = evaluate(nest, params, inputs)["C"]
+    want = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- conv2d IR
+
+
+def test_conv2d_with_padding_has_a_local_padded_copy() -> None:
+    nest, params = conv2d(N=2, C=3, K=4, H=5, W=6, R=3, S=3, padding=1, fuse=("bias", "relu"))
+    assert params == {"N": 2, "C": 3, "K": 4, "H": 5, "W": 6, "R": 3, "S": 3}
+    shapes = {a.name: a.concrete_shape(params) for a in nest.arrays}
+    assert shapes == {
+        "y": (2, 4, 5, 6),
+        "xp": (2, 3, 7, 8),
+        "x": (2, 3, 5, 6),
+        "w": (4, 3, 3, 3),
+        "b": (4,),
+    }
+    assert [a.name for a in nest.locals] == ["xp"]
+    assert [a.name for a in nest.parameters] == ["y", "x", "w", "b"]
+    assert [a.name for a in nest.inputs] == ["x", "w", "b"]
+    assert [a.name for a in nest.outputs] == ["y"]
+    # copy, convolution, bias, relu: four loop nests, the epilogues kept separate
+    assert len(nest.body) == 4 and all(isinstance(n, Loop) for n in nest.body)
+    conv = nest.body[1]
+    order = []
+    node = conv
+    while isinstance(node, Loop):
+        order.append(node.var)
+        node = node.body[0]
+    assert order == ["n", "k", "p", "q", "c", "r", "s"]
+
+
+def test_conv2d_without_padding_reads_the_input_directly() -> None:
+    nest, params = conv2d(N=1, C=2, K=3, H=4, W=4, R=2, S=2, stride=2)
+    assert nest.locals == ()
+    assert [a.name for a in nest.arrays] == ["y", "x", "w"]
+    assert nest.array("y").concrete_shape(params) == (1, 3, 2, 2)
+    (s,) = nest.statements()
+    assert s.op == "+=" and [a.array for a in s.reads] == ["y", "x", "w"]
+
+
+def test_fused_inputs_follow_the_fuse_order() -> None:
+    nest, params = conv2d(N=1, C=2, K=3, H=4, W=4, R=3, S=3, padding=1, fuse=["residual", "relu", "bias"])
+    assert [a.name for a in nest.inputs] == ["x", "w", "res", "b"]
+    assert nest.array("res").concrete_shape(params) == nest.array("y").concrete_shape(params)
+    ops = [(s.target.array, s.op) for s in nest.statements()]
+    assert ops == [("xp", "="), ("y", "+="), ("y", "+="), ("y", "="), ("y", "+=")]
+
+
+def test_blocked_layout_shapes() -> None:
+    nest, params = conv2d(N=2, C=3, K=20, H=5, W=5, R=3, S=3, padding=1, layout="nchw16c", fuse=("bias", "residual"))
+    shapes = {a.name: a.concrete_shape(params) for a in nest.arrays}
+    assert shapes == {
+        "y": (2, 2, 5, 5, 16),
+        "xp": (2, 1, 7, 7, 16),
+        "x": (2, 1, 5, 5, 16),
+        "w": (2, 1, 3, 3, 16, 16),
+        "b": (32,),
+        "res": (2, 2, 5, 5, 16),
+    }
+    assert [a.name for a in nest.locals] == ["xp"]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
+def test_generated_names_are_not_reserved(layout: str) -> None:
+    nest, _ = conv2d(N=1, C=1, K=1, H=3, W=3, R=3, S=3, padding=1, layout=layout, fuse=("bias", "relu", "residual"))
+    names = [nest.name, *nest.params, *(a.name for a in nest.arrays)]
+    for _, enclosing in walk_statements(nest.body):
+        names += [n.var for n in enclosing if isinstance(n, Loop)]
+    assert not any(name.startswith("_") for name in names)
+    assert nest.source is not None and nest.filename == "<conv2d>"
+
+
+# ----------------------------------------------------------------------------- conv2d numbers
+
+
+CONV_CASES = [
+    # n, c, k, h, w, r, s, stride, padding
+    (1, 1, 1, 1, 1, 1, 1, 1, 0),
+    (2, 3, 5, 7, 7, 3, 3, 1, 1),
+    (1, 4, 6, 9, 11, 3, 2, 2, 1),
+    (2, 5, 3, 13, 12, 5, 5, 3, 2),
+    (1, 3, 2, 6, 5, 2, 3, 2, 0),
+]
+
+
+@pytest.mark.parametrize("n, c, k, h, w, r, s, stride, padding", CONV_CASES)
+def test_conv2d_nchw_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  # type: ignore[no-untyped-def]
+    nest, params = conv2d(N=n, C=c, K=k, H=h, W=w, R=r, S=s, stride=stride, padding=padding)
+    inputs = random_inputs(nest, params)
+    got = evaluate(nest, params, inputs)["y"]
+    np.testing.assert_allclose(got, conv2d_numpy(inputs["x"], inputs["w"], stride, padding), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_conv2d_fused_epilogues_numbers(dtype: str) -> None:
+    nest, params = conv2d(
+        N=2, C=3, K=4, H=6, W=5, R=3, S=3, stride=2, padding=1, dtype=dtype, fuse=("bias", "residual", "relu")
+    )
+    inputs = random_inputs(nest, params, seed=3)
+    got = evaluate(nest, params, inputs)["y"]
+    y = conv2d_numpy(inputs["x"], inputs["w"], 2, 1) + inputs["b"][None, :, None, None]
+    want = np.maximum(y + inputs["res"], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.dtype == NUMPY_DTYPES[dtype]
+
+
+@pytest.mark.parametrize(
+    "n, c, k, h, w, r, s, stride, padding",
+    [(1, 3, 5, 5, 6, 3, 3, 1, 1), (1, 17, 18, 5, 4, 3, 2, 2, 1), (2, 16, 16, 3, 3, 1, 1, 1, 0)],
+)
+def test_conv2d_blocked_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  # type: ignore[no-untyped-def]
+    nest, params = conv2d(
+        N=n, C=c, K=k, H=h, W=w, R=r, S=s, stride=stride, padding=padding, layout="nchw16c", fuse=("bias", "relu")
+    )
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
+    b = rng.uniform(-1, 1, k).astype(np.float32)
+    bias = np.zeros(layouts.blocks(k) * layouts.BLOCK, dtype=np.float32)
+    bias[:k] = b
+    inputs = {"x": layouts.to_nchw16c(x), "w": layouts.to_kcrs16c16k(wt), "b": bias}
+    got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], k)
+    want = np.maximum(conv2d_numpy(x, wt, stride, padding) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_blocked_residual_numbers() -> None:
+    nest, params = conv2d(N=1, C=3, K=5, H=4, W=4, R=3, S=3, padding=1, layout="nchw16c", fuse=("residual",))
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1, 1, (1, 3, 4, 4)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (5, 3, 3, 3)).astype(np.float32)
+    res = rng.uniform(-1, 1, (1, 5, 4, 4)).astype(np.float32)
+    inputs = {"x": layouts.to_nchw16c(x), "w": layouts.to_kcrs16c16k(wt), "res": layouts.to_nchw16c(res)}
+    got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], 5)
+    np.testing.assert_allclose(got, conv2d_numpy(x, wt, 1, 1) + res, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+
+GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
+
+
+@pytest.mark.parametrize(
+    "changes, argument",
+    [
+        ({"N": 0}, "N"),
+        ({"C": -1}, "C"),
+        ({"H": True}, "H"),
+        ({"R": 1.5}, "R"),
+        ({"K": "3"}, "K"),
+        ({"stride": 0}, "stride"),
+        ({"padding": -1}, "padding"),
+        ({"dtype": "bfloat16"}, "dtype"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"layout": "nhwc"}, "layout"),
+        ({"fuse": ("bias", "bias")}, "fuse"),
+        ({"fuse": ("gelu",)}, "fuse"),
+        ({"fuse": "relu"}, "fuse"),
+        ({"fuse": (1,)}, "fuse"),
+        ({"H": 2, "R": 5, "padding": 1}, "R"),
+        ({"W": 1, "S": 2}, "S"),
+    ],
+)
+def test_conv2d_rejects_bad_arguments(changes: dict, argument: str) -> None:
+    with pytest.raises(ArgumentError) as info:
+        conv2d(**{**GOOD, **changes})
+    assert info.value.argument == argument
+    assert argument in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "changes, argument",
+    [({"M": 0}, "M"), ({"N": False}, "N"), ({"K": 2.0}, "K"), ({"dtype": "float16"}, "dtype")],
+)
+def test_matmul_rejects_bad_arguments(changes: dict, argument: str) -> None:
+    with pytest.raises(ArgumentError) as info:
+        matmul(**{"M": 2, "N": 2, "K": 2, **changes})
+    assert info.value.argument == argument
+
+
+def test_numpy_integers_are_accepted() -> None:
+    _, params = matmul(M=np.int64(2), N=np.int32(3), K=4)
+    assert params == {"M": 2, "N": 3, "K": 4}
+    assert all(type(v) is int for v in params.values())
