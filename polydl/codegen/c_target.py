@@ -72,7 +72,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         "c/kernel.c.j2",
         **values,
         schedule=scheduled.schedule.describe(),
-        includes=["immintrin.h"] if calls.microkernels else [],
+        includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS,
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],

@@ -12,13 +12,22 @@ from itertools import product
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
+from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.schedule import is_tile_loop, loop_var
 
 
 def microkernel_dtype(printer: StatementPrinter, call: MicrokernelCall) -> str:
-    dtypes = {printer.layouts[acc.array].dtype for acc in (call.a, call.b)}
-    return "bfloat16" if dtypes == {"bfloat16"} else "float32"
+    """The brgemm dtype: A, B and C all float32 or all float64, or bf16 A and B into fp32 C."""
+    a, b, c = (printer.layouts[acc.array].dtype for acc in (call.a, call.b, call.c))
+    if a == b == c and a in ("float32", "float64"):
+        return a
+    if a == b == "bfloat16" and c == "float32":
+        return "bfloat16"
+    raise ScheduleError(
+        f"no batch-reduce GEMM microkernel multiplies {a} by {b} into {c}; "
+        "it takes float32 or float64 throughout, or bfloat16 inputs with a float32 output"
+    )
 
 
 def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str) -> BrgemmSpec:

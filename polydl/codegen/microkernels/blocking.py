@@ -1,0 +1,147 @@
+"""Register blocking: which tile of C a microkernel keeps in vector registers.
+
+Takes a normalised `BrgemmSpec` and a `VectorUnit` (the register file and issue widths of one
+ISA); returns the `Blocking` with the fewest estimated cycles. The model counts, per k step of
+one register tile, FMAs (issued on `fma_ports`), loads (on `load_ports`) and the FMA latency
+that each accumulator's chain must wait; remainder tiles in m and n are counted as what they
+are, so a blocking that divides the shape wins over a larger one that leaves a ragged edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polydl.codegen.microkernels.spec import BrgemmSpec
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """Facts of one SIMD ISA that decide register blocking."""
+
+    isa: str
+    registers: int
+    vector_bytes: int
+    fma_ports: int = 2  # Skylake-SP/Ice Lake and Zen 3/4 all issue two vector FMAs a cycle
+    load_ports: int = 2
+    fma_latency: int = 4
+
+    target: str = ""  # gcc target attribute that enables the intrinsics used
+
+    def lanes(self, compute_dtype: str) -> int:
+        return self.vector_bytes // (8 if compute_dtype == "float64" else 4)
+
+
+VECTOR_UNITS: dict[str, VectorUnit] = {
+    "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, target="avx2,fma"),
+    "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
+                         target="avx512f,avx512bw,avx512vl,avx512dq,fma"),
+}
+VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512"]
+
+# Cycles to load and store one accumulator and to enter a tile (pointer set-up, loop exits).
+_ACCUMULATOR_CYCLES = 1.0
+_TILE_CYCLES = 8.0
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A register tile: `rows` rows of the tiled dimension times `vectors` vectors of the
+    vector dimension (outer products), or `rows` x `columns` dot products (dot form)."""
+
+    form: str  # "outer" | "dot"
+    rows: int
+    vectors: int
+    lanes: int
+    cycles: float
+
+    @property
+    def accumulators(self) -> int:
+        return self.rows * self.vectors
+
+
+def _step_cycles(unit: VectorUnit, fmas: int, loads: int) -> float:
+    # One k step: every accumulator takes one FMA, so the step lasts at least one FMA latency.
+    return max(fmas / unit.fma_ports, loads / unit.load_ports, float(unit.fma_latency))
+
+
+def _split(extent: int, block: int) -> list[tuple[int, int]]:
+    """(count, size) of the full blocks and the remainder block."""
+    out = [(extent // block, block)] if extent >= block else []
+    if extent % block:
+        out.append((1, extent % block))
+    return out
+
+
+def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
+                         m: int, n: int, steps: int) -> float:
+    """Estimated cycles of an outer-product kernel: C tiles of `rows` x `vectors*lanes`,
+    `steps` = k times the batch count."""
+    total = 0.0
+    for m_count, r in _split(m, rows):
+        for n_count, width in _split(n, vectors * lanes):
+            v = math.ceil(width / lanes)
+            # loads: one broadcast of A per row, one vector of B per column vector
+            step = _step_cycles(unit, r * v, r + v)
+            tile = steps * step + r * v * _ACCUMULATOR_CYCLES + _TILE_CYCLES
+            total += m_count * n_count * tile
+    return total
+
+
+def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
+    """Rows of C times vectors along n. Accumulators + the B vectors of one k step + one
+    register for the broadcast A element must fit the register file: on AVX2 (16 ymm) 6x2
+    (12 + 2 + 1) or 4x3 (12 + 3 + 1); on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3 or 14x2.
+    (LIBXSMM's 7x4 needs the A element as an embedded {1to16} memory operand; gcc keeps a
+    broadcast used by several FMAs in a register and spills with 28 accumulators.)"""
+    lanes = unit.lanes(spec.compute_dtype)
+    steps = spec.k * spec.batch_count
+    best: Blocking | None = None
+    max_vectors = math.ceil(spec.n / lanes)
+    for vectors in range(1, max_vectors + 1):
+        max_rows = (unit.registers - vectors - 1) // vectors
+        for rows in range(1, min(max_rows, spec.m) + 1):
+            cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, spec.n, steps)
+            cand = Blocking("outer", rows, vectors, lanes, cycles)
+            if best is None or (cycles, -cand.accumulators) < (best.cycles, -best.accumulators):
+                best = cand
+    assert best is not None
+    return best
+
+
+def dot_product_cycles(unit: VectorUnit, rows: int, cols: int, lanes: int,
+                       m: int, n: int, k: int, batch: int) -> float:
+    chunks = math.ceil(k / lanes) * batch
+    total = 0.0
+    for m_count, r in _split(m, rows):
+        for n_count, s in _split(n, cols):
+            step = _step_cycles(unit, r * s, r + s)
+            # the horizontal sum of each accumulator at the end: a few shuffles and adds
+            tile = chunks * step + r * s * (3 + math.log2(lanes)) + _TILE_CYCLES
+            total += m_count * n_count * tile
+    return total
+
+
+def choose_dot_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
+    """Rows of A times columns of B, each accumulator a vector along k: accumulators plus
+    one A vector per row and one B vector per column must fit (AVX2: 3x3 = 9 + 6)."""
+    lanes = unit.lanes(spec.compute_dtype)
+    best: Blocking | None = None
+    for rows in range(1, spec.m + 1):
+        for cols in range(1, spec.n + 1):
+            if rows * cols + rows + cols > unit.registers:
+                break
+            cycles = dot_product_cycles(unit, rows, cols, lanes, spec.m, spec.n, spec.k,
+                                        spec.batch_count)
+            cand = Blocking("dot", rows, cols, lanes, cycles)
+            if best is None or (cycles, -cand.accumulators) < (best.cycles, -best.accumulators):
+                best = cand
+        if rows * 1 + rows + 1 > unit.registers:
+            break
+    assert best is not None
+    return best
+
+
+def portable_cycles(spec: BrgemmSpec) -> float:
+    """One multiply-add a cycle: what scalar code does when the compiler cannot vectorise."""
+    return float(spec.m * spec.n * spec.k * spec.batch_count)

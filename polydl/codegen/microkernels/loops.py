@@ -1,0 +1,57 @@
+"""Loop structure shared by the generated microkernels: blocks of C and the batch loops.
+
+Takes sizes, block sizes and a spec's batch; returns the loop data the templates print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polydl.codegen.microkernels.spec import BrgemmSpec
+
+
+@dataclass(frozen=True)
+class BlockLoop:
+    """`for (v = start; v < stop; v += step)`: equal blocks of `step` along m or n."""
+
+    start: int
+    stop: int
+    step: int
+
+
+def block_loops(extent: int, block: int) -> list[tuple[BlockLoop, int]]:
+    """The full blocks of `block` and the remainder block, each with its size."""
+    full = extent - extent % block
+    out = []
+    if full:
+        out.append((BlockLoop(0, full, block), block))
+    if extent % block:
+        out.append((BlockLoop(full, extent, extent - full), extent - full))
+    return out
+
+
+@dataclass(frozen=True)
+class BatchLoop:
+    var: str
+    extent: int
+
+
+def batch_loops(spec: BrgemmSpec) -> tuple[list[BatchLoop], str, str]:
+    """The batch loops (outermost first) and the C text added to the A and B base pointers."""
+    loops = [BatchLoop(f"_b{d}", dim.extent) for d, dim in enumerate(spec.batch)]
+    a_terms = "".join(
+        f" + {loop.var} * {dim.a_stride}L" for loop, dim in zip(loops, spec.batch, strict=True)
+        if dim.a_stride
+    )
+    b_terms = "".join(
+        f" + {loop.var} * {dim.b_stride}L" for loop, dim in zip(loops, spec.batch, strict=True)
+        if dim.b_stride
+    )
+    return loops, a_terms, b_terms
+
+
+def offset(base: str, value: int) -> str:
+    """`base + value` as C text."""
+    if value == 0:
+        return base
+    return f"{base} + {value}" if value > 0 else f"{base} - {-value}"

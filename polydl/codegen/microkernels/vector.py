@@ -1,0 +1,175 @@
+"""SIMD microkernels in intrinsics: register tiles of C held in vector registers.
+
+Takes a normalised `BrgemmSpec`, a `VectorUnit` and a `Blocking`; returns C source.
+
+- outer form (b_n == c_n == 1): each k step loads the B row segment of the tile as vectors,
+  broadcasts one A element per row and issues rows x vectors FMAs (the LIBXSMM/BLIS
+  microkernel); the C tile is loaded once, accumulated over all batch x k steps, stored once.
+  A ragged n edge uses masked loads and stores, a ragged m edge a tile with fewer rows.
+- dot form (a_k == b_k == 1): each accumulator is a vector of partial sums along k for one
+  (m, n) cell, summed horizontally at the end; a ragged k edge uses masked loads.
+The m-vectorised case is the outer form of the transposed spec (see `spec.transposed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polydl.codegen.microkernels.blocking import Blocking, VectorUnit
+from polydl.codegen.microkernels.loops import BlockLoop, batch_loops, block_loops, offset
+from polydl.codegen.microkernels.spec import BrgemmSpec
+from polydl.codegen.templating import render
+
+OPS_TEMPLATES = {"avx2": "c/microkernels/ops_avx2.j2", "avx512": "c/microkernels/ops_avx512.j2"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One line of a k step: kind "load" | "masked" | "broadcast" (define `name` from
+    `address`) or "fma" (`acc` += `x` * `y`)."""
+
+    kind: str
+    name: str = ""
+    address: str = ""
+    acc: str = ""
+    x: str = ""
+    y: str = ""
+
+
+@dataclass(frozen=True)
+class KLoop:
+    """`count` iterations of `steps` (each a list of ops), advancing ak and bk."""
+
+    count: int
+    a_step: int
+    b_step: int
+    steps: tuple[tuple[Op, ...], ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    address: str
+    masked: bool
+
+
+@dataclass(frozen=True)
+class Tile:
+    comment: str
+    n: BlockLoop
+    m: BlockLoop
+    cells: tuple[Cell, ...]
+    k_loops: tuple[KLoop, ...]
+
+
+def unroll_factor(k_steps: int) -> int:
+    # Two k steps per iteration halve the loop overhead; more only grows the code, as the
+    # out-of-order core already overlaps consecutive steps.
+    return 2 if k_steps >= 2 else 1
+
+
+def _outer_step(spec: BrgemmSpec, rows: int, vectors: int, lanes: int, masked_last: bool,
+                u: int) -> tuple[Op, ...]:
+    ops = []
+    for j in range(vectors):
+        kind = "masked" if masked_last and j == vectors - 1 else "load"
+        ops.append(Op(kind, name=f"b{j}", address=offset("bk", u * spec.b_k + j * lanes)))
+    for i in range(rows):
+        ops.append(Op("broadcast", name=f"a{i}", address=offset("ak", u * spec.a_k + i * spec.a_m)))
+        ops += [Op("fma", acc=f"c{i}_{j}", x=f"a{i}", y=f"b{j}") for j in range(vectors)]
+    return tuple(ops)
+
+
+def outer_tiles(spec: BrgemmSpec, blocking: Blocking) -> tuple[list[Tile], int, int]:
+    """Tiles of an outer-product kernel, the lanes of its masked vector (0: none), unroll."""
+    lanes = blocking.lanes
+    unroll = unroll_factor(spec.k)
+    tiles = []
+    tail = spec.n % lanes
+    for n_loop, width in block_loops(spec.n, blocking.vectors * lanes):
+        vectors = -(-width // lanes)
+        masked = width % lanes != 0
+        for m_loop, rows in block_loops(spec.m, blocking.rows):
+            cells = tuple(
+                Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * lanes),
+                     masked and j == vectors - 1)
+                for i in range(rows) for j in range(vectors)
+            )
+            k_loops = []
+            if spec.k // unroll:
+                steps = tuple(_outer_step(spec, rows, vectors, lanes, masked, u) for u in range(unroll))
+                k_loops.append(KLoop(spec.k // unroll, unroll * spec.a_k, unroll * spec.b_k, steps))
+            if spec.k % unroll:
+                steps = (_outer_step(spec, rows, vectors, lanes, masked, 0),)
+                k_loops.append(KLoop(spec.k % unroll, spec.a_k, spec.b_k, steps))
+            comment = f"{rows} x {width} block of C: {rows} rows x {vectors} vectors"
+            tiles.append(Tile(comment, n_loop, m_loop, cells, tuple(k_loops)))
+    return tiles, tail, unroll
+
+
+def _dot_step(spec: BrgemmSpec, rows: int, cols: int, masked: bool, at: int) -> tuple[Op, ...]:
+    kind = "masked" if masked else "load"
+    ops = [Op(kind, name=f"a{i}", address=offset("ak", at + i * spec.a_m)) for i in range(rows)]
+    for j in range(cols):
+        ops.append(Op(kind, name=f"b{j}", address=offset("bk", at + j * spec.b_n)))
+        ops += [Op("fma", acc=f"c{i}_{j}", x=f"a{i}", y=f"b{j}") for i in range(rows)]
+    return tuple(ops)
+
+
+def dot_tiles(spec: BrgemmSpec, blocking: Blocking) -> tuple[list[Tile], int, int]:
+    """Tiles of a dot-product kernel, the lanes of the masked k chunk (0: none), unroll."""
+    lanes = blocking.lanes
+    chunks, tail = divmod(spec.k, lanes)
+    unroll = unroll_factor(chunks)
+    tiles = []
+    for n_loop, cols in block_loops(spec.n, blocking.vectors):
+        for m_loop, rows in block_loops(spec.m, blocking.rows):
+            cells = tuple(
+                Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * spec.c_n), False)
+                for i in range(rows) for j in range(cols)
+            )
+            k_loops = []
+            if chunks // unroll:
+                steps = tuple(_dot_step(spec, rows, cols, False, u * lanes) for u in range(unroll))
+                k_loops.append(KLoop(chunks // unroll, unroll * lanes, unroll * lanes, steps))
+            if chunks % unroll:
+                steps = (_dot_step(spec, rows, cols, False, 0),)
+                k_loops.append(KLoop(chunks % unroll, lanes, lanes, steps))
+            if tail:
+                k_loops.append(KLoop(1, 0, 0, (_dot_step(spec, rows, cols, True, 0),)))
+            comment = f"{rows} x {cols} block of C: dot products along k"
+            tiles.append(Tile(comment, n_loop, m_loop, cells, tuple(k_loops)))
+    return tiles, tail, unroll
+
+
+def render_vector_kernel(spec: BrgemmSpec, unit: VectorUnit, blocking: Blocking, name: str,
+                         description: str) -> tuple[str, int]:
+    """C source of the kernel and its k unroll factor."""
+    if blocking.form == "outer":
+        tiles, tail, unroll = outer_tiles(spec, blocking)
+    else:
+        tiles, tail, unroll = dot_tiles(spec, blocking)
+    batch, a_batch, b_batch = batch_loops(spec)
+    source = render(
+        "c/microkernels/vector.c.j2",
+        ops=OPS_TEMPLATES["avx512" if unit.isa.startswith("avx512") else unit.isa],
+        name=name,
+        description=description,
+        form=blocking.form,
+        dtype=spec.dtype,
+        target=unit.target,
+        tail=tail,
+        tail_bits=hex((1 << tail) - 1),
+        beta=spec.beta != 0.0,
+        in_t=spec.input_ctype,
+        out_t=spec.output_ctype,
+        a_m=spec.a_m,
+        b_n=spec.b_n,
+        c_m=spec.c_m,
+        c_n=spec.c_n,
+        batch=batch,
+        a_batch=a_batch,
+        b_batch=b_batch,
+        tiles=tiles,
+    )
+    return source, unroll

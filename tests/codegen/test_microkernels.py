@@ -1,0 +1,428 @@
+"""Batch-reduce GEMM microkernels: generated, compiled alone, run and compared with numpy.
+
+Each kernel is wrapped in `entry(a, b, c)`, built with gcc into a shared library and run on
+random data laid out by the spec's strides (negative ones included: the pointers then point
+into the middle of their buffers). Every element of C's buffer that is not a cell of C must
+come back untouched, which checks the masked stores of ragged edges. AVX-512 kernels only
+compile where the CPU lacks AVX-512F.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import cffi
+import numpy as np
+import pytest
+
+from polydl.codegen.microkernels import (
+    BatchDim,
+    BrgemmSpec,
+    Microkernel,
+    choose_microkernel,
+    libxsmm_available,
+)
+from polydl.codegen.microkernels.blocking import VECTOR_UNITS, choose_outer_product
+from polydl.errors import ScheduleError
+
+GCC = shutil.which("gcc") or shutil.which("cc") or "gcc"
+pytestmark = pytest.mark.skipif(shutil.which(GCC) is None, reason="needs a C compiler")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+FLAGS = cpu_flags()
+RUNNABLE = {
+    "scalar": True,
+    "avx2": {"avx2", "fma"} <= FLAGS,
+    "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= FLAGS,
+}
+RUNNABLE["avx512bf16"] = RUNNABLE["avx512"]
+
+NUMPY_TYPES = {"float32": (np.float32, np.float32), "float64": (np.float64, np.float64),
+               "bfloat16": (np.uint16, np.float32)}
+
+
+# --- compile, run, compare -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: BrgemmSpec
+    isa: str
+    backend: str = "polydl"
+
+
+def entry_source(mk: Microkernel, entry: str) -> str:
+    in_t, out_t = mk.spec.input_ctype, mk.spec.output_ctype
+    return (
+        f"{mk.source}\nvoid {entry}(const void *a, const void *b, void *c)\n{{\n"
+        f"  {mk.name}((const {in_t} *)a, (const {in_t} *)b, ({out_t} *)c);\n}}\n"
+    )
+
+
+def gcc(sources: list[str], out: Path, link: bool, flags: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    c_file = out.with_suffix(".c")
+    c_file.write_text("\n".join(sources))
+    mode = ["-shared", "-fPIC"] if link else ["-c", "-fPIC"]
+    cmd = [GCC, "-O2", "-std=gnu11", "-Wall", "-Werror", *mode, str(c_file), "-o", str(out)]
+    return subprocess.Popen([*cmd, *(flags if link else ())], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+class KernelLibrary:
+    """Every case's kernel, compiled up front in a few translation units (parsing
+    immintrin.h dominates the cost of one small kernel), run through cffi."""
+
+    def __init__(self, cases: list[Case], directory: Path) -> None:
+        self.ffi = cffi.FFI()
+        self.entries: dict[Case, tuple[Microkernel, str, int]] = {}
+        groups: dict[tuple[bool, tuple[str, ...]], list[tuple[Case, Microkernel, str]]] = {}
+        for i, case in enumerate(dict.fromkeys(cases)):
+            mk = choose_microkernel(case.spec, case.isa, f"_pd_k{i}", backend=case.backend)
+            runnable = RUNNABLE[case.isa]
+            groups.setdefault((runnable, mk.link_flags), []).append((case, mk, f"entry_{i}"))
+            self.ffi.cdef(f"void entry_{i}(const void *a, const void *b, void *c);")
+        jobs = []
+        chunk = 24
+        for g, ((runnable, flags), members) in enumerate(groups.items()):
+            for start in range(0, len(members), chunk):
+                part = members[start:start + chunk]
+                out = directory / f"chunk{g}_{start}.{'so' if runnable else 'o'}"
+                sources = [entry_source(mk, entry) for _, mk, entry in part]
+                jobs.append((gcc(sources, out, runnable, flags), out, runnable, part))
+        self.libraries = []
+        for proc, out, runnable, part in jobs:
+            output, _ = proc.communicate()
+            assert proc.returncode == 0, f"{out.with_suffix('.c')}:\n{output[:5000]}"
+            lib = self.ffi.dlopen(str(out)) if runnable else None
+            self.libraries.append(lib)
+            for case, mk, entry in part:
+                self.entries[case] = (mk, entry, len(self.libraries) - 1)
+
+    def run(self, case: Case, a: Operand, b: Operand, c: Operand) -> None:
+        _, entry, index = self.entries[case]
+        ptr = [self.ffi.cast("char *", self.ffi.from_buffer(op.buffer)) + op.base * op.buffer.itemsize
+               for op in (a, b, c)]
+        getattr(self.libraries[index], entry)(*ptr)
+
+
+def extent_range(terms: list[tuple[int, int]]) -> tuple[int, int]:
+    """Lowest and highest offset of sum(i * stride) over i < extent."""
+    lo = sum(min(0, (e - 1) * s) for e, s in terms if e > 0)
+    hi = sum(max(0, (e - 1) * s) for e, s in terms if e > 0)
+    return lo, hi
+
+
+@dataclass
+class Operand:
+    buffer: np.ndarray
+    base: int  # index of the element the kernel's pointer points at
+
+
+def make_operand(rng: np.random.Generator, terms: list[tuple[int, int]], dtype: str,
+                 pad: int = 19) -> Operand:
+    lo, hi = extent_range(terms)
+    size = hi - lo + 1 + 2 * pad
+    values = rng.uniform(-1, 1, size).astype(np.float32)
+    if dtype == "bfloat16":
+        buffer = (values.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        buffer = values.astype(NUMPY_TYPES[dtype][0])
+    return Operand(buffer, pad - lo)
+
+
+def as_float64(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def reference(spec: BrgemmSpec, a: Operand, b: Operand, c: Operand) -> np.ndarray:
+    """The brgemm definition, straight from the spec's strides, in float64."""
+    mm = np.arange(spec.m)[:, None]
+    nn = np.arange(spec.n)[None, :]
+    kk_row = np.arange(spec.k)[None, :]
+    kk_col = np.arange(spec.k)[:, None]
+    av = as_float64(a.buffer, spec.dtype)
+    bv = as_float64(b.buffer, spec.dtype)
+    acc = np.zeros((spec.m, spec.n))
+    for idx in itertools.product(*(range(d.extent) for d in spec.batch)):
+        a_off = sum(i * d.a_stride for i, d in zip(idx, spec.batch, strict=True))
+        b_off = sum(i * d.b_stride for i, d in zip(idx, spec.batch, strict=True))
+        a_mat = av[a.base + a_off + mm * spec.a_m + kk_row * spec.a_k]
+        b_mat = bv[b.base + b_off + kk_col * spec.b_k + nn * spec.b_n]
+        acc += a_mat @ b_mat
+    want = c.buffer.astype(np.float64)
+    cells = c.base + mm * spec.c_m + nn * spec.c_n
+    want[cells] = acc + (want[cells] if spec.beta else 0.0)
+    return want
+
+
+def check(library: KernelLibrary, case: Case, seed: int = 0) -> Microkernel:
+    """Run the case's kernel on random operands; C must match the reference everywhere."""
+    mk = library.entries[case][0]
+    if not RUNNABLE[case.isa]:
+        return mk  # compiled only
+    spec = case.spec
+    rng = np.random.default_rng(seed)
+    batch_a = [(d.extent, d.a_stride) for d in spec.batch]
+    batch_b = [(d.extent, d.b_stride) for d in spec.batch]
+    a = make_operand(rng, [(spec.m, spec.a_m), (spec.k, spec.a_k), *batch_a], spec.dtype)
+    b = make_operand(rng, [(spec.k, spec.b_k), (spec.n, spec.b_n), *batch_b], spec.dtype)
+    c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n)], spec.compute_dtype)
+    want = reference(spec, a, b, c)
+    library.run(case, a, b, c)
+    got = c.buffer.astype(np.float64)
+    steps = spec.k * max(spec.batch_count, 1)
+    tol = 1e-12 if spec.dtype == "float64" else 1e-6
+    np.testing.assert_allclose(got, want, rtol=tol * 4, atol=tol * 4 * steps)
+    return mk
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+def layout(name: str, m: int, n: int, k: int) -> dict[str, int]:
+    """Strides of A, B, C for a named layout."""
+    return {
+        # row-major, dense
+        "dense": dict(a_m=k, a_k=1, b_k=n, b_n=1, c_m=n, c_n=1),
+        # row-major with leading dimensions larger than the block (a block of a bigger matrix)
+        "padded": dict(a_m=k + 3, a_k=1, b_k=n + 5, b_n=1, c_m=n + 7, c_n=1),
+        # m is the unit-stride dimension of A and C (column-major A and C)
+        "m-major": dict(a_m=1, a_k=m + 2, b_k=n + 1, b_n=1, c_m=1, c_n=m + 3),
+        # everything column-major (Fortran order)
+        "col-major": dict(a_m=1, a_k=m + 2, b_k=1, b_n=k + 1, c_m=1, c_n=m + 3),
+        # B transposed (B[n][k]): k unit-stride in A and B, as in a linear layer
+        "nt": dict(a_m=k + 1, a_k=1, b_k=1, b_n=k + 2, c_m=n, c_n=1),
+        # nothing unit-stride
+        "strided": dict(a_m=2 * k + 1, a_k=2, b_k=3 * n + 1, b_n=3, c_m=2 * n + 3, c_n=2),
+        # B and C rows walk backwards
+        "negative": dict(a_m=k, a_k=1, b_k=-n - 1, b_n=1, c_m=-n - 2, c_n=1),
+    }[name]
+
+
+def batch_dims(kind: str, m: int, n: int, k: int, s: dict[str, int]) -> tuple[BatchDim, ...]:
+    a_span = abs(m * s["a_m"]) + abs(k * s["a_k"])
+    b_span = abs(k * s["b_k"]) + abs(n * s["b_n"])
+    if kind == "none":
+        return ()
+    if kind == "one":
+        return (BatchDim(3, a_span + 1, b_span + 2),)
+    if kind == "two":
+        # a 2 x 3 window: strides that neither collapse nor continue k
+        return (BatchDim(2, 3 * a_span + 5, 3 * b_span + 7), BatchDim(3, a_span + 1, b_span))
+    if kind == "into-k":
+        # the batch continues k: normalisation merges it into a longer k loop
+        return (BatchDim(2, k * s["a_k"], k * s["b_k"]),)
+    if kind == "empty":
+        return (BatchDim(0, a_span, b_span),)
+    raise ValueError(kind)
+
+
+def spec_for(shape: tuple[int, int, int], lay: str, batch: str, dtype: str = "float32",
+             beta: float = 1.0) -> BrgemmSpec:
+    m, n, k = shape
+    s = layout(lay, m, n, k)
+    return BrgemmSpec(m=m, n=n, k=k, **s, batch=batch_dims(batch, m, n, k, s), dtype=dtype,
+                      beta=beta)
+
+
+def label(shape: tuple[int, int, int]) -> str:
+    return "x".join(map(str, shape))
+
+
+SHAPES = [(1, 1, 1), (3, 5, 7), (17, 31, 3), (31, 17, 64), (28, 64, 9), (6, 16, 2), (14, 33, 5)]
+LAYOUTS = ["dense", "padded", "m-major", "nt", "strided", "negative"]
+ISAS = ["scalar", "avx2", "avx512"]
+VECTOR_ISAS = ["avx2", "avx512"]
+
+# The conv block that matters: a row of 28 output pixels x 64 channels, 64 input channels,
+# batch over the 3 x 3 window of a 30-pixel-wide input; and a GEMM panel.
+CONV = BrgemmSpec(m=28, n=64, k=64, a_m=64, a_k=1, b_k=64, b_n=1, c_m=64, c_n=1,
+                  batch=(BatchDim(3, 30 * 64, 3 * 64 * 64), BatchDim(3, 64, 64 * 64)))
+GEMM = BrgemmSpec(m=64, n=256, k=256, a_m=256, a_k=1, b_k=256, b_n=1, c_m=256, c_n=1)
+
+LAYOUT_CASES = [
+    pytest.param(Case(spec_for(shape, lay, "one", beta=float(sum(shape) % 2)), isa),
+                 id=f"{label(shape)}-{lay}-{isa}")
+    for shape in SHAPES for lay in LAYOUTS for isa in ISAS
+]
+BATCH_CASES = [
+    pytest.param(Case(spec_for((13, 20, 11), lay, batch, beta=beta), isa),
+                 id=f"{lay}-{batch}-beta{beta:g}-{isa}")
+    for lay in ("dense", "m-major", "nt") for batch in ("none", "one", "two", "into-k", "empty")
+    for beta in (0.0, 1.0) for isa in ISAS
+]
+DTYPE_CASES = [
+    pytest.param(Case(spec_for(shape, lay, "two", dtype=dtype), isa),
+                 id=f"{label(shape)}-{lay}-{dtype}-{isa}")
+    for shape in ((3, 5, 7), (17, 31, 20)) for lay in ("dense", "m-major", "nt", "strided")
+    for dtype in ("float64", "bfloat16") for isa in ISAS
+]
+BLOCK_CASES = [
+    pytest.param(Case(spec, isa), id=f"{name}-{isa}")
+    for name, spec in (("conv", CONV), ("gemm", GEMM)) for isa in VECTOR_ISAS
+]
+LIBXSMM_CASES = [
+    pytest.param(Case(spec_for(shape, lay, batch, beta=beta), "avx2", "libxsmm"),
+                 id=f"{label(shape)}-{lay}-{batch}-beta{beta:g}")
+    for shape, lay, batch, beta in (
+        ((64, 256, 64), "dense", "none", 1.0),
+        ((28, 64, 64), "padded", "one", 0.0),
+        ((13, 20, 11), "dense", "two", 1.0),  # several batch loops: an offset table
+        ((13, 20, 11), "dense", "into-k", 1.0),
+        ((13, 20, 11), "col-major", "one", 1.0),  # the transposed form
+        ((17, 31, 3), "dense", "one", 0.0),
+    )
+] + [pytest.param(Case(CONV, "avx2", "libxsmm"), id="conv")]
+
+
+def all_cases() -> list[Case]:
+    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES]
+    if libxsmm_available():
+        params += LIBXSMM_CASES
+    return [p.values[0] for p in params]  # type: ignore[misc]
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> KernelLibrary:
+    return KernelLibrary(all_cases(), tmp_path_factory.mktemp("microkernels"))
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES)
+def test_layouts_and_odd_shapes(library: KernelLibrary, case: Case) -> None:
+    check(library, case)
+
+
+@pytest.mark.parametrize("case", BATCH_CASES)
+def test_batches_and_beta(library: KernelLibrary, case: Case) -> None:
+    check(library, case)
+
+
+@pytest.mark.parametrize("case", DTYPE_CASES)
+def test_float64_and_bfloat16(library: KernelLibrary, case: Case) -> None:
+    check(library, case)
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES)
+def test_conv_and_gemm_blocks(library: KernelLibrary, case: Case) -> None:
+    check(library, case)
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+def test_forms_follow_the_strides() -> None:
+    shape = (17, 31, 20)
+    forms = {lay: choose_microkernel(spec_for(shape, lay, "one"), "avx2", "k").form
+             for lay in LAYOUTS}
+    assert forms == {"dense": "outer-n", "padded": "outer-n", "m-major": "outer-m",
+                     "nt": "dot-k", "strided": "portable", "negative": "outer-n"}
+    scalar = choose_microkernel(spec_for(shape, "dense", "one"), "scalar", "k")
+    assert scalar.form == "portable" and scalar.isa == "scalar"
+    assert "immintrin" not in scalar.source and "__attribute__" not in scalar.source
+
+
+@pytest.mark.parametrize("isa, registers", [("avx2", 16), ("avx512", 32)])
+@pytest.mark.parametrize("m, n", [(28, 64), (64, 256), (7, 48), (100, 16), (3, 3)])
+def test_register_tile_fits_the_register_file(isa: str, registers: int, m: int, n: int) -> None:
+    spec = BrgemmSpec(m=m, n=n, k=64, a_m=64, a_k=1, b_k=n, b_n=1, c_m=n, c_n=1)
+    unit = VECTOR_UNITS[isa]
+    blocking = choose_outer_product(spec.normalized(), unit)
+    assert blocking.rows * blocking.vectors + blocking.vectors + 1 <= registers
+    mk = choose_microkernel(spec, isa, "k")
+    assert mk.form == "outer-n"
+    assert (mk.mr, mk.nr) == (blocking.rows, blocking.vectors * blocking.lanes)
+
+
+def test_blocking_for_the_conv_and_gemm_blocks() -> None:
+    # AVX2: 12 accumulators (6 rows x 2 vectors or 4 x 3) cover these shapes without waste;
+    # AVX-512 keeps at least 24 of its 32 registers accumulating.
+    for spec in (CONV, GEMM):
+        avx2 = choose_microkernel(spec, "avx2", "k")
+        assert avx2.mr * avx2.nr // 8 == 12
+        avx512 = choose_microkernel(spec, "avx512", "k")
+        assert avx512.mr * avx512.nr // 16 >= 24
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+@pytest.mark.parametrize("lay, dtype", [("dense", "float32"), ("nt", "float32"),
+                                        ("m-major", "float32"), ("dense", "bfloat16"),
+                                        ("nt", "bfloat16"), ("dense", "float64")])
+def test_register_tile_does_not_spill(lay: str, dtype: str, isa: str, tmp_path: Path) -> None:
+    """The accumulators stay in registers: no vector register goes to or from the stack."""
+    mk = choose_microkernel(spec_for((64, 96, 64), lay, "one", dtype=dtype), isa, "_pd_spill")
+    c_file = tmp_path / "k.c"
+    c_file.write_text(entry_source(mk, "entry"))
+    asm = tmp_path / "k.s"
+    subprocess.run([GCC, "-O3", "-S", str(c_file), "-o", str(asm)], check=True)
+    register = "%zmm" if isa == "avx512" else "%ymm"
+    spills = [line for line in asm.read_text().splitlines()
+              if register in line and ("(%rsp)" in line or "(%rbp)" in line)]
+    assert not spills, "\n".join(spills[:10])
+
+
+def test_normalisation_merges_loops() -> None:
+    spec = BrgemmSpec(m=4, n=8, k=16, a_m=16, a_k=1, b_k=8, b_n=1, c_m=8, c_n=1,
+                      batch=(BatchDim(2, 3 * 64, 3 * 128), BatchDim(3, 64, 128),
+                             BatchDim(1, 5, 5), BatchDim(4, 16, 128)))
+    s = spec.normalized()
+    # the extent-1 loop vanishes, the last continues k, then (2, 3) collapse into one loop
+    assert s.k == 64 and s.batch == (BatchDim(6, 64, 128),)
+    assert s.flops == spec.flops
+    assert spec.transposed().transposed() == spec
+
+
+def test_invalid_specs() -> None:
+    with pytest.raises(ValueError):
+        BrgemmSpec(m=2, n=2, k=1, a_m=1, a_k=1, b_k=1, b_n=1, c_m=1, c_n=1)  # C cells overlap
+    with pytest.raises(ValueError):
+        spec_for((2, 2, 2), "dense", "none", beta=0.5)
+    with pytest.raises(ValueError):
+        spec_for((2, 2, 2), "dense", "none", dtype="int8")
+    with pytest.raises(ValueError):
+        choose_microkernel(spec_for((2, 2, 2), "dense", "none"), "neon", "k")
+    with pytest.raises(ScheduleError):
+        choose_microkernel(spec_for((2, 2, 2), "dense", "none"), "avx2", "k", backend="mkl")
+
+
+# --- LIBXSMM --------------------------------------------------------------------------------
+
+needs_libxsmm = pytest.mark.skipif(not libxsmm_available(), reason="libxsmm is not installed")
+
+
+@needs_libxsmm
+@pytest.mark.parametrize("case", LIBXSMM_CASES)
+def test_libxsmm_backend(library: KernelLibrary, case: Case) -> None:
+    mk = check(library, case)
+    assert mk.backend == "libxsmm" and "-lxsmm" in mk.link_flags
+
+
+@needs_libxsmm
+@pytest.mark.parametrize("lay, dtype", [("strided", "float32"), ("nt", "float32"),
+                                        ("m-major", "float32"), ("negative", "float32"), ("dense", "bfloat16")])
+def test_libxsmm_refuses_what_it_cannot_express(lay: str, dtype: str) -> None:
+    with pytest.raises(ScheduleError):
+        choose_microkernel(spec_for((8, 8, 8), lay, "one", dtype=dtype), "avx2", "k",
+                           backend="libxsmm")
+
+
+def test_auto_is_polydls_own_kernel() -> None:
+    for lay in LAYOUTS:
+        mk = choose_microkernel(spec_for((8, 8, 8), lay, "one"), "avx2", "k", backend="auto")
+        assert mk.backend == "polydl" and mk.link_flags == ()
