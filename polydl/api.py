@@ -18,10 +18,10 @@ from polydl.codegen.targets import generate
 from polydl.errors import PolyDLError
 from polydl.frontends import builders, load_spec
 from polydl.ir import LoopNest, fingerprint
+from polydl.machine import current_machine
 from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, build_model
 from polydl.reference import make_reference
-from polydl.machine import current_machine
 from polydl.runtime.cache import content_key, read_lowering, write_lowering
 from polydl.runtime.kernel import Kernel
 from polydl.runtime.toolchain import build_shared_library

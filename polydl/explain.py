@@ -9,8 +9,8 @@ from __future__ import annotations
 import islpy as isl
 
 from polydl.api import Compilation
-from polydl.poly.counting import count_points
 from polydl.machine import current_machine
+from polydl.poly.counting import count_points
 from polydl.poly.dependences import Dependences
 from polydl.schedules.rank import rank
 

@@ -9,7 +9,6 @@ elements. Nothing here knows about isl or C beyond the small renderers `to_isl` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Union
 
 from polydl.errors import SourcePosition
 
@@ -99,7 +98,7 @@ class IntMinMax:
         return text
 
 
-IntExpr = Union[IntConst, IntVar, IntBinary, IntNeg, IntMinMax]
+IntExpr = IntConst | IntVar | IntBinary | IntNeg | IntMinMax
 
 
 def int_vars(expr: IntExpr) -> frozenset[str]:
@@ -204,7 +203,7 @@ class Select:
     if_false: Expr
 
 
-Expr = Union[Const, Load, IndexValue, Unary, Binary, Call, Select]
+Expr = Const | Load | IndexValue | Unary | Binary | Call | Select
 
 # float function name -> number of arguments. The double form drops the trailing "f".
 MATH_FUNCTIONS: dict[str, int] = {
@@ -315,7 +314,7 @@ class Guard:
     position: SourcePosition | None = field(default=None, compare=False)
 
 
-Node = Union[Loop, Guard, Statement]
+Node = Loop | Guard | Statement
 
 DTYPES: dict[str, str] = {
     # polydl dtype -> C element type

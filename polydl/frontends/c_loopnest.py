@@ -9,7 +9,10 @@ to array elements. Anything else is a `SpecError` at the construct, saying what 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pycparser import c_ast
 
@@ -38,6 +41,10 @@ ELEMENT_TYPES = {"float": "float32", "double": "float64"}
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
 # stage walks the nest recursively.
 MAX_NESTING = 50
+# pycparser recurses per nesting level; Python's recursion limit must trip before the C stack.
+PARSER_STACK_BYTES = 256 * 1024 * 1024
+_STACK_LOCK = threading.Lock()
+T = TypeVar("T")
 STATEMENT_OPS = ("=", "+=", "-=", "*=")
 _LOOP_FORM = "for (int i = LO; i < HI; i++)"
 _BODY_FORM = "the body holds for loops, if guards and assignments to array elements"
@@ -57,11 +64,41 @@ def parse_c(text: str, filename: str = "<spec>") -> LoopNest:
 
 
 def read_c(text: str, filename: str = "<spec>") -> CSpec:
+    return on_large_stack(_read_c, text, filename)
+
+
+def _read_c(text: str, filename: str) -> CSpec:
     ast = parse_translation_unit(text, filename)
     try:
         return _FunctionReader(Scope(filename, text)).read(ast)
     except RecursionError:
         raise SpecError("the spec is nested too deeply", filename) from None
+
+
+def on_large_stack(function: Callable[..., T], *args: object) -> T:
+    """Run `function` in a thread with a large C stack, so that deep input ends in Python's
+    RecursionError (a SpecError) and not in a stack overflow: callers' threads (test
+    runners, servers) may have small stacks."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(function(*args))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    with _STACK_LOCK:
+        previous = threading.stack_size(PARSER_STACK_BYTES)
+        try:
+            worker = threading.Thread(target=run, name="polydl-parse")
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+    worker.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 class _FunctionReader:

@@ -8,8 +8,8 @@ order, since polydl never renames or expands arrays).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import weakref
+from dataclasses import dataclass
 from functools import cached_property
 
 import islpy as isl

@@ -5,7 +5,6 @@ from polydl.frontends.c_loopnest import parse_c
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
-
 from tests.poly.test_model import MATMUL, WAVEFRONT
 
 
