@@ -151,7 +151,8 @@ class Kernel:
 
 
 # Loaded libraries stay loaded for the life of the process: unloading one whose OpenMP runtime
-# came in with it would unmap code that OpenMP's idle worker threads still run.
+# came in with it would unmap code that OpenMP's idle worker threads still run, and LIBXSMM
+# putenv()s strings that live inside the library.
 _LOADED: dict[Path, tuple[cffi.FFI, Any, Any]] = {}
 _LOCK = threading.Lock()
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import os
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +80,15 @@ def gcc(sources: list[str], out: Path, link: bool, flags: tuple[str, ...] = ()) 
     c_file = out.with_suffix(".c")
     c_file.write_text("\n".join(sources))
     mode = ["-shared", "-fPIC"] if link else ["-c", "-fPIC"]
-    cmd = [GCC, "-O2", "-std=gnu11", "-Wall", "-Werror", *mode, str(c_file), "-o", str(out)]
+    extra = shlex.split(os.environ.get("POLYDL_TEST_CFLAGS", ""))  # e.g. -fsanitize=address
+    cmd = [GCC, "-O2", "-std=gnu11", "-Wall", "-Werror", *extra, *mode, str(c_file), "-o", str(out)]
     return subprocess.Popen([*cmd, *(flags if link else ())], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+# Never unloaded: LIBXSMM putenv()s strings that live in the library, so unloading it would
+# leave dangling pointers in the process environment (the runtime keeps libraries loaded too).
+_LOADED: list[object] = []
 
 
 class KernelLibrary:
@@ -109,6 +117,7 @@ class KernelLibrary:
             output, _ = proc.communicate()
             assert proc.returncode == 0, f"{out.with_suffix('.c')}:\n{output[:5000]}"
             lib = self.ffi.dlopen(str(out)) if runnable else None
+            _LOADED.append((self.ffi, lib))
             self.libraries.append(lib)
             for case, mk, entry in part:
                 self.entries[case] = (mk, entry, len(self.libraries) - 1)
