@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Run a polydl benchmark suite against the reference libraries; see benchmarks/README.md.
+
+    python benchmarks/run.py --suite gemm
+    python benchmarks/run.py --suite resnet50 --case conv1 --case res2_3x3 --repeat 5
+
+Same as `polydl bench`, plus a default JSON path (benchmarks/results/SUITE.json), a per-case
+timing budget and the choice of a warm compile cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", default="gemm", choices=["gemm", "resnet50"])
+    p.add_argument("--json", metavar="FILE",
+                   help="write the report here (default: benchmarks/results/SUITE.json)")
+    p.add_argument("--no-json", action="store_true", help="print the table only")
+    p.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
+    p.add_argument("--repeat", type=int, default=10, help="rounds per case, at most (default 10)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="timing seconds per case (default: 10 for gemm, 12 for resnet50)")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="use the normal compile cache instead of a fresh one (compile column "
+                        "then shows cache hits, not cold compiles)")
+    p.add_argument("--layout", action="append", choices=["nchw16c", "nchw"],
+                   help="conv layouts polydl may use, in order of preference (default: "
+                        "nchw16c, then nchw if the blocked kernel does not build or verify)")
+    p.add_argument("--compare-layouts", action="store_true",
+                   help="build every layout and keep the fastest (one more compile per layer)")
+    args = p.parse_args(argv)
+
+    from polydl import bench
+
+    json_path = None if args.no_json else (
+        args.json or str(ROOT / "benchmarks" / "results" / f"{args.suite}.json"))
+    return bench.main(
+        args.suite, json_path, args.case or None, args.repeat,
+        budget_s=args.budget, cold_cache=not args.warm_cache,
+        layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
+        compare_layouts=args.compare_layouts,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

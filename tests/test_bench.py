@@ -1,0 +1,235 @@
+"""The benchmark harness: suites, report fields, ratio and target logic, one tiny real run.
+
+Speed is never asserted here; the benchmark itself reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polydl import bench
+from polydl.bench import Case, Environment, Row
+from polydl.machine import Machine
+
+
+# ------------------------------------------------------------------------------ suites
+def test_resnet50_suite_has_every_conv_layer_at_batch_2() -> None:
+    cases = bench.load_suite("resnet50")
+    assert len(cases) == 20
+    names = [c.name for c in cases]
+    assert names[0] == "conv1" and "res2_3x3" in names and names[-1] == "res5_1x1c"
+    assert all(c.primitive == "conv2d" and c.dtype == "float32" for c in cases)
+    assert all(c.size["N"] == 2 for c in cases)
+    conv1 = cases[0]
+    assert conv1.output_hw == (112, 112)
+    assert conv1.flops == 2 * 2 * 64 * 3 * 7 * 7 * 112 * 112
+
+
+def test_gemm_suite_has_the_issue_shapes() -> None:
+    cases = {c.name: c for c in bench.load_suite("gemm")}
+    assert {"square_512", "square_1024", "square_2048", "fc_resnet50", "bert_ffn2",
+            "skinny_tall", "odd_primes"} <= set(cases)
+    assert cases["odd_primes"].size == {"M": 257, "N": 131, "K": 509}
+    assert cases["odd_primes"].flops == 2 * 257 * 131 * 509
+    assert cases["odd_primes"].shape == "257x131x509"
+
+
+def test_suite_data_is_a_copy_of_the_shared_files() -> None:
+    shared = Path(__file__).resolve().parents[2] / "shared" / "bench"
+    if not shared.is_dir():
+        pytest.skip("no shared bench folder beside the checkout")
+    package = Path(bench.__file__).parent / "data"
+    for name in ("gemm.json", "resnet50_conv.json"):
+        assert json.loads((package / name).read_text()) == json.loads((shared / name).read_text())
+
+
+def test_unknown_suite_and_case_are_bench_errors() -> None:
+    with pytest.raises(bench.BenchError, match="unknown suite"):
+        bench.load_suite("vgg")
+    with pytest.raises(bench.BenchError, match="unknown case 'nope'"):
+        bench.select_cases(bench.load_suite("gemm"), ["square_512", "nope"])
+    picked = bench.select_cases(bench.load_suite("gemm"), ["odd_primes", "square_512"])
+    assert [c.name for c in picked] == ["odd_primes", "square_512"]
+
+
+# ------------------------------------------------------------------------------ references
+@pytest.mark.parametrize("stride, padding, r", [(1, 0, 1), (1, 1, 3), (2, 3, 7), (2, 0, 1)])
+def test_numpy_conv2d_matches_the_loop_definition(stride: int, padding: int, r: int) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 9, 11))
+    w = rng.standard_normal((4, 3, r, r))
+    got = bench.numpy_conv2d(x, w, stride, padding)
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    p = (9 + 2 * padding - r) // stride + 1
+    q = (11 + 2 * padding - r) // stride + 1
+    want = np.zeros((2, 4, p, q))
+    for i in range(p):
+        for j in range(q):
+            patch = xp[:, :, i * stride:i * stride + r, j * stride:j * stride + r]
+            want[:, :, i, j] = np.einsum("ncrs,kcrs->nk", patch, w)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("isa, lanes, accumulators", [
+    ("avx512bf16", 16, 24), ("avx512", 16, 24), ("avx2", 8, 12), ("scalar", 1, 12),
+])
+def test_peak_loop_source_per_isa(isa: str, lanes: int, accumulators: int) -> None:
+    source, got_lanes, got_accs, _ = bench.peak_source(isa)
+    assert (got_lanes, got_accs) == (lanes, accumulators)
+    assert f"acc{accumulators - 1}" in source and f"acc{accumulators}" not in source
+    assert "omp parallel" in source
+
+
+def test_peak_loop_runs_on_this_machine() -> None:
+    peak = bench.FmaPeak(bench.current_machine())
+    try:
+        samples = peak.measure(samples=1)
+    finally:
+        peak.close()
+    assert peak.threads >= 1 and len(samples) == 1 and samples[0] > 0
+
+
+def test_plan_stays_within_repeat_and_budget() -> None:
+    rounds, inner = bench.plan({"polydl": 0.01, "numpy": 0.01}, repeat=100, budget_s=1.0)
+    # one round: 2 runners x (1 untimed + 3 samples) x 10 ms = 80 ms
+    assert rounds == 12 and inner == {"polydl": 1, "numpy": 1}
+    rounds, inner = bench.plan({"polydl": 1e-5}, repeat=4, budget_s=100.0)
+    assert rounds == 4 and inner["polydl"] == 100
+    assert bench.plan({"polydl": 10.0}, repeat=10, budget_s=1.0)[0] == 1
+
+
+def test_interleaved_timing_alternates_runners() -> None:
+    calls: list[str] = []
+    runners = [bench.Runner(n, lambda n=n: calls.append(n), lambda: np.zeros(1)) for n in "ab"]
+    samples = bench.time_interleaved(runners, rounds=2, inner={"a": 1, "b": 2})
+    assert {n: len(v) for n, v in samples.items()} == {"a": 6, "b": 6}
+    per_round = 1 + bench.SAMPLES_PER_ROUND * 1 + 1 + bench.SAMPLES_PER_ROUND * 2
+    assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
+
+
+# ------------------------------------------------------------------------------ rows, targets
+def _row(case: str, polydl: float | None, status: str = "ok", **refs: float) -> Row:
+    return Row(case=case, shape="2x3x4", flops=48, polydl_gflops=polydl,
+               references={k.replace("_", "."): v for k, v in refs.items()}, status=status,
+               relative_error=1e-7, compile_s=1.5, variant="nchw16c", schedule="order n > k",
+               peak_gflops=200.0)
+
+
+def test_row_ratio_is_against_the_best_reference() -> None:
+    row = _row("a", 90.0, numpy=30.0, torch_nchw=100.0, torch_mkldnn=120.0)
+    assert row.best_reference == ("torch.mkldnn", 120.0)
+    assert row.ratio == pytest.approx(0.75)
+    assert row.ratio_vs(("numpy",)) == pytest.approx(3.0)
+    assert row.peak_percent == pytest.approx(45.0)
+    assert _row("b", 90.0, status="FAILED", numpy=30.0).ratio is None
+    assert _row("c", None, status="ERROR").ratio is None
+
+
+def test_geometric_mean() -> None:
+    assert bench.geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert bench.geometric_mean([]) is None
+
+
+def test_resnet50_target_needs_geomean_and_every_layer() -> None:
+    target = bench.TARGETS["resnet50"]
+    met = bench.evaluate_target(target, [_row("a", 110.0, torch_nchw=100.0),
+                                         _row("b", 95.0, torch_nchw=100.0, numpy=200.0)])
+    assert met.met is True and met.geomean == pytest.approx(math.sqrt(1.1 * 0.95))
+    low_layer = bench.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
+                                               _row("b", 70.0, torch_nchw=100.0)])
+    assert low_layer.met is False and low_layer.minimum_case == "b"
+    low_mean = bench.evaluate_target(target, [_row("a", 90.0, torch_nchw=100.0)])
+    assert low_mean.met is False
+    failed = bench.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
+                                            _row("b", 300.0, "FAILED", torch_nchw=100.0)])
+    assert failed.met is False and "failed" in failed.note
+    no_torch = bench.evaluate_target(target, [_row("a", 200.0, numpy=100.0)])
+    assert no_torch.met is None and "not evaluated" in no_torch.note
+
+
+def test_gemm_target_is_numpy_on_every_shape() -> None:
+    target = bench.TARGETS["gemm"]
+    rows = [_row("a", 100.0, numpy=100.0, torch_matmul=150.0), _row("b", 120.0, numpy=110.0)]
+    assert bench.evaluate_target(target, rows).met is True
+    rows.append(_row("c", 99.0, numpy=100.0))
+    result = bench.evaluate_target(target, rows)
+    assert result.met is False and result.minimum_case == "c"
+
+
+def _environment(torch_version: str | None = "2.13.0+cpu") -> Environment:
+    machine = Machine(isa="avx2", cores=2, model="Test CPU")
+    return Environment(machine, 2, 200.0, [199.0, 200.0, 201.0], torch_version)
+
+
+def test_report_table_and_json_fields(tmp_path: Path) -> None:
+    rows = [
+        _row("conv1", 80.0, numpy=20.0, torch_nchw=100.0, torch_mkldnn=90.0),
+        _row("res2_3x3", 120.0, numpy=30.0, torch_nchw=100.0, torch_mkldnn=110.0),
+        Row(case="res5_3x3", shape="s", flops=1, polydl_gflops=None, references={},
+            status="ERROR", message="ScheduleError: no legal schedule"),
+    ]
+    text = bench.format_report("resnet50", _environment(), rows)
+    for word in ("case", "shape", "layout", "polydl", "best ref", "ratio", "%peak", "compile s",
+                 "check", "torch.nchw", "torch.mkldnn", "0.80", "40", "ok 1e-07", "ERROR",
+                 "ScheduleError: no legal schedule", "geomean ratio", "MISSED", "200.0 GFLOP/s"):
+        assert word in text, word
+
+    report = bench.report_json("resnet50", _environment(), rows, {"repeat": 3})
+    path = tmp_path / "out" / "report.json"
+    bench.write_json(path, report)
+    data = json.loads(path.read_text())
+    assert set(data) == {"suite", "time", "environment", "settings", "rows", "summary"}
+    assert data["environment"]["machine"]["isa"] == "avx2"
+    assert data["environment"]["peak_gflops"] == 200.0
+    row = data["rows"][0]
+    for key in ("case", "shape", "flops", "polydl_gflops", "references", "best_reference",
+                "best_reference_gflops", "ratio", "peak_percent", "compile_s", "status",
+                "relative_error", "variant", "schedule", "rounds", "samples"):
+        assert key in row, key
+    assert row["best_reference"] == "torch.nchw" and row["ratio"] == pytest.approx(0.8)
+    summary = data["summary"]
+    assert summary["geomean_ratio"] == pytest.approx(math.sqrt(0.8 * 120 / 110))
+    assert summary["failed"] == ["res5_3x3"] and summary["target"]["met"] is False
+
+
+def test_report_without_torch_says_numpy_only() -> None:
+    text = bench.format_report("gemm", _environment(None), [_row("a", 10.0, numpy=5.0)])
+    assert "PyTorch not installed: numpy only" in text and "MET" in text
+
+
+# ------------------------------------------------------------------------------ real runs
+@pytest.fixture
+def prepared_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in this process (the harness would otherwise start a child with these set)."""
+    for name, value in bench.thread_environment(bench.current_machine()).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_tiny_real_gemm_run(
+    prepared_threads: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gemm.json"
+    assert bench.main("gemm", str(path), ["odd_primes"], 1, budget_s=0.2) == 0
+    out = capsys.readouterr().out
+    assert "odd_primes" in out and "numpy" in out and "geomean ratio" in out
+    data = json.loads(path.read_text())
+    (row,) = data["rows"]
+    assert row["status"] == "ok" and row["relative_error"] < 1e-4
+    assert row["polydl_gflops"] > 0 and row["references"]["numpy"] > 0
+    assert row["schedule"] and row["compile_s"] > 0
+
+
+def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
+    case = Case("tiny", "conv2d", (("N", 1), ("C", 16), ("K", 32), ("H", 6), ("W", 6),
+                                   ("R", 3), ("S", 3), ("stride", 1), ("padding", 1)))
+    row = bench.bench_case(case, None, repeat=1, budget_s=0.2, peak_gflops=100.0,
+                           compare_layouts=True)
+    assert row.status == "ok", row.message
+    assert set(row.variants) == {"nchw16c", "nchw"} and row.variant in row.variants
+    assert set(row.references) == {"numpy"}
+    assert row.relative_error is not None and row.relative_error < 1e-4
