@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="use the normal compile cache instead of a fresh one (compile column "
                         "then shows cache hits, not cold compiles)")
     p.add_argument("--layout", action="append", choices=["nchw16c", "nchw"],
-                   help="conv layouts polydl may use, in order of preference (default: "
-                        "nchw16c, then nchw if the blocked kernel does not build or verify)")
-    p.add_argument("--compare-layouts", action="store_true",
-                   help="build every layout and keep the fastest (one more compile per layer)")
+                   help="conv layouts polydl may use (repeatable; default: both)")
+    p.add_argument("--first-layout", action="store_true",
+                   help="use the first layout that builds and verifies instead of building "
+                        "each and keeping the fastest (one compile per layer instead of two)")
     args = p.parse_args(argv)
 
     from polydl import bench
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         args.suite, json_path, args.case or None, args.repeat,
         budget_s=args.budget, cold_cache=not args.warm_cache,
         layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
-        compare_layouts=args.compare_layouts,
+        compare_layouts=not args.first_layout,
     )
 
 

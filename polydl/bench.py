@@ -37,8 +37,10 @@ SUITE_FILES = {"gemm": "gemm.json", "resnet50": "resnet50_conv.json"}
 DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0}
 SAMPLES_PER_ROUND = 3  # timed samples of each runner per round, after one untimed call
 MIN_SAMPLE_S = 1e-3  # a sample of a fast call times this long a batch of calls
-# Conv layouts polydl may use, in order of preference: the first that builds and verifies is
-# used, or, when layouts are compared, the fastest of those that do (each costs a compile).
+NOISY_SHARE = 0.10  # other processes' share of the CPU time above which the report warns
+# Conv layouts polydl may use. By default each is built and the fastest that verifies is kept
+# (the blocked one loses where C is not a multiple of 16, e.g. conv1's C=3); without the
+# comparison, the first that builds and verifies is used.
 CONV_LAYOUTS = ("nchw16c", "nchw")
 
 
@@ -564,7 +566,8 @@ class Environment:
     peak_gflops: float
     peak_samples: list[float]
     torch_version: str | None
-    load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load at the start and the end
+    # share of the machine's CPU time that other processes used during the run (None: unknown)
+    other_cpu_share: float | None = None
     numpy_version: str = np.__version__
     polydl_version: str = __version__
     python: str = platform.python_version()
@@ -628,10 +631,11 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
         f"machine  {m.model}, {m.isa}, {m.cores} cores; {env.threads} threads for every side",
         f"peak     {env.peak_gflops:.1f} GFLOP/s fp32 (FMA loop, best of "
         f"{len(env.peak_samples)} samples; median {statistics.median(env.peak_samples):.0f})",
-        f"load     {env.load_average[0]:.1f} at the start, {env.load_average[1]:.1f} at the end "
-        f"(1-minute average; this run adds about {env.threads})"
-        + ("" if max(env.load_average[0], env.load_average[1] - env.threads) < 1.0 else
-           ": other work competes for the cores, expect noise"),
+        "others   " + ("unknown" if env.other_cpu_share is None else
+                         f"{100 * env.other_cpu_share:.0f}% of the CPU time went to other work "
+                         "during the run")
+        + ("" if (env.other_cpu_share or 0.0) < NOISY_SHARE else
+           ": the cores were shared, expect noise"),
         "refs     numpy " + env.numpy_version + (
             f", PyTorch {env.torch_version} (oneDNN: NCHW, channels_last, mkldnn blocked)"
             if env.torch_version else "; PyTorch not installed: numpy only"),
@@ -735,9 +739,10 @@ def _build_polydl(
     if len(good) > 1:
         runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b, _, _ in good]
         single = {r.name: time_call(r.run, 1) for r in runners}
-        rounds, inner = plan(single, min(repeat, 3), 2.0)
+        rounds, inner = plan(single, min(repeat, 5), 3.0)
         samples = time_interleaved(runners, rounds, inner)
-        speeds = {n: case.flops / statistics.median(v) / 1e9 for n, v in samples.items()}
+        # chosen by the fastest sample: one burst of other work cannot flip the choice
+        speeds = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
         good.sort(key=lambda b: -speeds[b[0].variant])
     build, ok, err = good[0]
     return build, ok, err, speeds, problems
@@ -745,7 +750,7 @@ def _build_polydl(
 
 def bench_case(
     case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
-    layouts: Sequence[str] = CONV_LAYOUTS, compare_layouts: bool = False, seed: int = 0,
+    layouts: Sequence[str] = CONV_LAYOUTS, compare_layouts: bool = True, seed: int = 0,
 ) -> Row:
     rng = np.random.default_rng(seed)
     s = case.size
@@ -823,11 +828,35 @@ def private_compile_cache(enabled: bool) -> Iterator[None]:
                 os.environ["POLYDL_CACHE_DIR"] = saved
 
 
-def _load_average() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return 0.0
+class CpuMeter:
+    """The share of the machine's CPU time that other processes take while this one runs:
+    busy time from /proc/stat less this process's and its children's (the C compiler)."""
+
+    def __init__(self) -> None:
+        self._start = self._read(), time.perf_counter()
+
+    @staticmethod
+    def _read() -> tuple[float, float] | None:
+        import resource
+
+        try:
+            ticks = [int(f) for f in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+        own = sum(
+            r.ru_utime + r.ru_stime
+            for r in (resource.getrusage(resource.RUSAGE_SELF),
+                      resource.getrusage(resource.RUSAGE_CHILDREN))
+        )
+        return busy, own
+
+    def other_share(self) -> float | None:
+        (start, t0), end = self._start, self._read()
+        wall = (time.perf_counter() - t0) * (os.cpu_count() or 1)
+        if start is None or end is None or wall <= 0:
+            return None
+        return max(0.0, (end[0] - start[0]) - (end[1] - start[1])) / wall
 
 
 def _one_line(exc: BaseException) -> str:
@@ -848,7 +877,7 @@ def main(
     budget_s: float | None = None,
     cold_cache: bool = True,
     layouts: Sequence[str] = CONV_LAYOUTS,
-    compare_layouts: bool = False,
+    compare_layouts: bool = True,
 ) -> int:
     """Run `suite` (or only `cases` of it): print the table, write `json_path` if given.
 
@@ -890,7 +919,7 @@ def _run(
     torch = import_torch(threads)
     _progress(f"bench {suite}: {len(selected)} case(s), {threads} threads, "
               f"{'PyTorch ' + torch.__version__ if torch else 'no PyTorch (numpy only)'}")
-    load_start = _load_average()
+    meter = CpuMeter()
     peak = FmaPeak(machine)
     try:
         peak_samples = peak.measure()
@@ -917,7 +946,7 @@ def _run(
         row.peak_gflops = peak_gflops
     env = Environment(machine, threads, peak_gflops, peak_samples,
                       torch.__version__ if torch is not None else None,
-                      (load_start, _load_average()))
+                      meter.other_share())
     print(format_report(suite, env, rows), flush=True)
     if json_path:
         settings = {"repeat": repeat, "budget_s": budget, "cold_cache": cold_cache,

@@ -10,9 +10,9 @@ compile where the CPU lacks AVX-512F.
 from __future__ import annotations
 
 import itertools
-import shutil
 import os
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
