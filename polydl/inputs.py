@@ -6,8 +6,7 @@ import numpy as np
 
 from polydl.codegen.artifact import KernelArgument
 from polydl.reference import f32_to_bf16
-
-NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.uint16}
+from polydl.runtime.kernel import NUMPY_DTYPES
 
 
 def random_array(arg: KernelArgument, rng: np.random.Generator) -> np.ndarray:
