@@ -105,7 +105,11 @@ def test_plan_stays_within_repeat_and_budget() -> None:
 
 def test_interleaved_timing_alternates_runners() -> None:
     calls: list[str] = []
-    runners = [bench.Runner(n, lambda n=n: calls.append(n), lambda: np.zeros(1)) for n in "ab"]
+
+    def runner(name: str) -> bench.Runner:
+        return bench.Runner(name, lambda: calls.append(name), lambda: np.zeros(1))
+
+    runners = [runner("a"), runner("b")]
     samples = bench.time_interleaved(runners, rounds=2, inner={"a": 1, "b": 2})
     assert {n: len(v) for n, v in samples.items()} == {"a": 6, "b": 6}
     per_round = 1 + bench.SAMPLES_PER_ROUND * 1 + 1 + bench.SAMPLES_PER_ROUND * 2
