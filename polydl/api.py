@@ -19,7 +19,6 @@ from polydl.errors import PolyDLError
 from polydl.frontends import builders, load_spec
 from polydl.ir import LoopNest, fingerprint
 from polydl.machine import current_machine
-from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, build_model
 from polydl.reference import make_reference
 from polydl.runtime.cache import content_key, read_lowering, write_lowering
@@ -47,9 +46,7 @@ class Compilation:
 
     @property
     def flops(self) -> int:
-        return sum(
-            count_points(s.domain) * s.statement.flops for s in self.model.statements
-        )
+        return self.model.flops
 
 
 def choose_schedule(model: PolyModel, schedule: ScheduleArg) -> Schedule:

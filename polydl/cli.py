@@ -33,11 +33,16 @@ def _params(values: list[str]) -> dict[str, int]:
     return out
 
 
-def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]
-    from polydl.api import lower
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from polydl.frontends import load_spec
 
-    nest, params = load_spec(args.spec, _params(args.param) or None)
+    return load_spec(args.spec, _params(args.param) or None)
+
+
+def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]
+    from polydl.api import lower
+
+    nest, params = _load(args)
     return lower(nest, params, target, getattr(args, "schedule", "auto"))
 
 
@@ -56,11 +61,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from polydl.api import build_kernel
-    from polydl.frontends import load_spec
     from polydl.inputs import random_inputs
     from polydl.verify import compare
 
-    nest, params = load_spec(args.spec, _params(args.param) or None)
+    nest, params = _load(args)
     kernel = build_kernel(nest, params)
     inputs = random_inputs(kernel.arguments, seed=args.seed)
     outputs = kernel(*inputs)
@@ -97,11 +101,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from polydl.frontends import load_spec
     from polydl.schedules.database import TuningDatabase
     from polydl.tuning import tune
 
-    nest, params = load_spec(args.spec, _params(args.param) or None)
+    nest, params = _load(args)
     db = TuningDatabase(args.db) if args.db else None
     result = tune(nest, params, trials=args.trials, db=db)
     print(f"best     {result.best.seconds * 1e3:.3f} ms  {result.best.schedule.describe()}")

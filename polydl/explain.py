@@ -11,7 +11,7 @@ import islpy as isl
 from polydl.api import Compilation
 from polydl.machine import current_machine
 from polydl.poly.counting import count_points
-from polydl.poly.dependences import Dependences
+from polydl.poly.dependences import dependences_of
 from polydl.schedules.rank import rank
 
 
@@ -36,7 +36,7 @@ def explain(c: Compilation, ranking: int = 5) -> str:
         lines.append(f"    domain: {s.domain}  ({count_points(s.domain)} instances)")
         for acc in s.accesses:
             lines.append(f"    {'write' if acc.is_write else 'read '}: {acc.relation}")
-    deps = Dependences(model)
+    deps = dependences_of(model)
     lines.append("")
     lines.append("dependences (flow, value-based):")
     flow = _maps(deps.flow)

@@ -67,21 +67,25 @@ class Dependences:
         its source and sink agree on dimensions before `dim` and differ at `dim`.
 
         A loop at a dimension that carries nothing may run its iterations in parallel."""
-        deps = self.all
-        if deps.is_empty():
-            return False
-        in_time = deps.apply_domain(schedule).apply_range(schedule)
-        for m in _maps(in_time):
-            if dim >= m.dim(isl.dim_type.in_):
-                continue
-            for d in range(dim):
-                m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
-            if not _dim_is_zero(m.deltas(), dim):
-                return True
-        return False
+        return carries(self.all, schedule, dim)
 
     def is_parallel(self, schedule: isl.UnionMap, dim: int) -> bool:
         return not self.carried_at(schedule, dim)
+
+
+def carries(relation: isl.UnionMap, schedule: isl.UnionMap, dim: int) -> bool:
+    """True if some pair of `relation` is carried by output dimension `dim` of `schedule`."""
+    if relation.is_empty():
+        return False
+    in_time = relation.apply_domain(schedule).apply_range(schedule)
+    for m in _maps(in_time):
+        if dim >= m.dim(isl.dim_type.in_):
+            continue
+        for d in range(dim):
+            m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        if not _dim_is_zero(m.deltas(), dim):
+            return True
+    return False
 
 
 def _dim_is_zero(deltas: isl.Set, dim: int) -> bool:

@@ -24,6 +24,7 @@ from polydl.ir import (
     Node,
     Statement,
 )
+from polydl.poly.counting import count_points
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,6 +52,11 @@ class StatementModel:
         return tuple(loop.var for loop in self.loops)
 
     @property
+    def flops(self) -> int:
+        """Floating-point operations of all the statement's instances."""
+        return count_points(self.domain) * self.statement.flops
+
+    @property
     def write(self) -> AccessModel:
         return next(a for a in self.accesses if a.is_write)
 
@@ -76,6 +82,10 @@ class PolyModel:
 
     def statement(self, name: str) -> StatementModel:
         return next(s for s in self.statements if s.name == name)
+
+    @cached_property
+    def flops(self) -> int:
+        return sum(s.flops for s in self.statements)
 
     @cached_property
     def schedule_width(self) -> int:

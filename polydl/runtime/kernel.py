@@ -18,6 +18,7 @@ import cffi
 import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.codegen.c_target import c_parameters
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.schedules.schedule import Schedule
@@ -161,15 +162,11 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
     with _LOCK:
         if library_path not in _LOADED:
             ffi = cffi.FFI()
-            ffi.cdef(f"int {code.function}({', '.join(_c_parameters(code.arguments))});")
+            ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
             lib = ffi.dlopen(str(library_path))
             _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
         ffi, function, _ = _LOADED[library_path]
         return ffi, function
-
-
-def _c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
-    return [f"{'const ' if a.is_input else ''}{a.c_type} *{a.name}" for a in arguments]
 
 
 def _result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:

@@ -18,7 +18,7 @@ import islpy as isl
 from polydl.errors import ScheduleError
 from polydl.ir import Loop
 from polydl.poly.counting import count_points
-from polydl.poly.dependences import Dependences, dependences_of
+from polydl.poly.dependences import Dependences, carries, dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.microkernel import MicrokernelCall, bind_microkernel
 from polydl.schedules.schedule import (
@@ -43,13 +43,6 @@ class GroupPlan:
     # instances in `schedule_map` are then points of the outer loops, not of the statement.
     calls: dict[str, MicrokernelCall] = field(default_factory=dict)
 
-    @property
-    def domain(self) -> isl.UnionSet:
-        out = isl.UnionSet("{ }")
-        for s in self.statements:
-            out = out.union(isl.UnionSet.from_set(s.domain))
-        return out
-
 
 @dataclass(frozen=True, eq=False)
 class ScheduledNest:
@@ -68,7 +61,7 @@ class ScheduledNest:
 
 
 def statement_work(s: StatementModel) -> int:
-    return count_points(s.domain) * max(s.statement.flops, 1)
+    return count_points(s.domain) * max(s.statement.flops, 1)  # loops without flops still cost
 
 
 def group_statements(model: PolyModel) -> dict[int, tuple[StatementModel, ...]]:
@@ -275,30 +268,12 @@ def _parallel_at(
     its variable, else by the exact test."""
     if dim < len(order) and loop_var(order[dim]) in band_deps.still:
         return True
-    return _is_parallel(band_deps.relation, smap, dim)
+    return not carries(band_deps.relation, smap, dim)
 
 
 def loop_is_parallel(model: PolyModel, plan: GroupPlan, dim: int) -> bool:
     band_deps = band_dependences(dependences_of(model), plan.statements)
     return _parallel_at(band_deps, plan.schedule_map, plan.order, dim)
-
-
-def _is_parallel(plan_deps: isl.UnionMap, smap: isl.UnionMap, dim: int) -> bool:
-    if plan_deps.is_empty():
-        return True
-    in_time = plan_deps.apply_domain(smap).apply_range(smap)
-    maps: list[isl.Map] = []
-    in_time.foreach_map(maps.append)
-    for m in maps:
-        for d in range(dim):
-            m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
-        deltas = m.deltas()
-        zero = isl.Set.universe(deltas.get_space()).fix_val(
-            isl.dim_type.set, dim, isl.Val.zero(deltas.get_ctx())
-        )
-        if not deltas.is_subset(zero):
-            return False
-    return True
 
 
 def _sample(deps: isl.UnionMap) -> str:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from polydl.errors import ScheduleError
 from polydl.machine import Machine
-from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules.apply import (
@@ -206,7 +205,7 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
             inner = ws[-1] if ws else None
             traffic[name] = inner.bytes(machine.cache_line_bytes) * inner.executions if inner else 0
         traffic[name] = max(traffic[name], total_lines_once * machine.cache_line_bytes)
-    flops = sum(count_points(s.domain) * s.statement.flops for s in plan.statements)
+    flops = sum(s.flops for s in plan.statements)
     peak_per_cycle = 2 * 2 * machine.vector_lanes("float32")  # 2 FMA pipes x lanes x 2 flops
     compute = flops / (peak_per_cycle * _mk_efficiency(final, model, machine))
     units = 1
