@@ -17,6 +17,8 @@ from polydl.codegen.artifact import GeneratedCode, code_from_dict, code_to_dict
 from polydl.codegen.targets import generate
 from polydl.errors import PolyDLError
 from polydl.frontends import builders, load_spec
+from polydl.gpu import GPU_TARGETS
+from polydl.gpu_lowering import build_gpu_kernel, lower_gpu
 from polydl.ir import LoopNest, fingerprint
 from polydl.machine import current_machine
 from polydl.poly.model import PolyModel, build_model
@@ -67,6 +69,8 @@ def lower(
     nest: LoopNest, params: Mapping[str, int], target: str = "c", schedule: ScheduleArg = "auto"
 ) -> Compilation:
     """Run the compiler up to generated source (no native compile)."""
+    if target in GPU_TARGETS:
+        return lower_gpu(nest, params, target, schedule)  # type: ignore[return-value]
     model = build_model(nest, dict(params))
     chosen = choose_schedule(model, schedule)
     scheduled = apply_schedule(model, chosen)
@@ -135,6 +139,8 @@ def build_kernel(
     nest: LoopNest, params: Mapping[str, int], target: str = "c", schedule: ScheduleArg = "auto"
 ) -> Kernel:
     """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
+    if target in GPU_TARGETS:
+        return build_gpu_kernel(nest, params, target, schedule)  # type: ignore[no-any-return]
     key = _lowering_key(nest, params, target, schedule)
     record = read_lowering(key) if key else None
     if record is not None:

@@ -23,6 +23,7 @@ class GeneratedCode:
     header: str
     target: str = "c"
     compile_flags: tuple[str, ...] = ()
+    launcher: str = ""  # GPU targets: the host function that launches the kernels of `source`
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -40,4 +41,5 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         header=data["header"],
         target=data["target"],
         compile_flags=tuple(data["compile_flags"]),
+        launcher=data.get("launcher", ""),
     )

@@ -18,6 +18,10 @@ SOURCE_SUFFIX = {"c": ".c", "cuda": ".cu", "hip": ".hip.cpp"}
 
 def write_artifacts(code: GeneratedCode, directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
+    if code.launcher:  # GPU targets: kernels, host launcher, header
+        from polydl.runtime.gpu_toolchain import write_sources
+
+        return write_sources(code, directory)
     paths = {
         "source": directory / f"{code.function}{SOURCE_SUFFIX.get(code.target, '.txt')}",
         "header": directory / f"{code.function}.h",

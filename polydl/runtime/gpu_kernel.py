@@ -1,0 +1,366 @@
+"""`GpuKernel`: a compiled CUDA loop nest as a Python callable.
+
+Takes the generated code and its launcher library (loaded with cffi); returns a callable with the
+CPU `Kernel`'s calling convention and argument checks (`ShapeError` naming the array, the
+expected and the given shape/dtype). Arguments are either all numpy arrays (copied to the
+device and the outputs back) or all device arrays, taken without copies through
+`__cuda_array_interface__` or DLPack (CuPy, PyTorch). With device arrays the launch is
+asynchronous on the default stream, and outputs not passed are allocated with the inputs'
+library (zero-filled).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.codegen.gpu_target import device_parameters
+from polydl.errors import PolyDLError, ShapeError
+from polydl.ir import LoopNest
+from polydl.runtime.kernel import NUMPY_DTYPES, _checked, _result
+
+ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
+
+# DLPack type codes and device types (dlpack.h)
+_DL_FLOAT, _DL_BFLOAT, _DL_CUDA, _DL_CUDA_MANAGED = 2, 4, 2, 13
+_DL_TYPES = {"float32": (_DL_FLOAT, 32), "float64": (_DL_FLOAT, 64), "bfloat16": (_DL_BFLOAT, 16)}
+_CAI_TYPES = {"float32": ("<f4",), "float64": ("<f8",), "bfloat16": ("<V2", "<u2", "|V2")}
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """A device buffer seen through one of the two protocols: pointer, shape, dtype, strides."""
+
+    pointer: int
+    shape: tuple[int, ...]
+    dtype: str | None  # polydl dtype name, None if not one polydl knows
+    given_dtype: str
+    contiguous: bool
+    readonly: bool
+    owner: Any  # keeps the buffer alive while the kernel runs
+
+
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
+    if strides is None:
+        return True
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _from_cai(value: Any) -> DeviceArray:
+    cai = value.__cuda_array_interface__
+    shape = tuple(int(x) for x in cai["shape"])
+    typestr = cai["typestr"]
+    itemsize = int(typestr[2:])
+    dtype = next((name for name, codes in _CAI_TYPES.items() if typestr in codes), None)
+    if dtype == "bfloat16" and "bfloat16" not in str(getattr(value, "dtype", "")):
+        dtype = "uint16"  # plain 16-bit integers are accepted as bfloat16 bits below
+    pointer, readonly = cai["data"]
+    strides = cai.get("strides")
+    return DeviceArray(
+        int(pointer or 0), shape, dtype, typestr,
+        _contiguous(shape, tuple(strides) if strides else None, itemsize), bool(readonly), value,
+    )
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def _from_dlpack(value: Any) -> DeviceArray:
+    device_type, _ = value.__dlpack_device__()
+    if int(device_type) not in (_DL_CUDA, _DL_CUDA_MANAGED):
+        raise ShapeError("<call>", "DLPack array is not on a CUDA device",
+                         expected="a CUDA array", given=f"DLPack device type {device_type}")
+    capsule = value.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # A DLManagedTensor starts with its DLTensor; the capsule (and so the tensor) stays alive
+    # until `capsule` is dropped, after the launch.
+    tensor = _DLTensor.from_address(get(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else None
+    code, bits = tensor.dtype.code, tensor.dtype.bits
+    dtype = next((n for n, t in _DL_TYPES.items() if t == (code, bits)), None)
+    if dtype is None and code == 1 and bits == 16:  # uint16 bits stand for bfloat16
+        dtype = "uint16"
+    given = f"dlpack(code={code}, bits={bits})"
+    return DeviceArray(
+        int(tensor.data or 0) + int(tensor.byte_offset), shape, dtype, given,
+        _contiguous(shape, strides, 1) if strides is None else
+        _contiguous(shape, tuple(s * (bits // 8) for s in strides), bits // 8),
+        False, (value, capsule),
+    )
+
+
+def is_device_array(value: Any) -> bool:
+    return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__") and not isinstance(value, np.ndarray)
+
+
+def device_view(value: Any) -> DeviceArray:
+    if hasattr(value, "__cuda_array_interface__"):
+        try:
+            return _from_cai(value)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass  # e.g. a bfloat16 torch tensor refuses the interface: DLPack below
+    return _from_dlpack(value)
+
+
+def _check_device(arg: KernelArgument, view: DeviceArray) -> None:
+    role = "input" if arg.is_input else "output"
+    dtype_ok = view.dtype == arg.dtype or (arg.dtype == "bfloat16" and view.dtype == "uint16")
+    if not dtype_ok:
+        raise ShapeError(arg.name, f"{role} has the wrong dtype", expected=arg.dtype, given=view.given_dtype)
+    if view.shape != arg.shape:
+        raise ShapeError(arg.name, f"{role} has the wrong shape", expected=arg.shape, given=view.shape)
+    if not view.contiguous:
+        raise ShapeError(arg.name, f"{role} must be C-contiguous", expected="C-contiguous",
+                         given="strided")
+    if not arg.is_input and view.readonly:
+        raise ShapeError(arg.name, "output is read-only", expected="writeable", given="read-only")
+
+
+_LOADED: dict[Path, tuple[cffi.FFI, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
+    with _LOCK:
+        if library_path not in _LOADED:
+            ffi = cffi.FFI()
+            name = code.function
+            ffi.cdef(
+                f"int {name}({', '.join(device_parameters(code.arguments))}, void *stream);\n"
+                f"void *{name}_device_alloc(long bytes);\n"
+                f"int {name}_device_free(void *p);\n"
+                f"int {name}_to_device(void *dst, const void *src, long bytes);\n"
+                f"int {name}_to_host(void *dst, const void *src, long bytes);\n"
+                f"int {name}_synchronize(void *stream);\n"
+                f"int {name}_device_count(void);\n"
+                f"const char *{name}_error_string(int code);\n"
+            )
+            _LOADED[library_path] = (ffi, ffi.dlopen(str(library_path)))
+        return _LOADED[library_path]
+
+
+class GpuKernel:
+    """A compiled GPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
+
+    def __init__(
+        self,
+        code: GeneratedCode,
+        nest: LoopNest,
+        params: Mapping[str, int],
+        schedule: Any,
+        flops: int,
+        reference_impl: ReferenceImpl,
+        library_path: Path,
+    ) -> None:
+        self.code = code
+        self.nest = nest
+        self.params = dict(params)
+        self.schedule = schedule
+        self.flops = flops
+        self.library_path = library_path
+        self._reference_impl = reference_impl
+        self._ffi, self._lib = _load(library_path, code)
+
+    name = property(lambda self: self.code.function)
+    arguments = property(lambda self: self.code.arguments)
+    source = property(lambda self: self.code.source)
+    header = property(lambda self: self.code.header)
+    launcher = property(lambda self: self.code.launcher)
+
+    @property
+    def inputs(self) -> tuple[KernelArgument, ...]:
+        return tuple(a for a in self.arguments if a.is_input)
+
+    @property
+    def outputs(self) -> tuple[KernelArgument, ...]:
+        return tuple(a for a in self.arguments if not a.is_input)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"<polydl.GpuKernel {self.name}({sizes}) {self.schedule.describe()}>"
+
+    # ------------------------------------------------------------------ calling
+    def _fn(self, suffix: str) -> Any:
+        return getattr(self._lib, f"{self.name}{suffix}")
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            message = self._ffi.string(self._fn("_error_string")(status)).decode()
+            raise PolyDLError(f"kernel {self.name}: {what} failed: {message} (error {status})")
+
+    def __call__(self, *args: Any, **named: Any) -> Any:
+        given = self._given(args, named)
+        device = [n for n, v in given.items() if is_device_array(v)]
+        if device and len(device) != len(given):
+            host = next(n for n in given if n not in device)
+            raise ShapeError(host, "mixes host and device arrays: pass all numpy arrays or all "
+                             "device arrays", expected="same kind as " + device[0],
+                             given=type(given[host]).__name__)
+        if device:
+            return self._call_device(given)
+        return self._call_host(given)
+
+    def _given(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
+        inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
+        if len(args) > len(inputs):
+            raise ShapeError(
+                "<call>",
+                f"too many positional arguments: {self.name} takes {len(inputs)} inputs "
+                f"({', '.join(a.name for a in inputs)}); pass outputs by name",
+                expected=len(inputs), given=len(args),
+            )
+        given: dict[str, Any] = {a.name: v for a, v in zip(inputs, args, strict=False)}
+        for name, value in named.items():
+            if name not in by_name:
+                raise ShapeError(name, f"{self.name} has no argument '{name}'",
+                                 expected=", ".join(by_name), given=name)
+            if name in given:
+                raise ShapeError(name, "given both by position and by name")
+            given[name] = value
+        missing = [a.name for a in inputs if a.name not in given]
+        if missing:
+            raise ShapeError(
+                missing[0], f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                expected=", ".join(a.name for a in inputs), given=", ".join(given) or "none",
+            )
+        return given
+
+    def _launch(self, pointers: list[int]) -> None:
+        cast = [self._ffi.cast(f"{a.c_type} *", p) for a, p in zip(self.arguments, pointers, strict=True)]
+        self._check(self._fn("")(*cast, self._ffi.NULL), "launch")
+
+    def _call_host(self, given: dict[str, Any]) -> Any:
+        arrays: dict[str, np.ndarray] = {}
+        outputs: list[np.ndarray] = []
+        for arg in self.arguments:
+            if arg.name in given:
+                arrays[arg.name] = _checked(arg, given[arg.name])
+            else:
+                arrays[arg.name] = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+            if not arg.is_input:
+                outputs.append(given.get(arg.name, arrays[arg.name]))
+        if self._fn("_device_count")() < 1:
+            raise PolyDLError(f"kernel {self.name}: no CUDA device is available")
+        buffers: dict[str, Any] = {}
+        try:
+            for arg in self.arguments:
+                host = arrays[arg.name]
+                ptr = self._fn("_device_alloc")(max(host.nbytes, 1))
+                if ptr == self._ffi.NULL:
+                    raise PolyDLError(f"kernel {self.name}: cannot allocate {host.nbytes} bytes "
+                                      f"on the device for '{arg.name}'")
+                buffers[arg.name] = ptr
+                self._check(self._fn("_to_device")(ptr, self._ffi.cast("void *", host.ctypes.data),
+                                                   host.nbytes), f"copy of '{arg.name}' to the device")
+            self._launch([int(self._ffi.cast("uintptr_t", buffers[a.name])) for a in self.arguments])
+            for arg in self.outputs:
+                host = arrays[arg.name]
+                self._check(self._fn("_to_host")(self._ffi.cast("void *", host.ctypes.data),
+                                                 buffers[arg.name], host.nbytes),
+                            f"copy of '{arg.name}' to the host")
+        finally:
+            for ptr in buffers.values():
+                self._fn("_device_free")(ptr)
+        return _result(outputs)
+
+    def _call_device(self, given: dict[str, Any]) -> Any:
+        views: dict[str, DeviceArray] = {}
+        outputs: list[Any] = []
+        for arg in self.arguments:
+            if arg.name in given:
+                view = device_view(given[arg.name])
+                _check_device(arg, view)
+                views[arg.name] = view
+        for arg in self.outputs:
+            if arg.name not in given:
+                template = given[self.inputs[0].name] if self.inputs else None
+                value = _zeros_like_library(template, arg)
+                given[arg.name] = value
+                views[arg.name] = device_view(value)
+            outputs.append(given[arg.name])
+        self._check_overlap(views)
+        self._launch([views[a.name].pointer for a in self.arguments])
+        return _result(outputs)
+
+    def _check_overlap(self, views: dict[str, DeviceArray]) -> None:
+        spans = {
+            a.name: (views[a.name].pointer,
+                     views[a.name].pointer + int(np.prod(a.shape)) * (2 if a.dtype == "bfloat16" else 8 if a.dtype == "float64" else 4))
+            for a in self.arguments
+        }
+        for out in self.outputs:
+            lo, hi = spans[out.name]
+            for other, (olo, ohi) in spans.items():
+                if other != out.name and lo < ohi and olo < hi:
+                    raise ShapeError(out.name, f"output overlaps argument '{other}'",
+                                     expected="separate memory", given=f"shares memory with '{other}'")
+
+    def synchronize(self) -> None:
+        """Wait for the kernel's launches on the default stream."""
+        self._check(self._fn("_synchronize")(self._ffi.NULL), "synchronize")
+
+    def reference(self, *args: Any, **named: Any) -> Any:
+        """The plain numpy evaluation of the same loop nest (numpy arguments)."""
+        given = self._given(args, named)
+        arrays: dict[str, np.ndarray] = {}
+        outputs: list[np.ndarray] = []
+        for arg in self.arguments:
+            if arg.name in given:
+                array = _checked(arg, given[arg.name])
+                arrays[arg.name] = array if arg.is_input else array.copy()
+            else:
+                arrays[arg.name] = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+            if not arg.is_input:
+                outputs.append(arrays[arg.name])
+        self._reference_impl(arrays)
+        return _result(outputs)
+
+
+def _zeros_like_library(template: Any, arg: KernelArgument) -> Any:
+    """A zero-filled output on the device, from the library that made the inputs."""
+    module = type(template).__module__.split(".")[0] if template is not None else ""
+    if module == "torch":
+        import torch
+
+        dtype = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}[arg.dtype]
+        return torch.zeros(arg.shape, dtype=dtype, device=template.device)
+    if module == "cupy":
+        import cupy
+
+        if arg.dtype == "bfloat16":
+            return cupy.zeros(arg.shape, dtype=cupy.uint16)
+        return cupy.zeros(arg.shape, dtype=arg.dtype)
+    raise ShapeError(arg.name, "output not given and the inputs' array library is unknown: "
+                     "pass the output by name", expected="a device array", given="none")

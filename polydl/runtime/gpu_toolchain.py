@@ -1,0 +1,106 @@
+"""The GPU compiler drivers: generated CUDA/HIP in, a host-launcher shared library out.
+
+CUDA compiles with `POLYDL_NVCC` (default `nvcc`) for the device's architectures (sm_90);
+HIP with `POLYDL_HIPCC` (default `hipcc`, `HIP_PLATFORM=amd`) for gfx90a and gfx942. Libraries
+are cached by content key like the C target's; the entry keeps the sources and the command.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.gpu_target import SOURCE_SUFFIX
+from polydl.errors import CompileError
+from polydl.gpu import DEVICES
+from polydl.runtime.cache import content_key, entry_dir, write_atomic
+from polydl.version import __version__
+
+COMPILERS = {"cuda": ("POLYDL_NVCC", "nvcc"), "hip": ("POLYDL_HIPCC", "hipcc")}
+
+
+def gpu_compiler(target: str) -> str:
+    variable, default = COMPILERS[target]
+    return os.environ.get(variable, default)
+
+
+def gpu_command(
+    target: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None
+) -> list[str]:
+    compiler = gpu_compiler(target)
+    archs = architectures or DEVICES[target].architectures
+    if target == "cuda":
+        gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+        return [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencode,
+                str(launcher), "-o", str(output)]
+    offload = [f"--offload-arch={a}" for a in archs]
+    return [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", *offload, str(launcher),
+            "-o", str(output)]
+
+
+def write_sources(code: GeneratedCode, directory: Path) -> dict[str, Path]:
+    """The kernel source, the launcher (which includes it) and the header, in `directory`."""
+    suffix = SOURCE_SUFFIX[code.target]
+    paths = {
+        "source": directory / f"{code.function}{suffix}",
+        "launcher": directory / f"{code.function}_launch{suffix}",
+        "header": directory / f"{code.function}.h",
+    }
+    write_atomic(paths["source"], code.source.encode())
+    write_atomic(paths["launcher"], code.launcher.encode())
+    write_atomic(paths["header"], code.header.encode())
+    return paths
+
+
+def run_compiler(command: list[str], target: str) -> None:
+    env = dict(os.environ)
+    if target == "hip":
+        env.setdefault("HIP_PLATFORM", "amd")
+    if shutil.which(command[0]) is None:
+        raise CompileError(command[0], command, f"{target} compiler '{command[0]}' not found on PATH "
+                           f"(set {COMPILERS[target][0]})")
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    except subprocess.TimeoutExpired:
+        raise CompileError(command[0], command, "compiler timed out after 900 s") from None
+    if result.returncode != 0:
+        raise CompileError(command[0], command, result.stderr or result.stdout)
+
+
+def compile_gpu_library(
+    code: GeneratedCode, directory: Path, architectures: tuple[str, ...] | None = None
+) -> Path:
+    """Write the sources into `directory` and compile the launcher into a shared library."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = write_sources(code, directory)
+    library = directory / f"lib{code.function}.so"
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{library.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    command = gpu_command(code.target, paths["launcher"], tmp, architectures)
+    write_atomic(directory / "command.txt", (shlex.join(command) + "\n").encode())
+    try:
+        run_compiler(command, code.target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, library)
+    return library
+
+
+def build_gpu_library(code: GeneratedCode) -> Path:
+    """The cached launcher library for `code`, compiling it if the cache has none."""
+    compiler = gpu_compiler(code.target)
+    key = content_key(
+        [__version__, code.target, shutil.which(compiler) or compiler, code.source, code.launcher]
+    )
+    entry = entry_dir(key)
+    library = entry / f"lib{code.function}.so"
+    if library.is_file():
+        return library
+    return compile_gpu_library(code, entry)

@@ -1,0 +1,398 @@
+"""The GPU schedule: which loops become the grid and the block, and how a GEMM is tiled.
+
+Takes a `PolyModel` and a `GpuDevice`; returns a `GpuSchedule` with one `GpuKernelPlan` per
+statement, launched in source order (one stream, so each launch sees the previous one's
+writes). Distributing the statements of one loop nest into separate launches is legal only if no
+dependence runs from a later statement back to an earlier one; otherwise `ScheduleError`.
+
+Inside one statement, the threads run the loops of a set P that no dependence crosses: every
+dependence between two instances has equal values on all loops of P (checked with isl on the
+memory-based dependences). The other loops stay sequential in each thread, in their original
+order, so reductions are sequential per thread. A statement `C += A * B` that has a GEMM
+binding (`schedules.microkernel`) instead becomes a block-tiled implicit GEMM: the loops that
+index C and A are M, C and B are N, the reduction loops are K, the loops that index all three
+are the batch. Its block tile (shared memory) and thread/warp tile (registers) are chosen from
+the footprint of one tile step, counted with isl (`card()` of the accessed cells), against the
+device's shared-memory and register capacities.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import islpy as isl
+
+from polydl.errors import ScheduleError
+from polydl.gpu import GpuDevice
+from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
+from polydl.poly.counting import count_points
+from polydl.poly.dependences import dependences_of
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.microkernel import (
+    _only_accumulation,
+    candidate_bindings,
+    element_stride,
+    multiply_accumulate,
+)
+
+ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+THREADS_PER_BLOCK = 256
+# Block tiles tried for a GEMM, largest first; thread tiles are 8x8 (FMA) or warp tiles of
+# 16x16 fragments (MMA).
+BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (32, 32))
+MAX_GRID_Z = 65535
+
+
+@dataclass(frozen=True)
+class ThreadLoop:
+    """A loop whose iterations run on separate threads: `var = lower + step * index`."""
+
+    var: str
+    lower: int
+    extent: int
+    step: int
+
+
+@dataclass(frozen=True)
+class GemmDim:
+    """One loop of an implicit GEMM, relative to its lower bound; strides in elements."""
+
+    var: str
+    lower: int
+    extent: int
+    stride_a: int
+    stride_b: int
+    stride_c: int
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    kind: str  # "mma" (warp-level tensor-core fragments) | "fma" (per-thread register tile)
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int = 1  # mma: warps along M and N
+    warps_n: int = 1
+    thread_m: int = 8  # fma: outputs per thread along M and N
+    thread_n: int = 8
+
+    @property
+    def threads(self) -> int:
+        if self.kind == "mma":
+            return 32 * self.warps_m * self.warps_n
+        return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+
+
+@dataclass(frozen=True, eq=False)
+class GemmPlan:
+    c: Access
+    a: Access
+    b: Access
+    m: tuple[GemmDim, ...]
+    n: tuple[GemmDim, ...]
+    k: tuple[GemmDim, ...]
+    batch: tuple[GemmDim, ...]
+    base_a: int
+    base_b: int
+    base_c: int
+    dtype_ab: str
+    dtype_c: str
+    tiling: GemmTiling
+    footprint_bytes: int  # A and B cells one block's K step reads (isl count)
+
+    @staticmethod
+    def size(dims: tuple[GemmDim, ...]) -> int:
+        return math.prod(d.extent for d in dims)
+
+
+@dataclass(frozen=True, eq=False)
+class GpuKernelPlan:
+    statement: StatementModel
+    enclosing: tuple[Loop | Guard, ...]  # loops and guards around the statement, outermost first
+    threads: tuple[ThreadLoop, ...]  # loops mapped to threads, outermost first
+    block: int  # threads per block (generic kernels)
+    register_accumulator: bool  # reduction into one target kept in a register
+    gemm: GemmPlan | None = None
+
+    @property
+    def name(self) -> str:
+        return self.statement.name
+
+    @property
+    def sequential(self) -> tuple[str, ...]:
+        mapped = {t.var for t in self.threads}
+        return tuple(x.var for x in self.enclosing if isinstance(x, Loop) and x.var not in mapped)
+
+    def describe(self) -> str:
+        if self.gemm is not None:
+            g, t = self.gemm, self.gemm.tiling
+            dims = "; ".join(
+                f"{label}=({', '.join(d.var for d in ds)})"
+                for label, ds in (("batch", g.batch), ("m", g.m), ("n", g.n), ("k", g.k)) if ds
+            )
+            return (
+                f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
+                f"{t.threads} threads"
+            )
+        par = ", ".join(t.var for t in self.threads) or "none"
+        seq = ", ".join(self.sequential) or "none"
+        acc = " (register accumulator)" if self.register_accumulator else ""
+        return f"{self.name}: threads over ({par}); sequential ({seq}){acc}"
+
+
+@dataclass(frozen=True, eq=False)
+class GpuSchedule:
+    device: GpuDevice
+    kernels: tuple[GpuKernelPlan, ...]
+    notes: tuple[tuple[str, Any], ...] = field(default=())
+
+    def describe(self) -> str:
+        return f"gpu {self.device.name}: " + " | ".join(k.describe() for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device.key(), "kernels": [k.describe() for k in self.kernels]}
+
+
+# ----------------------------------------------------------------------------- legality
+
+
+def _maps(union: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    union.foreach_map(out.append)
+    return out
+
+
+def _between(deps: isl.UnionMap, source: str, sink: str) -> list[isl.Map]:
+    return [
+        m for m in _maps(deps)
+        if m.get_tuple_name(isl.dim_type.in_) == source
+        and m.get_tuple_name(isl.dim_type.out) == sink
+    ]
+
+
+def check_distribution(model: PolyModel) -> None:
+    """Each statement becomes its own launch, in source order: no dependence may go backwards."""
+    deps = dependences_of(model).all
+    names = [s.name for s in model.statements]
+    for i, early in enumerate(names):
+        for late in names[i + 1:]:
+            if any(not m.is_empty() for m in _between(deps, late, early)):
+                raise ScheduleError(
+                    f"the GPU target runs each statement as its own kernel, but {early} depends "
+                    f"on a later instance of {late}: the loop nest cannot be distributed"
+                )
+
+
+def _crosses_none(self_deps: list[isl.Map], dims: list[int]) -> bool:
+    """True if every dependence pair agrees on all `dims` (so they may run on any thread)."""
+    for dep in self_deps:
+        eq = isl.Map.universe(dep.get_space())
+        for d in dims:
+            eq = eq.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        if not dep.is_subset(eq):
+            return False
+    return True
+
+
+def thread_loops(
+    model: PolyModel, s: StatementModel, enclosing: tuple[Loop | Guard, ...]
+) -> tuple[ThreadLoop, ...]:
+    """The largest outermost-first greedy set of loops with constant bounds that no dependence
+    of `s` on itself crosses."""
+    deps = _between(dependences_of(model).all, s.name, s.name)
+    params = set(model.params)
+    chosen: list[int] = []
+    out: list[ThreadLoop] = []
+    for d, loop in enumerate(s.loops):
+        if not (int_vars(loop.lower) | int_vars(loop.upper)) <= params:
+            continue  # bounds that move with another loop cannot be hoisted to the grid
+        if not _crosses_none(deps, [*chosen, d]):
+            continue
+        lo, hi = eval_int(loop.lower, model.params), eval_int(loop.upper, model.params)
+        extent = max(0, -(-(hi - lo) // loop.step))
+        chosen.append(d)
+        out.append(ThreadLoop(loop.var, lo, extent, loop.step))
+    return tuple(out)
+
+
+def _register_accumulator(
+    s: StatementModel, enclosing: tuple[Loop | Guard, ...], threads: tuple[ThreadLoop, ...]
+) -> bool:
+    """A `+=`/`-=` whose target moves with no sequential loop, read nowhere else, unguarded."""
+    stmt = s.statement
+    if stmt.op not in ("+=", "-=") or any(isinstance(x, Guard) for x in enclosing):
+        return False
+    mapped = {t.var for t in threads}
+    sequential = {x.var for x in enclosing if isinstance(x, Loop)} - mapped
+    if not sequential:
+        return False
+    target_vars: set[str] = set()
+    for index in stmt.target.indices:
+        target_vars |= int_vars(index)
+    if target_vars & sequential:
+        return False
+    return all(acc.array != stmt.target.array for acc in stmt.reads[1:])
+
+
+# ----------------------------------------------------------------------------- GEMM
+
+
+def _flat_offset(model: PolyModel, access: Access, env: dict[str, int]) -> int:
+    shape = model.nest.array(access.array).concrete_shape(model.params)
+    offset = 0
+    for extent, index in zip(shape, access.indices, strict=True):
+        offset = offset * extent + eval_int(index, env)
+    return offset
+
+
+def _gemm_dims(
+    model: PolyModel, s: StatementModel, device: GpuDevice
+) -> GemmPlan | None:
+    if not candidate_bindings(model, s, s.iterators):
+        return None
+    if not _only_accumulation(s, s.iterators):
+        return None
+    mac = multiply_accumulate(s)
+    assert mac is not None
+    c, x, y = mac
+    dtypes = {acc.array: model.nest.array(acc.array).dtype for acc in (c, x, y)}
+    if dtypes[x.array] != dtypes[y.array] or dtypes[x.array] not in ("float32", "bfloat16"):
+        return None
+    if dtypes[c.array] not in ("float32", "bfloat16"):
+        return None
+    lows = {v: s.domain.dim_min_val(d).to_python() for d, v in enumerate(s.iterators)}
+    highs = {v: s.domain.dim_max_val(d).to_python() for d, v in enumerate(s.iterators)}
+    strides: dict[str, tuple[int, int, int]] = {}
+    for v in s.iterators:
+        sx, sy, sc = (element_stride(model, acc, v) for acc in (x, y, c))
+        if sx is None or sy is None or sc is None:
+            return None
+        strides[v] = (sx, sy, sc)
+    # A is the load that moves with some C loop the other load ignores.
+    a, b = x, y
+    if not any(sc and sx and not sy for sx, sy, sc in strides.values()):
+        a, b = y, x
+    groups: dict[str, list[GemmDim]] = {"m": [], "n": [], "k": [], "batch": []}
+    for v in s.iterators:
+        sx, sy, sc = strides[v]
+        sa, sb = (sx, sy) if a is x else (sy, sx)
+        extent = highs[v] - lows[v] + 1
+        if extent == 1:
+            continue
+        dim = GemmDim(v, lows[v], extent, sa, sb, sc)
+        if sc == 0:
+            groups["k"].append(dim)
+        elif sa and not sb:
+            groups["m"].append(dim)
+        elif sb and not sa:
+            groups["n"].append(dim)
+        else:
+            groups["batch"].append(dim)
+    if not groups["m"] or not groups["n"] or not groups["k"]:
+        return None
+    batch = math.prod(d.extent for d in groups["batch"])
+    if batch > MAX_GRID_Z:
+        return None
+    dtype_ab = dtypes[x.array]
+    plan = GemmPlan(
+        c=c, a=a, b=b,
+        m=tuple(groups["m"]), n=tuple(groups["n"]), k=tuple(groups["k"]),
+        batch=tuple(groups["batch"]),
+        base_a=_flat_offset(model, a, {**model.params, **lows}),
+        base_b=_flat_offset(model, b, {**model.params, **lows}),
+        base_c=_flat_offset(model, c, {**model.params, **lows}),
+        dtype_ab=dtype_ab, dtype_c=dtypes[c.array],
+        tiling=GemmTiling("fma", 0, 0, 0), footprint_bytes=0,
+    )
+    return choose_tiling(model, s, plan, device)
+
+
+def _flat_constraint(dims: tuple[GemmDim, ...], limit: int) -> str:
+    """`0 <= flat index of dims < limit`, the flat index taken relative to the lower bounds."""
+    flat, stride = [], 1
+    for d in reversed(dims):
+        flat.append(f"{stride}*({d.var} - {d.lower})" if stride != 1 else f"({d.var} - {d.lower})")
+        stride *= d.extent
+    return f"0 <= {' + '.join(reversed(flat))} < {limit}"
+
+
+def tile_footprint(s: StatementModel, plan: GemmPlan, bm: int, bn: int, bk: int) -> tuple[int, int]:
+    """Distinct cells of A and of B that the first block tile's first K step reads (card())."""
+    cons = [_flat_constraint(plan.m, bm), _flat_constraint(plan.n, bn), _flat_constraint(plan.k, bk)]
+    cons += [f"{d.var} = {d.lower}" for d in plan.batch]
+    space = f"{s.name}[{', '.join(s.iterators)}]"
+    tile = isl.Set(f"{{ {space} : {' and '.join(cons)} }}").intersect(s.domain)
+    counts = []
+    for access in (plan.a, plan.b):
+        relation = next(am.relation for am in s.accesses if am.access is access)
+        counts.append(count_points(relation.intersect_domain(tile).range()))
+    return counts[0], counts[1]
+
+
+def choose_tiling(
+    model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuDevice
+) -> GemmPlan:
+    """The block tile with the most multiply-adds per byte of footprint that fits the shared
+    memory, keeps its register tile within the register file, wastes little on ragged edges
+    and gives every multiprocessor a block."""
+    size_m, size_n = plan.size(plan.m), plan.size(plan.n)
+    batch = plan.size(plan.batch)
+    mma = device.tensor_cores and plan.dtype_ab == "bfloat16"
+    elem = 2 if mma else 4  # the FMA path keeps its tiles in float
+    block_k = 32 if mma else 8
+    best: tuple[float, GemmTiling, int] | None = None
+    for bm, bn in BLOCK_TILES:
+        if mma:
+            warps_m, warps_n = max(1, bm // 64), max(1, bn // 32)
+            tiling = GemmTiling("mma", bm, bn, block_k, warps_m=warps_m, warps_n=warps_n)
+            acc_regs = (bm // warps_m // 16) * (bn // warps_n // 16) * 8
+            smem = 2 * (bm * (block_k + 8) + block_k * (bn + 8)) * elem + tiling.threads // 32 * 1024
+        else:
+            tiling = GemmTiling("fma", bm, bn, block_k)
+            acc_regs = tiling.thread_m * tiling.thread_n + tiling.thread_m + tiling.thread_n
+            smem = 2 * block_k * (bm + bn + 8) * elem
+        if smem > device.shared_memory_bytes or acc_regs > device.registers_per_thread // 2:
+            continue
+        if tiling.threads > device.max_threads_per_block or tiling.threads < device.warp_size:
+            continue
+        tiles = math.ceil(size_m / bm) * math.ceil(size_n / bn) * batch
+        useful = size_m * size_n / (math.ceil(size_m / bm) * bm * math.ceil(size_n / bn) * bn)
+        fill = min(1.0, tiles / device.multiprocessors)
+        cells_a, cells_b = tile_footprint(s, plan, bm, bn, block_k)
+        footprint = (cells_a + cells_b) * ELEMENT_BYTES[plan.dtype_ab]
+        intensity = bm * bn * block_k / max(footprint, 1)
+        score = intensity * useful * fill
+        if best is None or score > best[0] * 1.0001:
+            best = (score, tiling, footprint)
+    if best is None:
+        raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
+    _, tiling, footprint = best
+    return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint})
+
+
+# ----------------------------------------------------------------------------- the schedule
+
+
+def gpu_schedule(model: PolyModel, device: GpuDevice) -> GpuSchedule:
+    check_distribution(model)
+    chains = {stmt.name: enclosing for stmt, enclosing in walk_statements(model.nest.body)}
+    kernels = []
+    for s in model.statements:
+        enclosing = chains[s.name]
+        gemm = None
+        if not any(isinstance(x, Guard) for x in enclosing):
+            gemm = _gemm_dims(model, s, device)
+        threads = thread_loops(model, s, enclosing)
+        kernels.append(
+            GpuKernelPlan(
+                statement=s,
+                enclosing=enclosing,
+                threads=threads,
+                block=THREADS_PER_BLOCK,
+                register_accumulator=_register_accumulator(s, enclosing, threads),
+                gemm=gemm,
+            )
+        )
+    return GpuSchedule(device, tuple(kernels))
