@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polydl  # noqa: E402
+from polydl.api import build_kernel  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
 from polydl.frontends.c_loopnest import read_c  # noqa: E402
 from polydl.ir import LoopNest  # noqa: E402
@@ -124,6 +125,46 @@ def time_cuda(torch: Any, fn: Any, repeat: int) -> list[float]:
     return samples
 
 
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def time_graph(torch: Any, fn: Any, repeat: int) -> list[float] | None:
+    """Kernel time without the host: `inner` calls captured in one CUDA graph, replayed."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        inner = 20
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(inner):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(repeat):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / inner / 1e3)
+        return samples
+    except Exception as exc:  # capture is best effort: report eager numbers only
+        print(f"  (graph capture failed: {type(exc).__name__}: {exc})", flush=True)
+        torch.cuda.synchronize()
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="benchmarks/results/gpu.json")
@@ -153,7 +194,7 @@ def main() -> int:
         cases = [c for c in cases if c["name"] in args.only]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        kernels = list(pool.map(lambda c: polydl.build_kernel(c["nest"], c["params"], target="cuda"), cases))
+        kernels = list(pool.map(lambda c: build_kernel(c["nest"], c["params"], target="cuda"), cases))
     print(f"built {len(kernels)} kernels in {time.time() - t0:.1f} s", flush=True)
     rows = []
     for case, kernel in zip(cases, kernels, strict=True):
@@ -184,12 +225,17 @@ def main() -> int:
             rounds_ours += time_cuda(torch, ours, max(1, args.repeat // 3))
             rounds_ref += time_cuda(torch, reference, max(1, args.repeat // 3))
         t_ours, t_ref = statistics.median(rounds_ours), statistics.median(rounds_ref)
+        g_ours, g_ref = time_graph(torch, ours, args.repeat), time_graph(torch, reference, args.repeat)
         row = {
             "case": case["name"], "dtype": case["dtype"], "ok": ok, "rel_error": err,
             "polydl_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3,
             "polydl_tflops": case["flops"] / t_ours / 1e12, "torch_tflops": case["flops"] / t_ref / 1e12,
             "ratio": t_ref / t_ours, "schedule": kernel.schedule.describe(),
+            "graph_polydl_ms": statistics.median(g_ours) * 1e3 if g_ours else None,
+            "graph_torch_ms": statistics.median(g_ref) * 1e3 if g_ref else None,
         }
+        row["graph_ratio"] = (row["graph_torch_ms"] / row["graph_polydl_ms"]
+                              if g_ours and g_ref else None)
         if case["kind"] == "conv":
             torch.backends.cudnn.allow_tf32 = True
             row["torch_tf32_ms"] = statistics.median(time_cuda(torch, reference, 5)) * 1e3
@@ -197,21 +243,28 @@ def main() -> int:
         rows.append(row)
         print(f"{row['case']:26s} {'ok ' if ok else 'BAD'} err={err:.1e} polydl {row['polydl_ms']:8.3f} ms "
               f"{row['polydl_tflops']:7.2f} TF/s | torch {row['torch_ms']:8.3f} ms {row['torch_tflops']:7.2f} TF/s"
-              f" | ratio {row['ratio']:.2f}", flush=True)
-    convs = [r["ratio"] for r in rows if r["case"] in {c["name"] for c in cases if c["kind"] == "conv"}]
+              f" | ratio {row['ratio']:.2f} graph {row['graph_ratio'] or float('nan'):.2f}", flush=True)
+    conv_names = {c["name"] for c in cases if c["kind"] == "conv"}
+    convs = [r["ratio"] for r in rows if r["case"] in conv_names]
+    conv_graph = [r["graph_ratio"] for r in rows if r["case"] in conv_names and r["graph_ratio"]]
+    gemm = next((r for r in rows if r["case"] == "gemm_4096x4096x4096_bf16"), None)
     summary = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "all_correct": all(r["ok"] for r in rows),
-        "gemm_4096_bf16_ratio": next((r["ratio"] for r in rows if r["case"] == "gemm_4096x4096x4096_bf16"), None),
-        "resnet50_conv_geomean_ratio": math.exp(sum(map(math.log, convs)) / len(convs)) if convs else None,
+        "gemm_4096_bf16_ratio": gemm["ratio"] if gemm else None,
+        "gemm_4096_bf16_graph_ratio": gemm["graph_ratio"] if gemm else None,
+        "resnet50_conv_geomean_ratio": geomean(convs),
+        "resnet50_conv_geomean_graph_ratio": geomean(conv_graph),
     }
-    print("\n| case | dtype | ok | rel err | polydl ms | torch ms | polydl TF/s | torch TF/s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| case | dtype | ok | rel err | polydl ms | torch ms | polydl TF/s | torch TF/s | ratio |"
+          " graph polydl ms | graph torch ms | graph ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['dtype']} | {'yes' if r['ok'] else 'NO'} | {r['rel_error']:.1e} | "
               f"{r['polydl_ms']:.3f} | {r['torch_ms']:.3f} | {r['polydl_tflops']:.1f} | "
-              f"{r['torch_tflops']:.1f} | {r['ratio']:.2f} |")
+              f"{r['torch_tflops']:.1f} | {r['ratio']:.2f} | {_fmt(r['graph_polydl_ms'], '.3f')} | "
+              f"{_fmt(r['graph_torch_ms'], '.3f')} | {_fmt(r['graph_ratio'], '.2f')} |")
     print(json.dumps(summary, indent=1))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

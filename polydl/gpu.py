@@ -18,6 +18,7 @@ class GpuDevice:
     architectures: tuple[str, ...]  # sm_90 | gfx90a, gfx942
     warp_size: int
     shared_memory_bytes: int  # per block without opting in to more
+    shared_memory_optin_bytes: int  # per block after raising the kernel's dynamic limit
     registers_per_thread: int  # 32-bit registers a thread may use
     max_threads_per_block: int
     multiprocessors: int
@@ -37,6 +38,7 @@ HOPPER = GpuDevice(
     architectures=("sm_90",),
     warp_size=32,
     shared_memory_bytes=48 * 1024,
+    shared_memory_optin_bytes=227 * 1024,
     registers_per_thread=255,
     max_threads_per_block=1024,
     multiprocessors=132,
@@ -49,6 +51,7 @@ CDNA = GpuDevice(
     architectures=("gfx90a", "gfx942"),
     warp_size=64,
     shared_memory_bytes=64 * 1024,
+    shared_memory_optin_bytes=64 * 1024,
     registers_per_thread=256,
     max_threads_per_block=1024,
     multiprocessors=104,

@@ -14,6 +14,7 @@ loops and guards sequentially; a GEMM statement becomes the block-tiled implicit
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
@@ -136,7 +137,7 @@ def _unit_contiguous(dims: tuple[GemmDim, ...], operand: str, vec: int, others: 
 
 def _gemm_kernel(
     model: PolyModel, plan: GpuKernelPlan, kernel: str, device: GpuDevice
-) -> tuple[str, tuple[int, int, int], int]:
+) -> tuple[str, tuple[int, int, int], int, int]:
     g: GemmPlan = plan.gemm  # type: ignore[assignment]
     t = g.tiling
     funcs = [
@@ -157,7 +158,9 @@ def _gemm_kernel(
     ab_type = "uint16_t" if g.dtype_ab == "bfloat16" else "float"
     convert = "_pd_bf16_to_f32" if g.dtype_ab == "bfloat16" else ""
     value = "value" if t.kind == "mma" else "acc[i][j]"
-    if dtype_c == "bfloat16":
+    if t.splits > 1:  # K slices of one tile meet in C
+        store_c = f"atomicAdd(cell, {value});"
+    elif dtype_c == "bfloat16":
         store_c = f"*cell = _pd_f32_to_bf16(_pd_bf16_to_f32(*cell) + {value});"
     else:
         store_c = f"*cell += {value};"
@@ -172,6 +175,7 @@ def _gemm_kernel(
         a_mode=a_mode, b_mode=b_mode, c_type=c_type, ab_type=ab_type, store_c=store_c,
         load_a=f"{convert}(a_base[a_row[i] + {kernel}_ak(kk)])",
         load_b=f"{convert}(b_base[b_col[i] + {kernel}_bk(kk)])",
+        splits=t.splits,
     )
     if t.kind == "mma":
         vec = 8
@@ -183,17 +187,20 @@ def _gemm_kernel(
             and _unit_contiguous(g.n, "b", vec, b_others)
         ):
             vec = 1
+        if vec != 8:
+            t = replace(t, stages=2)  # the register-staged path double-buffers
         text = render(
-            "gpu/gemm_mma.j2", **values, vec=vec, warps_m=t.warps_m, warps_n=t.warps_n
+            "gpu/gemm_mma.j2", **values, vec=vec, warps_m=t.warps_m, warps_n=t.warps_n,
+            stages=t.stages,
         )
     else:
         text = render("gpu/gemm_fma.j2", **values)
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),
-        GemmPlan.size(g.batch),
+        GemmPlan.size(g.batch) * t.splits,
     )
-    return text, grid, t.threads
+    return text, grid, t.threads, t.shared_bytes if t.kind == "mma" else 0
 
 
 # ----------------------------------------------------------------------------- the unit
@@ -214,14 +221,16 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
     for plan in schedule.kernels:
         kernel = f"{name}_{plan.name}"
         if plan.gemm is not None:
-            text, grid, block = _gemm_kernel(model, plan, kernel, device)
+            text, grid, block, smem = _gemm_kernel(model, plan, kernel, device)
             grid_dims = [str(g) for g in grid]
         else:
             text, total = _plain_kernel(model, plan, kernel, printer)
+            smem = 0
             block = plan.block
             grid_dims = [str(max(1, min(math.ceil(total / block), MAX_GRID_X)))]
         kernels.append(text)
-        launches.append({"kernel": kernel, "grid": grid_dims, "block": block, "args": all_arrays})
+        launches.append({"kernel": kernel, "grid": grid_dims, "block": block, "args": all_arrays,
+                         "smem": smem})
     suffix = SOURCE_SUFFIX[target]
     parameters = device_parameters(arguments)
     values = dict(

@@ -26,6 +26,7 @@ from polydl.codegen.gpu_target import device_parameters
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.runtime.kernel import NUMPY_DTYPES, _checked, _result
+from polydl.schedules.gpu import ELEMENT_BYTES
 
 ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
 
@@ -125,7 +126,25 @@ def is_device_array(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__") and not isinstance(value, np.ndarray)
 
 
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float64": "float64",
+                 "torch.bfloat16": "bfloat16", "torch.uint16": "uint16"}
+
+
+def _from_torch(value: Any) -> DeviceArray:
+    """PyTorch tensors directly: the same facts as the protocols give, without their cost."""
+    if not value.is_cuda:
+        raise ShapeError("<call>", "PyTorch tensor is not on a CUDA device",
+                         expected="a CUDA tensor", given=str(value.device))
+    given = str(value.dtype)
+    return DeviceArray(
+        value.data_ptr(), tuple(value.shape), _TORCH_DTYPES.get(given), given,
+        value.is_contiguous(), False, value,
+    )
+
+
 def device_view(value: Any) -> DeviceArray:
+    if type(value).__module__.startswith("torch"):
+        return _from_torch(value)
     if hasattr(value, "__cuda_array_interface__"):
         try:
             return _from_cai(value)
@@ -192,6 +211,7 @@ class GpuKernel:
         self.library_path = library_path
         self._reference_impl = reference_impl
         self._ffi, self._lib = _load(library_path, code)
+        self._nbytes = {a.name: int(np.prod(a.shape)) * ELEMENT_BYTES[a.dtype] for a in code.arguments}
 
     name = property(lambda self: self.code.function)
     arguments = property(lambda self: self.code.arguments)
@@ -257,9 +277,10 @@ class GpuKernel:
             )
         return given
 
-    def _launch(self, pointers: list[int]) -> None:
+    def _launch(self, pointers: list[int], stream: int = 0) -> None:
         cast = [self._ffi.cast(f"{a.c_type} *", p) for a, p in zip(self.arguments, pointers, strict=True)]
-        self._check(self._fn("")(*cast, self._ffi.NULL), "launch")
+        handle = self._ffi.cast("void *", stream) if stream else self._ffi.NULL
+        self._check(self._fn("")(*cast, handle), "launch")
 
     def _call_host(self, given: dict[str, Any]) -> Any:
         arrays: dict[str, np.ndarray] = {}
@@ -311,15 +332,12 @@ class GpuKernel:
                 views[arg.name] = device_view(value)
             outputs.append(given[arg.name])
         self._check_overlap(views)
-        self._launch([views[a.name].pointer for a in self.arguments])
+        self._launch([views[a.name].pointer for a in self.arguments], _current_stream(given))
         return _result(outputs)
 
     def _check_overlap(self, views: dict[str, DeviceArray]) -> None:
-        spans = {
-            a.name: (views[a.name].pointer,
-                     views[a.name].pointer + int(np.prod(a.shape)) * (2 if a.dtype == "bfloat16" else 8 if a.dtype == "float64" else 4))
-            for a in self.arguments
-        }
+        spans = {a.name: (views[a.name].pointer, views[a.name].pointer + self._nbytes[a.name])
+                 for a in self.arguments}
         for out in self.outputs:
             lo, hi = spans[out.name]
             for other, (olo, ohi) in spans.items():
@@ -346,6 +364,22 @@ class GpuKernel:
                 outputs.append(arrays[arg.name])
         self._reference_impl(arrays)
         return _result(outputs)
+
+
+def _current_stream(given: dict[str, Any]) -> int:
+    """The stream the arrays' library is working on (0: the legacy default stream), so that a
+    launch orders with the library's own work and is captured by its CUDA graphs."""
+    first = next(iter(given.values()))
+    module = type(first).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(first.device).cuda_stream)
+    if module == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
 
 
 def _zeros_like_library(template: Any, arg: KernelArgument) -> Any:

@@ -42,6 +42,15 @@ THREADS_PER_BLOCK = 256
 # Block tiles tried for a GEMM, largest first; thread tiles are 8x8 (FMA) or warp tiles of
 # 16x16 fragments (MMA).
 BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (32, 32))
+# Tensor-core block tiles (BM, BN, warps along M, warps along N): warp tiles of 64x64 down to 32x32.
+MMA_TILES = (
+    (128, 256, 2, 4), (256, 128, 4, 2), (128, 128, 2, 2), (128, 128, 2, 4), (128, 64, 2, 2),
+    (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2), (32, 32, 1, 1),
+)
+MMA_STAGES = 3  # shared-memory ring depth of the asynchronous-copy pipeline
+# Split K over blocks (partial sums added atomically) until the grid has this many warps per SM.
+WARPS_PER_SM = 8
+MIN_K_TILES_PER_SPLIT = 8
 MAX_GRID_Z = 65535
 
 
@@ -77,6 +86,15 @@ class GemmTiling:
     warps_n: int = 1
     thread_m: int = 8  # fma: outputs per thread along M and N
     thread_n: int = 8
+    splits: int = 1  # blocks sharing one output tile, each over a slice of K
+    stages: int = 2  # shared-memory buffers in flight
+
+    @property
+    def shared_bytes(self) -> int:
+        if self.kind == "mma":
+            tiles = self.stages * (self.block_m * (self.block_k + 8) + self.block_k * (self.block_n + 8)) * 2
+            return tiles + self.threads // 32 * 16 * 16 * 4
+        return 2 * self.block_k * (self.block_m + self.block_n + 8) * 4
 
     @property
     def threads(self) -> int:
@@ -134,7 +152,7 @@ class GpuKernelPlan:
             )
             return (
                 f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
-                f"{t.threads} threads"
+                f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
             )
         par = ", ".join(t.var for t in self.threads) or "none"
         seq = ", ".join(self.sequential) or "none"
@@ -331,39 +349,64 @@ def tile_footprint(s: StatementModel, plan: GemmPlan, bm: int, bn: int, bk: int)
     return counts[0], counts[1]
 
 
+def _candidates(plan: GemmPlan, device: GpuDevice) -> list[GemmTiling]:
+    if device.tensor_cores and plan.dtype_ab == "bfloat16":
+        return [GemmTiling("mma", bm, bn, 32, warps_m=wm, warps_n=wn, stages=MMA_STAGES)
+                for bm, bn, wm, wn in MMA_TILES]
+    return [GemmTiling("fma", bm, bn, 8) for bm, bn in BLOCK_TILES]
+
+
+def _registers(t: GemmTiling) -> int:
+    if t.kind == "mma":
+        fm, fn = t.block_m // t.warps_m // 16, t.block_n // t.warps_n // 16
+        return fm * fn * 8 + (fm + fn) * 4
+    return t.thread_m * t.thread_n + t.thread_m + t.thread_n
+
+
+def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuDevice) -> int:
+    """K slices per output tile: enough warps in flight, each slice still a long K loop.
+    Slices add into C with atomics, so only float32 outputs are split."""
+    if dtype_c != "float32":
+        return 1
+    k_tiles = math.ceil(size_k / t.block_k)
+    want = device.multiprocessors * WARPS_PER_SM
+    splits = 1
+    while (tiles * splits * t.threads // 32 < want
+           and k_tiles // (splits * 2) >= MIN_K_TILES_PER_SPLIT):
+        splits *= 2
+    return splits
+
+
 def choose_tiling(
     model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuDevice
 ) -> GemmPlan:
     """The block tile with the most multiply-adds per byte of footprint that fits the shared
     memory, keeps its register tile within the register file, wastes little on ragged edges
-    and gives every multiprocessor a block."""
-    size_m, size_n = plan.size(plan.m), plan.size(plan.n)
+    and keeps every multiprocessor busy (splitting K where the output alone is too small)."""
+    size_m, size_n, size_k = plan.size(plan.m), plan.size(plan.n), plan.size(plan.k)
     batch = plan.size(plan.batch)
-    mma = device.tensor_cores and plan.dtype_ab == "bfloat16"
-    elem = 2 if mma else 4  # the FMA path keeps its tiles in float
-    block_k = 32 if mma else 8
     best: tuple[float, GemmTiling, int] | None = None
-    for bm, bn in BLOCK_TILES:
-        if mma:
-            warps_m, warps_n = max(1, bm // 64), max(1, bn // 32)
-            tiling = GemmTiling("mma", bm, bn, block_k, warps_m=warps_m, warps_n=warps_n)
-            acc_regs = (bm // warps_m // 16) * (bn // warps_n // 16) * 8
-            smem = 2 * (bm * (block_k + 8) + block_k * (bn + 8)) * elem + tiling.threads // 32 * 1024
-        else:
-            tiling = GemmTiling("fma", bm, bn, block_k)
-            acc_regs = tiling.thread_m * tiling.thread_n + tiling.thread_m + tiling.thread_n
-            smem = 2 * block_k * (bm + bn + 8) * elem
-        if smem > device.shared_memory_bytes or acc_regs > device.registers_per_thread // 2:
+    for tiling in _candidates(plan, device):
+        bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
+        if tiling.shared_bytes > device.shared_memory_optin_bytes:
+            continue
+        if _registers(tiling) > device.registers_per_thread * 3 // 4:
             continue
         if tiling.threads > device.max_threads_per_block or tiling.threads < device.warp_size:
             continue
         tiles = math.ceil(size_m / bm) * math.ceil(size_n / bn) * batch
+        splits = _splits(tiling, tiles, size_k, plan.dtype_c, device)
+        if tiles * splits > MAX_GRID_Z * 65535:
+            continue
+        tiling = GemmTiling(**{**tiling.__dict__, "splits": splits})
         useful = size_m * size_n / (math.ceil(size_m / bm) * bm * math.ceil(size_n / bn) * bn)
-        fill = min(1.0, tiles / device.multiprocessors)
-        cells_a, cells_b = tile_footprint(s, plan, bm, bn, block_k)
+        blocks = tiles * splits
+        fill = min(1.0, blocks / device.multiprocessors)
+        warps = min(1.0, blocks * tiling.threads / 32 / (device.multiprocessors * WARPS_PER_SM))
+        cells_a, cells_b = tile_footprint(s, plan, bm, bn, bk)
         footprint = (cells_a + cells_b) * ELEMENT_BYTES[plan.dtype_ab]
-        intensity = bm * bn * block_k / max(footprint, 1)
-        score = intensity * useful * fill
+        intensity = bm * bn * bk / max(footprint, 1)
+        score = intensity * useful * fill * (0.5 + 0.5 * warps)
         if best is None or score > best[0] * 1.0001:
             best = (score, tiling, footprint)
     if best is None:
