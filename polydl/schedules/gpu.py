@@ -94,8 +94,7 @@ class GemmTiling:
     @property
     def shared_bytes(self) -> int:
         if self.kind == "mma":
-            tiles = self.stages * (self.block_m * (self.block_k + 8) + self.block_k * (self.block_n + 8)) * 2
-            return tiles + self.threads // 32 * 16 * 16 * 4
+            return self.stages * (self.block_m * (self.block_k + 8) + self.block_k * (self.block_n + 8)) * 2
         return 2 * self.block_k * (self.block_m + self.block_n + 8) * 4
 
     @property

@@ -65,10 +65,10 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     nest = _bf16(nest, {"A", "B"})
     cuda = lower_gpu(nest, params, "cuda")
     assert cuda.schedule.kernels[0].gemm.tiling.kind == "mma"
-    assert "wmma::mma_sync" in cuda.code.source and "VEC = 8" in cuda.code.source
+    assert "mma.sync.aligned.m16n8k16" in cuda.code.source and "VEC = 8" in cuda.code.source
     hip = lower_gpu(nest, params, "hip")
     assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
-    assert "wmma" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
+    assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
 
 
 def test_conv_is_an_implicit_gemm_after_the_padding_copy() -> None:
