@@ -22,7 +22,6 @@ import cffi
 import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
-from polydl.codegen.gpu_target import device_parameters
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.runtime.kernel import NUMPY_DTYPES, _checked, _result
@@ -176,8 +175,11 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
         if library_path not in _LOADED:
             ffi = cffi.FFI()
             name = code.function
+            addresses = ", ".join(["uintptr_t"] * (len(code.arguments) + 1))
             ffi.cdef(
-                f"int {name}({', '.join(device_parameters(code.arguments))}, void *stream);\n"
+                # The launcher takes pointers; declared here as integer addresses (passed alike
+                # in the C calling convention) so a call needs no per-argument cast.
+                f"int {name}({addresses});\n"
                 f"void *{name}_device_alloc(long bytes);\n"
                 f"int {name}_device_free(void *p);\n"
                 f"int {name}_to_device(void *dst, const void *src, long bytes);\n"
@@ -212,6 +214,7 @@ class GpuKernel:
         self._reference_impl = reference_impl
         self._ffi, self._lib = _load(library_path, code)
         self._nbytes = {a.name: int(np.prod(a.shape)) * ELEMENT_BYTES[a.dtype] for a in code.arguments}
+        self._entry = getattr(self._lib, code.function)
 
     name = property(lambda self: self.code.function)
     arguments = property(lambda self: self.code.arguments)
@@ -278,9 +281,9 @@ class GpuKernel:
         return given
 
     def _launch(self, pointers: list[int], stream: int = 0) -> None:
-        cast = [self._ffi.cast(f"{a.c_type} *", p) for a, p in zip(self.arguments, pointers, strict=True)]
-        handle = self._ffi.cast("void *", stream) if stream else self._ffi.NULL
-        self._check(self._fn("")(*cast, handle), "launch")
+        status = self._entry(*pointers, stream)
+        if status != 0:
+            self._check(status, "launch")
 
     def _call_host(self, given: dict[str, Any]) -> Any:
         arrays: dict[str, np.ndarray] = {}
@@ -374,6 +377,9 @@ def _current_stream(given: dict[str, Any]) -> int:
     if module == "torch":
         import torch
 
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object per call
+        if raw is not None:
+            return int(raw(first.device.index))
         return int(torch.cuda.current_stream(first.device).cuda_stream)
     if module == "cupy":
         import cupy

@@ -389,7 +389,10 @@ def choose_tiling(
     best: tuple[float, GemmTiling, int] | None = None
     for tiling in _candidates(plan, device):
         bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
-        if tiling.shared_bytes > device.shared_memory_optin_bytes:
+        # The tensor-core kernel takes dynamic shared memory (opted in above the default);
+        # the FMA kernel's is static and stays within the default.
+        limit = device.shared_memory_optin_bytes if tiling.kind == "mma" else device.shared_memory_bytes
+        if tiling.shared_bytes > limit:
             continue
         if _registers(tiling) > device.registers_per_thread * 3 // 4:
             continue
