@@ -129,6 +129,22 @@ def is_device_array(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__")
 
 
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float64": "float64",
+                 "torch.bfloat16": "bfloat16", "torch.uint16": "uint16"}
+
+
+def _from_torch(value: Any) -> DeviceArray:
+    """PyTorch tensors directly: the same facts as the protocols give, without their cost."""
+    if not value.is_cuda:
+        raise ShapeError("<call>", "PyTorch tensor is not on a CUDA device",
+                         expected="a CUDA tensor", given=str(value.device))
+    given = str(value.dtype)
+    return DeviceArray(
+        value.data_ptr(), tuple(value.shape), _TORCH_DTYPES.get(given), given,
+        value.is_contiguous(), False, value,
+    )
+
+
 def device_view(value: Any) -> DeviceArray:
     if type(value).__module__.startswith("torch"):
         return _from_torch(value)
