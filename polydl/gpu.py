@@ -23,12 +23,13 @@ class GpuDevice:
     max_threads_per_block: int
     multiprocessors: int
     tensor_cores: bool  # bf16/fp16 warp-level MMA reachable from the generated source
+    warpgroup_mma: bool = False  # Hopper's wgmma (built for sm_90a)
 
     def key(self) -> str:
         return (
             f"{self.name}|{self.target}|{','.join(self.architectures)}|w{self.warp_size}|"
             f"smem={self.shared_memory_bytes}|regs={self.registers_per_thread}|"
-            f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}"
+            f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}|wgmma={int(self.warpgroup_mma)}"
         )
 
 
@@ -43,6 +44,7 @@ HOPPER = GpuDevice(
     max_threads_per_block=1024,
     multiprocessors=132,
     tensor_cores=True,
+    warpgroup_mma=True,
 )
 
 CDNA = GpuDevice(

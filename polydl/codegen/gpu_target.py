@@ -22,7 +22,14 @@ from polydl.codegen.templating import render
 from polydl.gpu import GpuDevice
 from polydl.ir import DTYPES, Condition, Guard, Loop
 from polydl.poly.model import PolyModel
-from polydl.schedules.gpu import GemmDim, GemmPlan, GpuKernelPlan, GpuSchedule
+from polydl.schedules.gpu import (
+    WGMMA_STRIDES,
+    GemmDim,
+    GemmPlan,
+    GpuKernelPlan,
+    GpuSchedule,
+    vector_operands,
+)
 from polydl.version import __version__
 
 SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp"}
@@ -122,17 +129,19 @@ def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: 
     )
 
 
-def _unit_contiguous(dims: tuple[GemmDim, ...], operand: str, vec: int, others: list[int]) -> bool:
-    """Whether `vec` consecutive flat indices of `dims` (from a multiple of vec) are `vec`
-    consecutive, vec-aligned elements of the operand."""
-    if not dims:
-        return False
-    last = dims[-1]
-    stride = {"a": last.stride_a, "b": last.stride_b}[operand]
-    if stride != 1 or last.extent % vec:
-        return False
-    inner = [{"a": d.stride_a, "b": d.stride_b}[operand] for d in dims[:-1]]
-    return all(s % vec == 0 for s in inner + others)
+def _wgmma_function(kernel: str, bn: int) -> str:
+    """`{kernel}_wgmma(acc, da, db)`: acc += A(64x16) * B(16xBN), both from shared memory."""
+    n = bn // 2
+    regs = ", ".join(f"%{i}" for i in range(n))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
+    return (
+        f"static __device__ __forceinline__ void {kernel}_wgmma(float *d, uint64_t da, uint64_t db) {{\n"
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"\n'
+        f'    "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16 {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+        f'    : {outs}\n'
+        f'    : "l"(da), "l"(db), "r"(1));\n'
+        "}"
+    )
 
 
 def _gemm_kernel(
@@ -157,7 +166,7 @@ def _gemm_kernel(
     c_type = "uint16_t" if dtype_c == "bfloat16" else "float"
     ab_type = "uint16_t" if g.dtype_ab == "bfloat16" else "float"
     convert = "_pd_bf16_to_f32" if g.dtype_ab == "bfloat16" else ""
-    value = "value" if t.kind == "mma" else "acc[i][j]"
+    value = "acc[i][j]" if t.kind == "fma" else "value"
     if t.splits > 1:  # K slices of one tile meet in C
         store_c = f"atomicAdd(cell, {value});"
     elif dtype_c == "bfloat16":
@@ -177,16 +186,15 @@ def _gemm_kernel(
         load_b=f"{convert}(b_base[b_col[i] + {kernel}_bk(kk)])",
         splits=t.splits,
     )
-    if t.kind == "mma":
-        vec = 8
-        a_others = [g.base_a, *(d.stride_a for d in g.m + g.batch)]
-        b_others = [g.base_b, *(d.stride_b for d in g.k + g.batch)]
-        if not (
-            a_mode == "k" and b_mode == "n"
-            and _unit_contiguous(g.k, "a", vec, a_others)
-            and _unit_contiguous(g.n, "b", vec, b_others)
-        ):
-            vec = 1
+    if t.kind == "wgmma":
+        (lbo_a, sbo_a), (lbo_b, sbo_b) = WGMMA_STRIDES["a"], WGMMA_STRIDES["b"]
+        text = render(
+            "gpu/gemm_wgmma.j2", **{**values, "index_functions": values["index_functions"] + "\n"
+                                    + _wgmma_function(kernel, t.block_n)},
+            stages=t.stages, lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
+        )
+    elif t.kind == "mma":
+        vec = 8 if a_mode == "k" and b_mode == "n" and vector_operands(g) else 1
         if vec != 8:
             t = replace(t, stages=2)  # the register-staged path double-buffers
         text = render(
@@ -200,7 +208,7 @@ def _gemm_kernel(
         math.ceil(GemmPlan.size(g.m) / t.block_m),
         GemmPlan.size(g.batch) * t.splits,
     )
-    return text, grid, t.threads, t.shared_bytes if t.kind == "mma" else 0
+    return text, grid, t.threads, 0 if t.kind == "fma" else t.shared_bytes
 
 
 # ----------------------------------------------------------------------------- the unit
@@ -256,12 +264,15 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         launches=launches,
     )
     header = render("gpu/header.j2", **values, arguments=arguments, parameters=parameters)
+    hopper = any(p.gemm is not None and p.gemm.tiling.kind == "wgmma" for p in schedule.kernels)
     return GeneratedCode(
         function=name,
         arguments=arguments,
         source=source,
         header=header,
         target=target,
+        # wgmma exists only in the architecture-specific sm_90a
+        compile_flags=("-gencode=arch=compute_90a,code=sm_90a",) if hopper else (),
         launcher=launcher,
     )
 

@@ -30,12 +30,13 @@ def gpu_compiler(target: str) -> str:
 
 
 def gpu_command(
-    target: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None
+    target: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None,
+    code_flags: tuple[str, ...] = (),
 ) -> list[str]:
     compiler = gpu_compiler(target)
     archs = architectures or DEVICES[target].architectures
     if target == "cuda":
-        gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+        gencode = list(code_flags) or [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
         return [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencode,
                 str(launcher), "-o", str(output)]
     offload = [f"--offload-arch={a}" for a in archs]
@@ -82,7 +83,7 @@ def compile_gpu_library(
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{library.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
-    command = gpu_command(code.target, paths["launcher"], tmp, architectures)
+    command = gpu_command(code.target, paths["launcher"], tmp, architectures, code.compile_flags)
     write_atomic(directory / "command.txt", (shlex.join(command) + "\n").encode())
     try:
         run_compiler(command, code.target)
@@ -97,7 +98,8 @@ def build_gpu_library(code: GeneratedCode) -> Path:
     """The cached launcher library for `code`, compiling it if the cache has none."""
     compiler = gpu_compiler(code.target)
     key = content_key(
-        [__version__, code.target, shutil.which(compiler) or compiler, code.source, code.launcher]
+        [__version__, code.target, shutil.which(compiler) or compiler, code.source, code.launcher,
+         " ".join(code.compile_flags)]
     )
     entry = entry_dir(key)
     library = entry / f"lib{code.function}.so"

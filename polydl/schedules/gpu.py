@@ -45,6 +45,11 @@ BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (
 # Tensor-core block tiles (BM, BN, BK, warps along M, warps along N, shared-memory stages).
 # Measured on an H100 (benchmarks/gpu_tiles.py): the 64-deep K steps and the 3-4 stage rings
 # ran best; the schedule still picks by footprint, fit and occupancy.
+# Warpgroup-MMA block tiles (BM, BN, BK, stages); one warpgroup of 128 threads per 64 rows.
+WGMMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 4), (64, 256, 64, 4), (64, 128, 64, 4))
+# Byte strides between 8x8 core matrices of the wgmma operands (leading, strided dimension),
+# for A (K-major) and B (N-major) tiles stored as core-matrix blocks with BK = 64.
+WGMMA_STRIDES = {"a": (128, 1024), "b": (1024, 128)}
 MMA_TILES = (
     (256, 128, 64, 4, 2, 3), (128, 256, 64, 2, 4, 4), (128, 128, 32, 2, 4, 4),
     (128, 64, 32, 2, 2, 4), (64, 128, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4), (32, 64, 32, 1, 2, 4),
@@ -80,7 +85,7 @@ class GemmDim:
 
 @dataclass(frozen=True)
 class GemmTiling:
-    kind: str  # "mma" (warp-level tensor-core fragments) | "fma" (per-thread register tile)
+    kind: str  # "wgmma" (warpgroup MMA) | "mma" (warp-level fragments) | "fma" (register tile)
     block_m: int
     block_n: int
     block_k: int
@@ -93,12 +98,16 @@ class GemmTiling:
 
     @property
     def shared_bytes(self) -> int:
+        if self.kind == "wgmma":
+            return self.stages * (self.block_m + self.block_n) * self.block_k * 2
         if self.kind == "mma":
             return self.stages * (self.block_m * (self.block_k + 8) + self.block_k * (self.block_n + 8)) * 2
         return 2 * self.block_k * (self.block_m + self.block_n + 8) * 4
 
     @property
     def threads(self) -> int:
+        if self.kind == "wgmma":
+            return 128 * (self.block_m // 64)
         if self.kind == "mma":
             return 32 * self.warps_m * self.warps_n
         return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
@@ -350,7 +359,29 @@ def tile_footprint(s: StatementModel, plan: GemmPlan, bm: int, bn: int, bk: int)
     return counts[0], counts[1]
 
 
+def unit_contiguous(dims: tuple[GemmDim, ...], operand: str, vec: int, others: list[int]) -> bool:
+    """Whether `vec` consecutive flat indices of `dims` (from a multiple of vec) are `vec`
+    consecutive, vec-aligned elements of the operand."""
+    if not dims:
+        return False
+    last = dims[-1]
+    stride = {"a": last.stride_a, "b": last.stride_b}[operand]
+    if stride != 1 or last.extent % vec:
+        return False
+    inner = [{"a": d.stride_a, "b": d.stride_b}[operand] for d in dims[:-1]]
+    return all(s % vec == 0 for s in inner + others)
+
+
+def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
+    """A contiguous along K and B along N, in aligned runs of `vec`: 16-byte copies work."""
+    a_others = [plan.base_a, *(d.stride_a for d in plan.m + plan.batch)]
+    b_others = [plan.base_b, *(d.stride_b for d in plan.k + plan.batch)]
+    return unit_contiguous(plan.k, "a", vec, a_others) and unit_contiguous(plan.n, "b", vec, b_others)
+
+
 def _candidates(plan: GemmPlan, device: GpuDevice) -> list[GemmTiling]:
+    if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and vector_operands(plan):
+        return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":
         return [GemmTiling("mma", bm, bn, bk, warps_m=wm, warps_n=wn, stages=st)
                 for bm, bn, bk, wm, wn, st in MMA_TILES]
@@ -358,6 +389,8 @@ def _candidates(plan: GemmPlan, device: GpuDevice) -> list[GemmTiling]:
 
 
 def _registers(t: GemmTiling) -> int:
+    if t.kind == "wgmma":
+        return t.block_n // 2 + 32
     if t.kind == "mma":
         fm, fn = t.block_m // t.warps_m // 16, t.block_n // t.warps_n // 16
         return fm * fn * 8 + (fm + fn) * 4
@@ -391,7 +424,7 @@ def choose_tiling(
         bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
         # The tensor-core kernel takes dynamic shared memory (opted in above the default);
         # the FMA kernel's is static and stays within the default.
-        limit = device.shared_memory_optin_bytes if tiling.kind == "mma" else device.shared_memory_bytes
+        limit = device.shared_memory_bytes if tiling.kind == "fma" else device.shared_memory_optin_bytes
         if tiling.shared_bytes > limit:
             continue
         if _registers(tiling) > device.registers_per_thread * 3 // 4:
