@@ -47,9 +47,10 @@ BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (
 # ran best; the schedule still picks by footprint, fit and occupancy.
 # Warpgroup-MMA block tiles (BM, BN, BK, stages); one warpgroup of 128 threads per 64 rows.
 WGMMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 4), (64, 256, 64, 4), (64, 128, 64, 4))
-# Byte strides between 8x8 core matrices of the wgmma operands (leading, strided dimension),
-# for A (K-major) and B (N-major) tiles stored as core-matrix blocks with BK = 64.
-WGMMA_STRIDES = {"a": (128, 1024), "b": (1024, 128)}
+# Descriptor byte offsets (leading, strided dimension) of the swizzled wgmma operands with
+# BK = 64: A K-major (8-row groups 1024 bytes apart), B N-major (64-wide n blocks BK * 128
+# bytes apart, 8-row k groups 1024 bytes apart).
+WGMMA_STRIDES = {"a": (16, 1024), "b": (8192, 1024)}
 MMA_TILES = (
     (256, 128, 64, 4, 2, 3), (128, 256, 64, 2, 4, 4), (128, 128, 32, 2, 4, 4),
     (128, 64, 32, 2, 2, 4), (64, 128, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4), (32, 64, 32, 1, 2, 4),
