@@ -46,7 +46,7 @@ BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (
 # Measured on an H100 (benchmarks/gpu_tiles.py): the 64-deep K steps and the 3-4 stage rings
 # ran best; the schedule still picks by footprint, fit and occupancy.
 # Warpgroup-MMA block tiles (BM, BN, BK, stages); one warpgroup of 128 threads per 64 rows.
-WGMMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 4), (64, 256, 64, 4), (64, 128, 64, 4))
+WGMMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 64, 5), (64, 128, 64, 6))
 # Descriptor byte offsets (leading, strided dimension) of the swizzled wgmma operands with
 # BK = 64: A K-major (8-row groups 1024 bytes apart), B N-major (64-wide n blocks BK * 128
 # bytes apart, 8-row k groups 1024 bytes apart).

@@ -64,8 +64,14 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     nest, params = builders.matmul(512, 512, 512)
     nest = _bf16(nest, {"A", "B"})
     cuda = lower_gpu(nest, params, "cuda")
-    assert cuda.schedule.kernels[0].gemm.tiling.kind == "mma"
-    assert "mma.sync.aligned.m16n8k16" in cuda.code.source and "VEC = 8" in cuda.code.source
+    assert cuda.schedule.kernels[0].gemm.tiling.kind == "wgmma"
+    assert "wgmma.mma_async" in cuda.code.source
+    assert cuda.code.compile_flags == ("-gencode=arch=compute_90a,code=sm_90a",)
+    # rows of 36 elements are not 16-byte runs: warp-level mma.sync with scalar loads
+    ragged, ragged_params = builders.matmul(64, 36, 64)
+    mma = lower_gpu(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
+    assert mma.schedule.kernels[0].gemm.tiling.kind == "mma"
+    assert "mma.sync.aligned.m16n8k16" in mma.code.source and "VEC = 1" in mma.code.source
     hip = lower_gpu(nest, params, "hip")
     assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
     assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
@@ -159,7 +165,7 @@ def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     assert library.stat().st_size > 0
     if case == "matmul_bf16" and shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "--dump-sass", str(library)], capture_output=True, text=True).stdout
-        assert "HMMA" in sass
+        assert "HGMMA" in sass
 
 
 def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
