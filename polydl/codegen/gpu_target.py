@@ -8,7 +8,8 @@ order, and `header` its declaration. Both dialects render the same templates; wh
 A plain statement becomes a kernel whose threads enumerate its thread loops (flattened, the
 innermost fastest so neighbouring threads touch neighbouring cells) and run the rest of its
 loops and guards sequentially; a GEMM statement becomes the block-tiled implicit GEMM of
-`gemm_mma.j2` (tensor cores, bf16) or `gemm_fma.j2` (FMA).
+`gemm_wgmma.j2` (Hopper warpgroup MMA, bf16, contiguous operands; built for sm_90a),
+`gemm_mma.j2` (warp-level mma.sync, bf16) or `gemm_fma.j2` (FMA).
 """
 
 from __future__ import annotations
