@@ -21,7 +21,7 @@ Built = tuple[LoopNest, dict[str, int]]
 
 SUPPORTED_DTYPES = tuple(d for d in DTYPES if d != "bfloat16")
 LAYOUTS = ("nchw", "nchw16c")
-EPILOGUES = ("bias", "relu", "residual")
+EPILOGUES = ("bias", "relu", "residual", "scale_shift")
 
 
 def _integer(name: str, value: object, minimum: int = 1) -> int:
@@ -120,7 +120,8 @@ def conv2d(
 
     layout "nchw16c": x[N][CB][H][W][16], w[KB][CB][R][S][16c][16k], y[N][KB][P][Q][16] with
     CB, KB the channel counts rounded up to blocks (inputs padded with zeros, `polydl.layouts`);
-    a fused bias is then b[KB*16] and a residual is shaped like y."""
+    a fused bias is then b[KB*16] and a residual is shaped like y. "scale_shift" (batch-norm in
+    inference) adds scale[K] and shift[K] (KB*16 when blocked): y = y * scale[k] + shift[k]."""
     sizes = {
         name: _integer(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
@@ -184,6 +185,11 @@ def conv2d(
             nests.append(_loops(out_loops, f"y{out} += b{bias};"))
         elif epilogue == "relu":
             nests.append(_loops(out_loops, f"y{out} = {fmax}(y{out}, {zero});"))
+        elif epilogue == "scale_shift":
+            # batch-norm in inference, folded per channel: y = y * scale[k] + shift[k]
+            arrays.append(_declaration(ctype, "scale", bias_shape, True))
+            arrays.append(_declaration(ctype, "shift", bias_shape, True))
+            nests.append(_loops(out_loops, f"y{out} = y{out} * scale{bias} + shift{bias};"))
         else:
             arrays.append(_declaration(ctype, "res", out_shape, True))
             nests.append(_loops(out_loops, f"y{out} += res{out};"))

@@ -334,10 +334,10 @@ def fuse_epilogues(model: PolyModel, plan: GroupPlan, names: tuple[str, ...]) ->
         if isinstance(fused, FusedMaps):
             smap = fused.producer_map(plan.schedule_map).union(fused.consumers)
             return replace(plan, schedule_map=smap, epilogues=tuple(chain), fusion_level=level)
-        reasons.append(fused)
+        reasons.append(f"level {level}: {fused}")
     raise ScheduleError(
         f"cannot fuse {', '.join(names)} into the main loop nest: "
-        + (reasons[-1] if reasons else "no loop outside the parallel loops to fuse at")
+        + ("; ".join(reasons) or "no loop inside the parallel loops to fuse at")
     )
 
 

@@ -60,9 +60,9 @@ def choose_fusion(
             if isinstance(result, FusedMaps):
                 found = result
                 break
-            reasons.append(result)
+            reasons.append(f"level {candidate}: {result}")
         if found is None:
-            why = reasons[0] if reasons else "no producer loop outside the parallel loops to fuse at"
+            why = "; ".join(reasons) or "no producer loop inside the parallel loops to fuse at"
             decisions.append(FusionDecision(names, False, None, None, None, why))
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
@@ -79,7 +79,7 @@ def choose_fusion(
             continue
         chain += group
         level = found.level
-        deeper = f"; deeper levels: {reasons[0]}" if reasons else ""
+        deeper = f"; not deeper: {'; '.join(reasons)}" if reasons else ""
         why = (
             f"legal by the dependence check; the fused tile's working set {nbytes} B fits "
             f"{budget} B of L2{deeper}"

@@ -110,7 +110,7 @@ def fuse_at(
     if not relation.is_empty():
         broken = relation.subtract(smap.lex_lt_union_map(smap))
         if not broken.is_empty():
-            return f"a dependence would run backwards at level {level}: {_sample(broken)}"
+            return f"a dependence would run backwards: {_sample(broken)}"
         for d in parallel_dims:
             if carries(relation, smap, d):
                 return f"the parallel loop at level {d} would carry a dependence of the consumer"
@@ -146,8 +146,8 @@ def _outer_time(
         return f"{s.name} touches cells of {array} that the producer does not write"
     if not found.is_single_valued():
         return (
-            f"a cell of {array} that {s.name} uses is written in several iterations of the "
-            f"producer's first {level} loops (a reduction loop is outside it)"
+            f"a cell of {array} that {s.name} uses is written in several iterations of these "
+            "loops (a reduction loop is among them)"
         )
     return found
 
