@@ -184,13 +184,14 @@ def conv2d(
         nests.append(_loops(copy_loops, copy))
     arrays += [_declaration(in_type, "x", x_shape, True), _declaration(in_type, "w", w_shape, True)]
     nests.append(_loops(conv_loops, f"y{out} += {'xp' if padding else 'x'}{source} * {weight};"))
-    zero, fmax = ("0.0f", "fmaxf") if ctype == "float" else ("0.0", "fmax")
+    zero = "0.0f" if ctype == "float" else "0.0"
     for epilogue in epilogues:
         if epilogue == "bias":
             arrays.append(_declaration(ctype, "b", bias_shape, True))
             nests.append(_loops(out_loops, f"y{out} += b{bias};"))
         elif epilogue == "relu":
-            nests.append(_loops(out_loops, f"y{out} = {fmax}(y{out}, {zero});"))
+            # a select, not fmaxf: the C compiler vectorises it to a max without -ffast-math
+            nests.append(_loops(out_loops, f"y{out} = y{out} > {zero} ? y{out} : {zero};"))
         elif epilogue == "scale_shift":
             # batch-norm in inference, folded per channel: y = y * scale[k] + shift[k]
             arrays.append(_declaration(ctype, "scale", bias_shape, True))
