@@ -3,7 +3,8 @@
 Takes a `PolyModel` and a `Schedule`; returns a `ScheduledNest`, one `GroupPlan` per top-level
 loop nest (group). The schedule transforms the band of the main group (the nest with the most
 floating-point work); the other groups keep their order and run their outermost
-dependence-free loop in parallel. Every plan is checked against the dependences: a schedule
+dependence-free loop in parallel, except the nests named in `schedule.epilogues`, which join the
+main band (`fusion.py`). Every plan is checked against the dependences: a schedule
 that would run a sink before its source, or a parallel loop that carries a dependence, is a
 `ScheduleError`, never code.
 """

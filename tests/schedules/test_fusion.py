@@ -182,3 +182,12 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
     from tests.frontends.test_builders import conv2d_numpy
 
     return conv2d_numpy(x, w, stride, padding)
+
+
+def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from polydl.schedules.database import TuningDatabase
+    from polydl.tuning import tune
+
+    nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
+    result = tune(nest, params, trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)
+    assert all(t.schedule.epilogues == ("S2", "S3") for t in result.trials)
