@@ -32,6 +32,9 @@ from polydl.schedules.schedule import Schedule
 from polydl.version import __version__
 
 ScheduleArg = str | Schedule | Mapping[str, Any]
+# Part of every stored lowering's key: changes when "auto" lowers the same nest differently
+# (here: consumer nests fused into the producer), so older stored lowerings are not reused.
+LOWERING_REVISION = "fused-epilogues"
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,7 +133,7 @@ def _lowering_key(
     else:  # "tuned" reads the tuning database, which changes under us
         return None
     return content_key(
-        [__version__, fingerprint(nest), json.dumps(dict(params), sort_keys=True), target,
+        [__version__, LOWERING_REVISION, fingerprint(nest), json.dumps(dict(params), sort_keys=True), target,
          chosen, current_machine().key()]
     )
 

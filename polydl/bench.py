@@ -32,9 +32,11 @@ from polydl.errors import PolyDLError
 from polydl.machine import Machine, current_machine
 from polydl.version import __version__
 
-SUITE_FILES = {"gemm": "gemm.json", "resnet50": "resnet50_conv.json"}
+SUITE_FILES = {"gemm": "gemm.json", "resnet50": "resnet50_conv.json",
+               # A/B suites on the same layers (polydl.bench_variants)
+               "resnet50_fused": "resnet50_conv.json", "resnet50_bf16": "resnet50_conv.json"}
 # Seconds of timing per case (references and polydl together), not counting compilation.
-DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0}
+DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0, "resnet50_fused": 12.0, "resnet50_bf16": 12.0}
 SAMPLES_PER_ROUND = 3  # timed samples of each runner per round, after one untimed call
 MIN_SAMPLE_S = 1e-3  # a sample of a fast call times this long a batch of calls
 NOISY_SHARE = 0.10  # other processes' share of the CPU time above which the report warns
@@ -496,6 +498,9 @@ class Target:
 TARGETS = {
     "resnet50": Target("geomean >= 1.0 vs best oneDNN path, no layer < 0.8", ("torch.",), 1.0, 0.8),
     "gemm": Target(">= numpy on every shape", ("numpy",), None, 1.0),
+    "resnet50_fused": Target("fused faster than unfused polydl on every layer",
+                             ("polydl.unfused",), None, 1.0),
+    "resnet50_bf16": Target("bf16 geomean >= 1.6x fp32 polydl", ("polydl.fp32",), 1.6, None),
 }
 
 
@@ -919,6 +924,9 @@ def _run(
     torch = import_torch(threads)
     _progress(f"bench {suite}: {len(selected)} case(s), {threads} threads, "
               f"{'PyTorch ' + torch.__version__ if torch else 'no PyTorch (numpy only)'}")
+    from polydl.bench_variants import CASE_RUNNERS
+
+    run_case = CASE_RUNNERS.get(suite, bench_case)
     meter = CpuMeter()
     peak = FmaPeak(machine)
     try:
@@ -929,7 +937,7 @@ def _run(
             for i, case in enumerate(selected, 1):
                 t0 = time.perf_counter()
                 peak_now = max(peak_samples)
-                row = bench_case(case, torch, repeat, budget, peak_now, layouts, compare_layouts)
+                row = run_case(case, torch, repeat, budget, peak_now, layouts, compare_layouts)
                 rows.append(row)
                 best = row.best_reference
                 _progress(

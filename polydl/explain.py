@@ -12,6 +12,7 @@ from polydl.api import Compilation
 from polydl.machine import current_machine
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
+from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.rank import rank
 
 
@@ -56,11 +57,30 @@ def explain(c: Compilation, ranking: int = 5) -> str:
         )
     for key, value in c.schedule.notes:
         lines.append(f"  {key}: {value}")
+    lines += _fusion(c)
     lines.append(f"flops per call: {c.flops}")
     if ranking > 0:
         lines.append("")
         lines += _ranking(c, ranking)
     return "\n".join(lines)
+
+
+def _fusion(c: Compilation) -> list[str]:
+    """What was fused into the main nest, at which level, and why each consumer nest was or
+    was not (the automatic decision for this schedule)."""
+    _, decisions = choose_fusion(c.model, c.schedule, current_machine())
+    if not decisions:
+        return []
+    main = c.scheduled.main
+    lines = ["fusion of the nests after the main one:"]
+    if main.epilogues:
+        names = ", ".join(s.name for s in main.epilogues)
+        loop = main.order[main.fusion_level - 1] if main.fusion_level else "-"
+        lines.append(f"  this kernel: {names} run inside loop {loop} (level {main.fusion_level})")
+    else:
+        lines.append("  this kernel: nothing fused")
+    lines += [f"  {d.describe()}" for d in decisions]
+    return lines
 
 
 def _ranking(c: Compilation, top: int) -> list[str]:

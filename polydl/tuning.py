@@ -22,6 +22,7 @@ from polydl.machine import Machine, current_machine
 from polydl.poly.model import PolyModel, build_model
 from polydl.schedules.auto import resolve
 from polydl.schedules.database import TuningDatabase, TuningRecord, nest_key
+from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import Schedule
 
@@ -73,7 +74,9 @@ def tune(
     results: list[TrialResult] = []
     args: list[np.ndarray] | None = None
     for i, candidate in enumerate(ranked):
-        kernel = kernel_from(lower(nest, params, "c", candidate.schedule))
+        # each candidate runs as "auto" would run it: with its consumer nests fused
+        schedule = choose_fusion(model, resolve(model, candidate.schedule), machine)[0]
+        kernel = kernel_from(lower(nest, params, "c", schedule))
         if args is None:
             args = random_inputs(kernel.arguments)
         seconds = time_kernel(kernel, args)

@@ -50,7 +50,7 @@ class LoopPrinter:
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
-        self.statements = {s.name: s for s in plan.statements}
+        self.statements = {s.name: s for s in plan.printed_statements}
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
 

@@ -19,9 +19,13 @@ from polydl.layouts import BLOCK
 
 Built = tuple[LoopNest, dict[str, int]]
 
-SUPPORTED_DTYPES = tuple(d for d in DTYPES if d != "bfloat16")
+SUPPORTED_DTYPES = tuple(DTYPES)
+# C element types of a primitive's (inputs, outputs) per dtype: bfloat16 inputs are multiplied
+# with fp32 accumulation into an fp32 output (and fp32 epilogue operands), as the bf16 dot
+# products of the hardware do; rounding the output back to bf16 is the caller's choice.
+ELEMENT_CTYPES = {"float32": ("float", "float"), "float64": ("double", "double"), "bfloat16": ("bfloat16", "float")}
 LAYOUTS = ("nchw", "nchw16c")
-EPILOGUES = ("bias", "relu", "residual")
+EPILOGUES = ("bias", "relu", "residual", "scale_shift")
 
 
 def _integer(name: str, value: object, minimum: int = 1) -> int:
@@ -78,16 +82,17 @@ def _build(name: str, text: str, sizes: dict[str, int], local: Sequence[str] = (
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Built:
-    """`C[M][N] += A[M][K] * B[K][N]`; called as `k(A, B) -> C`."""
+    """`C[M][N] += A[M][K] * B[K][N]`; called as `k(A, B) -> C`. With dtype "bfloat16", A and
+    B are bfloat16 and C is float32."""
     sizes = {"M": _integer("M", M), "N": _integer("N", N), "K": _integer("K", K)}
-    ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
+    in_type, out_type = ELEMENT_CTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
     text = _function(
         "matmul",
         list(sizes),
         [
-            _declaration(ctype, "C", ["M", "N"], False),
-            _declaration(ctype, "A", ["M", "K"], True),
-            _declaration(ctype, "B", ["K", "N"], True),
+            _declaration(out_type, "C", ["M", "N"], False),
+            _declaration(in_type, "A", ["M", "K"], True),
+            _declaration(in_type, "B", ["K", "N"], True),
         ],
         [_loops([("i", "M"), ("j", "N"), ("k", "K")], "C[i][j] += A[i][k] * B[k][j];")],
     )
@@ -120,14 +125,16 @@ def conv2d(
 
     layout "nchw16c": x[N][CB][H][W][16], w[KB][CB][R][S][16c][16k], y[N][KB][P][Q][16] with
     CB, KB the channel counts rounded up to blocks (inputs padded with zeros, `polydl.layouts`);
-    a fused bias is then b[KB*16] and a residual is shaped like y."""
+    dtype "bfloat16": x and w bfloat16, y and the epilogue operands float32;
+    a fused bias is then b[KB*16] and a residual is shaped like y. "scale_shift" (batch-norm in
+    inference) adds scale[K] and shift[K] (KB*16 when blocked): y = y * scale[k] + shift[k]."""
     sizes = {
         name: _integer(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
     }
     stride = _integer("stride", stride)
     padding = _integer("padding", padding, minimum=0)
-    ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
+    in_type, ctype = ELEMENT_CTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
     layout = _choice("layout", layout, LAYOUTS)
     epilogues = _epilogues(fuse)
     for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
@@ -173,17 +180,23 @@ def conv2d(
     arrays = [_declaration(ctype, "y", out_shape, False)]
     nests = []
     if padding:
-        arrays.append(_declaration(ctype, "xp", xp_shape, False))
+        arrays.append(_declaration(in_type, "xp", xp_shape, False))
         nests.append(_loops(copy_loops, copy))
-    arrays += [_declaration(ctype, "x", x_shape, True), _declaration(ctype, "w", w_shape, True)]
+    arrays += [_declaration(in_type, "x", x_shape, True), _declaration(in_type, "w", w_shape, True)]
     nests.append(_loops(conv_loops, f"y{out} += {'xp' if padding else 'x'}{source} * {weight};"))
-    zero, fmax = ("0.0f", "fmaxf") if ctype == "float" else ("0.0", "fmax")
+    zero = "0.0f" if ctype == "float" else "0.0"
     for epilogue in epilogues:
         if epilogue == "bias":
             arrays.append(_declaration(ctype, "b", bias_shape, True))
             nests.append(_loops(out_loops, f"y{out} += b{bias};"))
         elif epilogue == "relu":
-            nests.append(_loops(out_loops, f"y{out} = {fmax}(y{out}, {zero});"))
+            # a select, not fmaxf: the C compiler vectorises it to a max without -ffast-math
+            nests.append(_loops(out_loops, f"y{out} = y{out} > {zero} ? y{out} : {zero};"))
+        elif epilogue == "scale_shift":
+            # batch-norm in inference, folded per channel: y = y * scale[k] + shift[k]
+            arrays.append(_declaration(ctype, "scale", bias_shape, True))
+            arrays.append(_declaration(ctype, "shift", bias_shape, True))
+            nests.append(_loops(out_loops, f"y{out} = y{out} * scale{bias} + shift{bias};"))
         else:
             arrays.append(_declaration(ctype, "res", out_shape, True))
             nests.append(_loops(out_loops, f"y{out} += res{out};"))

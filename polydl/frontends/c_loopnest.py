@@ -37,7 +37,7 @@ from polydl.ir import (
     int_vars,
 )
 
-ELEMENT_TYPES = {"float": "float32", "double": "float64"}
+ELEMENT_TYPES = {"float": "float32", "double": "float64", "bfloat16": "bfloat16", "__bf16": "bfloat16"}
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
 # stage walks the nest recursively.
 MAX_NESTING = 50
@@ -236,7 +236,7 @@ class _FunctionReader:
             t.type, c_ast.IdentifierType
         ) else []
         if len(names) != 1 or names[0] not in ELEMENT_TYPES:
-            raise self.error(f"array '{p.name}' must have float or double elements", p)
+            raise self.error(f"array '{p.name}' must have float, double or bfloat16 elements", p)
         quals = set(p.quals) | set(t.quals)
         if quals - {"const"}:
             raise self.error(f"qualifier(s) {sorted(quals - {'const'})} not allowed on '{p.name}'", p)

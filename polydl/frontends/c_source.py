@@ -133,13 +133,21 @@ def _deepest_bracket(clean: str, filename: str) -> SourcePosition:
     return position_of(clean, where, filename)
 
 
+# The bfloat16 element type, spelled `bfloat16` or `__bf16` (gcc's name): declared for the
+# parser before the spec; `#line 1` keeps every position in the spec's own numbering.
+BFLOAT16_TYPES = ("bfloat16", "__bf16")
+BFLOAT16_PRELUDE = "".join(f"typedef unsigned short {t}; " for t in BFLOAT16_TYPES) + "\n#line 1\n"
+
+
 def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST:
     clean = strip_comments(text, filename)
     reject_preprocessor(clean, filename, text)
     check_brackets(clean, filename, text)
     parser = c_parser.CParser()
     try:
-        return parser.parse(clean, filename)
+        ast = parser.parse(BFLOAT16_PRELUDE + clean, filename)
+        ast.ext = ast.ext[len(BFLOAT16_TYPES):]
+        return ast
     except c_parser.ParseError as exc:
         raise _syntax_error(str(exc), filename, text, parser) from None
     except RecursionError:

@@ -3,7 +3,8 @@
 Takes a `PolyModel` and a `Schedule`; returns a `ScheduledNest`, one `GroupPlan` per top-level
 loop nest (group). The schedule transforms the band of the main group (the nest with the most
 floating-point work); the other groups keep their order and run their outermost
-dependence-free loop in parallel. Every plan is checked against the dependences: a schedule
+dependence-free loop in parallel, except the nests named in `schedule.epilogues`, which join the
+main band (`fusion.py`). Every plan is checked against the dependences: a schedule
 that would run a sink before its source, or a parallel loop that carries a dependence, is a
 `ScheduleError`, never code.
 """
@@ -11,7 +12,7 @@ that would run a sink before its source, or a parallel loop that carries a depen
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
@@ -20,6 +21,7 @@ from polydl.ir import Loop
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import Dependences, carries, dependences_of
 from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.fusion import FusedMaps, fuse_at, fusion_levels
 from polydl.schedules.microkernel import MicrokernelCall, bind_microkernel
 from polydl.schedules.schedule import (
     MicrokernelBinding,
@@ -42,6 +44,15 @@ class GroupPlan:
     # Statements whose innermost loops became one microkernel call, by statement name. Their
     # instances in `schedule_map` are then points of the outer loops, not of the statement.
     calls: dict[str, MicrokernelCall] = field(default_factory=dict)
+    # The statement-level schedule map (before any microkernel binding): what fusion reads.
+    instance_map: isl.UnionMap | None = None
+    # Consumer statements fused into the band (see `fusion.py`) and the level they run at.
+    epilogues: tuple[StatementModel, ...] = ()
+    fusion_level: int | None = None
+
+    @property
+    def printed_statements(self) -> tuple[StatementModel, ...]:
+        return self.statements + self.epilogues
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,12 +184,13 @@ def _group_plan(
             if not _parallel_at(band_deps, smap, order, d):
                 raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
     calls: dict[str, MicrokernelCall] = {}
+    instance_map = smap
     if microkernel is not None:
         smap, calls = _bind_call(deps.model, statements, smap, order, tiles, microkernel, width)
         inner = len(order) - len(microkernel.loops)
         if any(d >= inner for d in dims):
             raise ScheduleError("a parallel loop must stay outside the microkernel call")
-    return GroupPlan(group, statements, band, order, tiles, smap, dims, calls)
+    return GroupPlan(group, statements, band, order, tiles, smap, dims, calls, instance_map)
 
 
 def _bind_call(
@@ -283,21 +295,72 @@ def _sample(deps: isl.UnionMap) -> str:
     return str(isl.Set.from_point(point).unwrap()).strip("{} ")
 
 
+def consumer_groups(model: PolyModel) -> list[tuple[StatementModel, ...]]:
+    """The loop nests after the main one, in order: the candidates for fusion."""
+    groups = group_statements(model)
+    main = main_group(model)
+    order = list(groups)
+    return [groups[g] for g in order[order.index(main) + 1:]]
+
+
+def fusion_max_level(plan: GroupPlan) -> int:
+    """The deepest level a consumer may join: outside the microkernel call, if any."""
+    if plan.calls:
+        return min(len(call.outer) for call in plan.calls.values())
+    return len(plan.order)
+
+
+def fuse_epilogues(model: PolyModel, plan: GroupPlan, names: tuple[str, ...]) -> GroupPlan:
+    """The main plan with the named consumer statements fused at the deepest legal level."""
+    chain: list[StatementModel] = []
+    for group in consumer_groups(model):
+        picked = [s for s in group if s.name in names]
+        if not picked:
+            break
+        if len(picked) != len(group):
+            raise ScheduleError(
+                f"fusing part of a loop nest: fuse all of {', '.join(s.name for s in group)}"
+            )
+        chain += group
+    missing = set(names) - {s.name for s in chain}
+    if missing:
+        raise ScheduleError(
+            f"epilogue statements {', '.join(sorted(missing))} do not directly follow the main "
+            "loop nest, so they cannot be fused into it"
+        )
+    assert plan.instance_map is not None
+    reasons = []
+    for level in fusion_levels(fusion_max_level(plan), plan.parallel_dims):
+        fused = fuse_at(model, plan.statements, plan.instance_map, chain, level, plan.parallel_dims)
+        if isinstance(fused, FusedMaps):
+            smap = fused.producer_map(plan.schedule_map).union(fused.consumers)
+            return replace(plan, schedule_map=smap, epilogues=tuple(chain), fusion_level=level)
+        reasons.append(f"level {level}: {fused}")
+    raise ScheduleError(
+        f"cannot fuse {', '.join(names)} into the main loop nest: "
+        + ("; ".join(reasons) or "no loop inside the parallel loops to fuse at")
+    )
+
+
 def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
     deps = dependences_of(model)
     groups = group_statements(model)
     main = main_group(model)
+    fused = set(schedule.epilogues)
     plans = []
     for g, statements in groups.items():
+        if fused and all(s.name in fused for s in statements) and g != main:
+            continue  # runs inside the main nest
         if g == main:
             band_vars = tuple(loop.var for loop in band_of(statements))
             order = _check_order(schedule, band_vars)
             parallel = schedule.parallel if schedule.order or schedule.parallel else None
-            plans.append(
-                _group_plan(
-                    deps, g, statements, order, schedule.tile_sizes, parallel, schedule.microkernel
-                )
+            plan = _group_plan(
+                deps, g, statements, order, schedule.tile_sizes, parallel, schedule.microkernel
             )
+            if fused:
+                plan = fuse_epilogues(model, plan, schedule.epilogues)
+            plans.append(plan)
         else:
             plans.append(_group_plan(deps, g, statements, None, {}, None))
     return ScheduledNest(model, schedule, main, tuple(plans))

@@ -11,6 +11,7 @@ from dataclasses import replace
 from polydl.machine import Machine
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import apply_schedule
+from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import Schedule
 
@@ -30,12 +31,13 @@ def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
 
 def auto_schedule(model: PolyModel, machine: Machine) -> Schedule:
     """The best schedule by the reuse model (see `rank`), or the original order if no
-    candidate is legal."""
+    candidate is legal; with the consumer nests fused where that is legal and pays."""
     ranked = rank(model, machine)
     if not ranked:
-        return resolve(model, Schedule())
+        return choose_fusion(model, resolve(model, Schedule()), machine)[0]
     best = ranked[0]
-    return replace(
+    chosen = replace(
         resolve(model, best.schedule),
         notes=(("model_cost", round(best.cost)), ("candidates", len(ranked))),
     )
+    return choose_fusion(model, chosen, machine)[0]

@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cffi
@@ -52,7 +52,7 @@ RUNNABLE = {
     "avx2": {"avx2", "fma"} <= FLAGS,
     "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= FLAGS,
 }
-RUNNABLE["avx512bf16"] = RUNNABLE["avx512"]
+RUNNABLE["avx512bf16"] = RUNNABLE["avx512"] and "avx512_bf16" in FLAGS
 
 NUMPY_TYPES = {"float32": (np.float32, np.float32), "float64": (np.float64, np.float64),
                "bfloat16": (np.uint16, np.float32)}
@@ -283,6 +283,14 @@ DTYPE_CASES = [
     for shape in ((3, 5, 7), (17, 31, 20)) for lay in ("dense", "m-major", "nt", "strided")
     for dtype in ("float64", "bfloat16") for isa in ISAS
 ]
+# vdpbf16ps kernels (k in pairs, odd k, ragged n, both orientations): run where the CPU has
+# AVX-512 BF16, compiled only elsewhere.
+BF16_DOT_CASES = [
+    pytest.param(Case(spec_for(shape, lay, batch, dtype="bfloat16", beta=beta), "avx512bf16"),
+                 id=f"{label(shape)}-{lay}-{batch}-beta{beta:g}")
+    for shape in ((3, 5, 7), (17, 31, 20), (28, 64, 9)) for lay in ("dense", "padded", "m-major", "strided")
+    for batch, beta in (("none", 0.0), ("two", 1.0))
+] + [pytest.param(Case(replace(CONV, dtype="bfloat16"), "avx512bf16"), id="conv")]
 BLOCK_CASES = [
     pytest.param(Case(spec, isa), id=f"{name}-{isa}")
     for name, spec in (("conv", CONV), ("gemm", GEMM)) for isa in VECTOR_ISAS
@@ -302,7 +310,7 @@ LIBXSMM_CASES = [
 
 
 def all_cases() -> list[Case]:
-    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES]
+    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES, *BF16_DOT_CASES]
     if libxsmm_available():
         params += LIBXSMM_CASES
     return [p.values[0] for p in params]  # type: ignore[misc]
@@ -326,6 +334,26 @@ def test_batches_and_beta(library: KernelLibrary, case: Case) -> None:
 @pytest.mark.parametrize("case", DTYPE_CASES)
 def test_float64_and_bfloat16(library: KernelLibrary, case: Case) -> None:
     check(library, case)
+
+
+@pytest.mark.parametrize("case", BF16_DOT_CASES)
+def test_avx512_bf16_dot_products(library: KernelLibrary, case: Case) -> None:
+    mk = check(library, case)
+    if mk.form.startswith("outer"):
+        assert "_mm512_dpbf16_ps(" in mk.source
+
+
+def test_bf16_dot_product_kernel_builds_with_mavx512bf16(tmp_path: Path) -> None:
+    """The whole kernel, compiled for a CPU with AVX-512 BF16, issues vdpbf16ps."""
+    mk = choose_microkernel(replace(CONV, dtype="bfloat16"), "avx512bf16", "_pd_dp")
+    c_file = tmp_path / "k.c"
+    c_file.write_text(entry_source(mk, "entry"))
+    asm = tmp_path / "k.s"
+    subprocess.run([GCC, "-O3", "-mavx512f", "-mavx512bf16", "-Wall", "-Werror", "-S", str(c_file),
+                    "-o", str(asm)], check=True)
+    text = asm.read_text()
+    assert "vdpbf16ps" in text and "vpermw" in text
+    assert not [line for line in text.splitlines() if "%zmm" in line and "(%rsp)" in line]
 
 
 @pytest.mark.parametrize("case", BLOCK_CASES)

@@ -226,7 +226,6 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"K": "3"}, "K"),
         ({"stride": 0}, "stride"),
         ({"padding": -1}, "padding"),
-        ({"dtype": "bfloat16"}, "dtype"),
         ({"dtype": "int8"}, "dtype"),
         ({"layout": "nhwc"}, "layout"),
         ({"fuse": ("bias", "bias")}, "fuse"),

@@ -409,7 +409,7 @@ FUNCTION_ERRORS = [
     ("reserved-size-min", "void f(int $min, float v[1]) { }", "reserved"),
     ("reserved-size-calloc", "void f(int $calloc, float v[1]) { }", "reserved"),
     ("reserved-cxx-keyword", "void f(float $new[1]) { }", "reserved"),
-    ("int-array", "void f(int N, int $A[N]) { }", "float or double"),
+    ("int-array", "void f(int N, int $A[N]) { }", "float, double or bfloat16"),
     ("scalar-float", "void f(int N, float $alpha, float v[N]) { }", "scalar"),
     ("long-size", "void f(long $N, float v[1]) { }", "int"),
     ("variadic", "void f(int N, float v[N], $...) { }", "variadic"),

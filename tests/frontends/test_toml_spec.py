@@ -36,6 +36,16 @@ def test_matmul_spec_builds_the_matmul_builder() -> None:
     assert params == {"M": 4, "N": 5, "K": 6}
 
 
+def test_bfloat16_and_scale_shift_specs() -> None:
+    text = CONV.replace('"float64"', '"bfloat16"').replace('["bias", "relu"]', '["scale_shift", "relu"]')
+    nest, params = parse_toml(text, "conv.toml")
+    assert (nest, params) == builders.conv2d(
+        N=1, C=3, K=5, H=6, W=7, R=3, S=3, stride=2, padding=1, dtype="bfloat16",
+        layout="nchw16c", fuse=("scale_shift", "relu"))
+    assert {a.name: a.dtype for a in nest.parameters} == {
+        "y": "float32", "x": "bfloat16", "w": "bfloat16", "scale": "float32", "shift": "float32"}
+
+
 def test_conv2d_spec_passes_every_option() -> None:
     nest, params = parse_toml(CONV, "conv.toml")
     expected = builders.conv2d(
@@ -87,7 +97,6 @@ ERRORS = [
     ("missing-size", '$primitive = "matmul"\nM = 4\nN = 4\n', "K"),
     ("zero-size", 'primitive = "matmul"\nM = $0\nN = 1\nK = 1\n', ">= 1"),
     ("negative-padding", CONV.replace("padding = 1", "padding = $-1"), ">= 0"),
-    ("bfloat16", CONV.replace('dtype = "float64"', 'dtype = $"bfloat16"'), "dtype"),
     ("unknown-layout", CONV.replace('layout = "nchw16c"', 'layout = $"nhwc"'), "layout"),
     ("duplicate-epilogue", CONV.replace('fuse = ["bias", "relu"]', 'fuse = $["bias", "bias"]'), "twice"),
     ("unknown-epilogue", CONV.replace('fuse = ["bias", "relu"]', 'fuse = $["gelu"]'), "gelu"),

@@ -11,6 +11,7 @@ strides have no BLAS form); "auto" is polydl's own unless LIBXSMM is known to be
 
 from __future__ import annotations
 
+from polydl.codegen.microkernels import dpbf16
 from polydl.codegen.microkernels.blocking import (
     VECTOR_UNITS,
     Blocking,
@@ -88,7 +89,11 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
         f"{blocking.rows} x {blocking.vectors}{' vectors' if blocking.form == 'outer' else ''}"
         f"{' of C^T' if swapped else ''}"
     )
-    source, unroll = render_vector_kernel(view, unit, blocking, inner, description)
+    if isa == "avx512bf16" and blocking.form == "outer" and dpbf16.supports(view):
+        description += "; vdpbf16ps on k pairs"
+        source, unroll = dpbf16.render_dpbf16_kernel(view, blocking, inner, description), 1
+    else:
+        source, unroll = render_vector_kernel(view, unit, blocking, inner, description)
     if swapped:
         source = _swap_wrapper(spec, name, inner, source, description)
     if blocking.form == "outer":

@@ -1,0 +1,100 @@
+"""Decide which consumer nests to fuse into the main nest of a schedule, and say why.
+
+Takes a `PolyModel`, a schedule of its main nest and the `Machine`; returns the schedule with
+`epilogues` filled in and one `FusionDecision` per consumer nest. The nests that follow the main
+one are taken in order (a chain: bias, then ReLU, ...); each joins the chain at the deepest level
+where the whole chain is legal (see `fusion.py`) and pays: the fused tile's working set (by the
+reuse analysis) fits the cache. The first nest that cannot join ends the chain, since the nests
+after it must still run after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from polydl.errors import ScheduleError
+from polydl.machine import Machine
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.apply import apply_schedule, consumer_groups, fusion_max_level
+from polydl.schedules.fusion import (
+    L2_SHARE,
+    FusedMaps,
+    FusionDecision,
+    fits_cache,
+    fuse_at,
+    fused_working_set,
+    fusion_levels,
+)
+from polydl.schedules.schedule import Schedule
+
+
+def choose_fusion(
+    model: PolyModel, schedule: Schedule, machine: Machine
+) -> tuple[Schedule, tuple[FusionDecision, ...]]:
+    unfused = replace(schedule, epilogues=())
+    groups = consumer_groups(model)
+    if not groups:
+        return unfused, ()
+    try:
+        plan = apply_schedule(model, unfused).main
+    except ScheduleError as exc:
+        return unfused, tuple(
+            FusionDecision(_names(g), False, None, None, None, f"the schedule is illegal: {exc}")
+            for g in groups
+        )
+    assert plan.instance_map is not None
+    chain: list[StatementModel] = []
+    level: int | None = None
+    decisions: list[FusionDecision] = []
+    stopped: str | None = None
+    for group in groups:
+        names = _names(group)
+        if stopped is not None:
+            decisions.append(FusionDecision(names, False, None, None, None, stopped))
+            continue
+        levels = [level] if level is not None else fusion_levels(fusion_max_level(plan), plan.parallel_dims)
+        found: FusedMaps | None = None
+        reasons: list[str] = []
+        for candidate in levels:
+            result = fuse_at(model, plan.statements, plan.instance_map, [*chain, *group], candidate, plan.parallel_dims)
+            if isinstance(result, FusedMaps):
+                found = result
+                break
+            reasons.append(f"level {candidate}: {result}")
+        if found is None:
+            why = "; ".join(reasons) or "no producer loop inside the parallel loops to fuse at"
+            decisions.append(FusionDecision(names, False, None, None, None, why))
+            stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
+            continue
+        loop = plan.order[found.level - 1]
+        nbytes = fused_working_set(model, [*chain, *group], found, machine.cache_line_bytes)
+        budget = int(machine.l2_bytes * L2_SHARE)
+        if not fits_cache(machine, nbytes):
+            why = (
+                f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
+                f"{nbytes} B, more than {budget} B of L2: the tile would leave the cache anyway"
+            )
+            decisions.append(FusionDecision(names, False, found.level, loop, nbytes, why))
+            stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
+            continue
+        chain += group
+        level = found.level
+        deeper = f"; not deeper: {'; '.join(reasons)}" if reasons else ""
+        why = (
+            f"legal by the dependence check; the fused tile's working set {nbytes} B fits "
+            f"{budget} B of L2{deeper}"
+        )
+        decisions.append(FusionDecision(names, True, found.level, loop, nbytes, why))
+    if not chain:
+        return unfused, tuple(decisions)
+    assert level is not None
+    fused = replace(
+        schedule,
+        epilogues=tuple(s.name for s in chain),
+        notes=tuple(schedule.notes) + (("fused_at", f"{plan.order[level - 1]} (level {level})"),),
+    )
+    return fused, tuple(decisions)
+
+
+def _names(group: tuple[StatementModel, ...]) -> tuple[str, ...]:
+    return tuple(s.name for s in group)

@@ -1,0 +1,213 @@
+"""Fuse consumer loop nests into the producer's loops, while the producer's output tile is in cache.
+
+Takes the main group's plan (its statement-level schedule map) and the loop nests that follow it;
+returns a fused schedule map, or the reason a nest cannot be fused. A consumer nest (an epilogue:
+bias, ReLU, residual add, scale/shift, or any statement over the producer's output) is given the
+producer's outer `level` time dimensions, as functions of its own iterators through the output
+cell it touches, then runs after the producer at that level:
+
+    producer  [t0 .. t(L-1), 0, <producer's inner dims>]
+    consumer  [t0 .. t(L-1), 1, <its own loops>, <its rank in the chain>]
+
+so the consumers of one chain share one loop nest inside the producer's tile. The deepest level
+is tried first; a level is used only if (1) every consumer instance belongs to exactly one
+iteration of the producer's outer loops, (2) every dependence that involves a consumer still
+runs source before sink (isl's exact check), and (3) no parallel loop then carries a dependence.
+A consumer that reads a neighbour's output (a stencil) fails (2) at any level that splits the
+neighbours across tiles. The automatic choice also asks the reuse analysis whether the fused
+tile's working set fits the cache, where fusing pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polydl.machine import Machine
+from polydl.poly.dependences import carries, dependences_of
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.poly.reuse import working_sets
+
+# The fused tile (the consumers' data in one iteration of the fusion level) must fit in this
+# share of the per-core L2, next to the producer's own panels.
+L2_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class FusionDecision:
+    """What happened to one consumer nest: fused at `level` (the producer loop `loop`), or not."""
+
+    statements: tuple[str, ...]
+    fused: bool
+    level: int | None
+    loop: str | None
+    working_set_bytes: int | None
+    reason: str
+
+    def describe(self) -> str:
+        names = ", ".join(self.statements)
+        if self.fused:
+            return f"{names}: fused at level {self.level} (inside loop {self.loop}); {self.reason}"
+        return f"{names}: not fused; {self.reason}"
+
+
+@dataclass(frozen=True, eq=False)
+class FusedMaps:
+    level: int
+    producer: isl.UnionMap  # statement-level producer map with the sequence dimension inserted
+    consumers: isl.UnionMap  # consumer instance -> time, same width
+    width: int
+
+    def producer_map(self, smap: isl.UnionMap) -> isl.UnionMap:
+        """Any map of the producer (e.g. the microkernel-call map) with the same insertion."""
+        return _union(_pad(_insert(m, self.level), self.width) for m in _maps(smap))
+
+
+def fusion_levels(max_level: int, parallel_dims: Sequence[int]) -> range:
+    """Candidate levels, deepest first: inside every parallel loop, at least one loop deep."""
+    lowest = max(max(parallel_dims, default=-1) + 1, 1)
+    return range(max_level, lowest - 1, -1)
+
+
+def fuse_at(
+    model: PolyModel,
+    producers: Sequence[StatementModel],
+    instance_map: isl.UnionMap,
+    consumers: Sequence[StatementModel],
+    level: int,
+    parallel_dims: Sequence[int],
+) -> FusedMaps | str:
+    """The fused maps of `consumers` (in chain order) at `level`, or why that is illegal."""
+    outer: list[isl.Map] = []
+    for s in consumers:
+        found = _outer_time(model, producers, instance_map, s, level)
+        if isinstance(found, str):
+            return found
+        outer.append(found)
+    depth = max(2 * len(s.loops) for s in consumers)
+    width = max(_width(instance_map) + 1, level + depth + 2)
+    consumer_maps = []
+    for rank, (s, out) in enumerate(zip(consumers, outer, strict=True)):
+        inner: list[str] = ["1"]
+        for d, var in enumerate(s.iterators):
+            inner += [var, str(s.positions[d + 1])]
+        inner += ["0"] * (depth - 2 * len(s.loops)) + [str(rank)]
+        text = f"{{ {s.name}[{', '.join(s.iterators)}] -> [{', '.join(inner)}] }}"
+        full = out.flat_range_product(isl.Map(text).intersect_domain(s.domain))
+        consumer_maps.append(_pad(full, width))
+    producer = _union(_pad(_insert(m, level), width) for m in _maps(instance_map))
+    consumer = _union(consumer_maps)
+    smap = producer.union(consumer)
+
+    deps = dependences_of(model).all
+    everything = _domains([*producers, *consumers])
+    mine = _domains(consumers)
+    relation = deps.intersect_domain(everything).intersect_range(mine).union(
+        deps.intersect_domain(mine).intersect_range(everything)
+    )
+    if not relation.is_empty():
+        broken = relation.subtract(smap.lex_lt_union_map(smap))
+        if not broken.is_empty():
+            return f"a dependence would run backwards: {_sample(broken)}"
+        for d in parallel_dims:
+            if carries(relation, smap, d):
+                return f"the parallel loop at level {d} would carry a dependence of the consumer"
+    return FusedMaps(level, producer, consumer, width)
+
+
+def _outer_time(
+    model: PolyModel,
+    producers: Sequence[StatementModel],
+    instance_map: isl.UnionMap,
+    s: StatementModel,
+    level: int,
+) -> isl.Map | str:
+    """Consumer instance -> the producer's first `level` time dimensions at the cell it uses."""
+    written = {acc.access.array for p in producers for acc in p.accesses if acc.is_write}
+    anchor = next(
+        (a for a in s.accesses if a.is_write and a.access.array in written),
+        next((a for a in s.accesses if a.access.array in written), None),
+    )
+    if anchor is None:
+        return f"{s.name} does not use the producer's output"
+    array = anchor.access.array
+    writes = _union(
+        acc.relation for p in producers for acc in p.accesses if acc.is_write and acc.access.array == array
+    )
+    through = isl.UnionMap.from_map(anchor.relation).apply_range(writes.reverse())
+    timed = through.apply_range(instance_map)
+    if timed.is_empty():
+        return f"{s.name} touches no cell of {array} that the producer writes"
+    found = isl.Map.from_union_map(timed)
+    found = found.project_out(isl.dim_type.out, level, found.dim(isl.dim_type.out) - level)
+    if not found.domain().is_equal(s.domain):
+        return f"{s.name} touches cells of {array} that the producer does not write"
+    if not found.is_single_valued():
+        return (
+            f"a cell of {array} that {s.name} uses is written in several iterations of these "
+            "loops (a reduction loop is among them)"
+        )
+    return found
+
+
+def fused_working_set(
+    model: PolyModel, consumers: Sequence[StatementModel], fused: FusedMaps, line_bytes: int
+) -> int:
+    """Bytes the consumers touch in one iteration of the fusion level: the fused output tile."""
+    loops = tuple(f"t{d}" for d in range(fused.level + 1))
+    ws = working_sets(model, tuple(consumers), fused.consumers, loops, line_bytes)
+    return ws[fused.level].bytes(line_bytes)
+
+
+def fits_cache(machine: Machine, nbytes: int) -> bool:
+    return nbytes <= machine.l2_bytes * L2_SHARE
+
+
+# ----------------------------------------------------------------------------- isl helpers
+
+
+def _maps(union: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    union.foreach_map(out.append)
+    return out
+
+
+def _union(maps) -> isl.UnionMap:  # type: ignore[no-untyped-def]
+    out = isl.UnionMap("{ }")
+    for m in maps:
+        out = out.union(isl.UnionMap.from_map(m))
+    return out
+
+
+def _domains(statements: Sequence[StatementModel]) -> isl.UnionSet:
+    out = isl.UnionSet("{ }")
+    for s in statements:
+        out = out.union(isl.UnionSet.from_set(s.domain))
+    return out
+
+
+def _width(smap: isl.UnionMap) -> int:
+    return max((m.dim(isl.dim_type.out) for m in _maps(smap)), default=0)
+
+
+def _insert(m: isl.Map, level: int) -> isl.Map:
+    """A constant 0 at time dimension `level`: the producer runs before its consumers there."""
+    return m.insert_dims(isl.dim_type.out, level, 1).fix_val(isl.dim_type.out, level, isl.Val.zero(m.get_ctx()))
+
+
+def _pad(m: isl.Map, width: int) -> isl.Map:
+    n = m.dim(isl.dim_type.out)
+    if n >= width:
+        return m
+    m = m.add_dims(isl.dim_type.out, width - n)
+    for d in range(n, width):
+        m = m.fix_val(isl.dim_type.out, d, isl.Val.zero(m.get_ctx()))
+    return m
+
+
+def _sample(relation: isl.UnionMap) -> str:
+    m = _maps(relation)[0]
+    point = m.wrap().sample_point()
+    return str(isl.Set.from_point(point).unwrap()).strip("{} ")
