@@ -180,7 +180,7 @@ class _FunctionReader:
         return CSpec(nest, dict(self.scope.sizes))
 
     def _check_name(self, name: str, node: c_ast.Node, what: str) -> None:
-        why = refusal(name)
+        why = refusal(name, is_function=what == "function")
         if why is not None:
             raise self.error(why, node)
         kind = self.scope.kind(name)
