@@ -26,6 +26,7 @@ from pathlib import Path
 from polydl.codegen.artifact import GeneratedCode
 from polydl.errors import CacheWarning, CompileError, ToolchainWarning
 from polydl.runtime.cache import (
+    MANIFEST,
     content_key,
     entry_dir,
     entry_is_complete,
@@ -108,7 +109,7 @@ def _cached_build(entry: Path, code: GeneratedCode, toolchain: Toolchain) -> Pat
     with entry_lock(entry):
         if entry_is_complete(entry, files):  # another process built it while we waited
             return library
-        if library.exists():
+        if (entry / MANIFEST).exists():  # no manifest: an older layout, rebuilt quietly
             warnings.warn(
                 CacheWarning(f"cache entry {entry} is incomplete or corrupted; rebuilding it"),
                 stacklevel=3,

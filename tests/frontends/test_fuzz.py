@@ -18,6 +18,7 @@ from polydl.api import lower
 from polydl.errors import PolyDLError, SpecError
 from polydl.frontends import load_spec
 from polydl.frontends.c_loopnest import parse_c
+from polydl.poly.model import build_model
 from tests.kernels import run_and_check
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -96,6 +97,54 @@ def test_mutated_specs_are_accepted_or_refused_with_a_position(
         else:
             text = text[:at] + token + text[at + 1:]
     _check_refusal(text, lower_too=True)
+
+
+EDITS = st.lists(
+    st.tuples(st.floats(0, 1), st.sampled_from(["insert", "delete", "replace"]),
+              st.sampled_from(TOKENS + ["=", "\"", "[", "]", "true", "-3", "1e30", "primitive"])),
+    min_size=1, max_size=4,
+)
+
+
+@given(st.sampled_from([p.read_text() for p in sorted(EXAMPLES.glob("*.toml"))]), EDITS)
+def test_mutated_toml_specs_are_accepted_or_refused(seed: str, edits: list[tuple[float, str, str]]) -> None:
+    text = seed
+    for where, how, token in edits:
+        at = int(where * len(text))
+        if how == "insert":
+            text = text[:at] + token + text[at:]
+        elif how == "delete":
+            text = text[:at] + text[at + len(token):]
+        else:
+            text = text[:at] + token + text[at + 1:]
+    t0 = time.perf_counter()
+    try:
+        load_spec(text)
+    except SpecError as err:
+        assert err.file == "<spec>"
+    except PolyDLError:
+        pass
+    assert time.perf_counter() - t0 < TIME_LIMIT
+
+
+SIZE_VALUES = st.one_of(
+    st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.booleans(), st.none(),
+    st.text(max_size=5), st.just(2**63), st.just(-1), st.just(0),
+)
+
+
+@given(st.dictionaries(st.sampled_from(["M", "N", "K", "X", "", "m"]), SIZE_VALUES, max_size=4))
+def test_any_size_values_are_accepted_or_refused(params: dict[str, object]) -> None:
+    try:
+        nest, bound = load_spec(str(EXAMPLES / "matmul.c"), params)  # type: ignore[arg-type]
+    except SpecError as err:
+        assert err.file.endswith("matmul.c")
+        return
+    assert all(isinstance(v, int) and v >= 1 for v in bound.values())
+    try:
+        build_model(nest, bound)
+    except SpecError as err:  # sizes whose index arithmetic would overflow
+        assert "overflow" in err.message and err.line >= 1
 
 
 # ----------------------------------------------------------------------------- valid nests

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +74,13 @@ def test_damaged_entry_is_detected_and_rebuilt(
     else:
         (library.parent / MANIFEST).write_text("{not json")
     assert not entry_is_complete(library.parent, files)
-    with pytest.warns(CacheWarning, match="rebuilding"):
-        again = build_shared_library(code)
+    if damage == "no-manifest":  # an older layout, or a crash before the manifest: quietly
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            again = build_shared_library(code)
+    else:
+        with pytest.warns(CacheWarning, match="rebuilding"):
+            again = build_shared_library(code)
     assert again == library and entry_is_complete(library.parent, files)
     assert len(again.read_bytes()) == len(good)
     run_and_check(polydl.compile(SPEC, {"N": 41}), lambda x: 3 * x)
