@@ -133,7 +133,21 @@ def _deepest_bracket(clean: str, filename: str) -> SourcePosition:
     return position_of(clean, where, filename)
 
 
+# Longest spec accepted: real specs are a few KiB; the C parser's time grows with the text.
+MAX_SPEC_BYTES = 256 * 1024
+
+
+def check_size(text: str, filename: str) -> None:
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError.at(
+            f"the spec is {len(text)} characters long, more than the {MAX_SPEC_BYTES} accepted",
+            position_of(text, MAX_SPEC_BYTES, filename),
+            text,
+        )
+
+
 def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST:
+    check_size(text, filename)
     clean = strip_comments(text, filename)
     reject_preprocessor(clean, filename, text)
     check_brackets(clean, filename, text)

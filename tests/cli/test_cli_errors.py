@@ -89,3 +89,19 @@ def test_debug_shows_the_traceback_from_the_console(tmp_path: Path) -> None:
     loud = subprocess.run([*argv[:3], "--debug", *argv[3:]], capture_output=True, text=True, env=env)
     assert quiet.returncode == 1 and len(quiet.stderr.strip().splitlines()) == 1
     assert loud.returncode == 1 and "Traceback" in loud.stderr and "SpecError" in loud.stderr
+
+
+def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("POLYDL_CACHE_DIR", str(root))
+    assert main(["compile", MATMUL, *SIZES, "-o", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert str(root) in out and " 0 files" not in out
+    assert main(["cache", "clear"]) == 0
+    assert not root.exists()
+    assert main(["cache", "info"]) == 0
+    assert "0 files" in capsys.readouterr().out
+    assert main(["compile", MATMUL, *SIZES, "-o", str(tmp_path / "again")]) == 0  # rebuilds
+    assert (tmp_path / "again" / "libmatmul.so").stat().st_size > 0
