@@ -50,7 +50,8 @@ def _params(values: list[str]) -> dict[str, int]:
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from polydl.frontends import load_spec
 
-    return load_spec(args.spec, _params(args.param) or None)
+    # always a path: a file name with '=' or '{' is not the text of a spec
+    return load_spec(Path(args.spec), _params(args.param) or None)
 
 
 def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]

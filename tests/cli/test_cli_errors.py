@@ -105,3 +105,12 @@ def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     assert "0 files" in capsys.readouterr().out
     assert main(["compile", MATMUL, *SIZES, "-o", str(tmp_path / "again")]) == 0  # rebuilds
     assert (tmp_path / "again" / "libmatmul.so").stat().st_size > 0
+
+
+def test_spec_paths_with_odd_characters_are_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "scale=2 {v2}.c"
+    spec.write_text("void f(int N, float v[N]) {\n  for (int i = 0; i < N; i++)\n    v[i] = 2.0f;\n}\n")
+    assert main(["run", str(spec), "-p", "N=7", "--repeat", "1"]) == 0
+    assert "verify   ok" in capsys.readouterr().out
+    line = _fails(["run", str(tmp_path / "missing=1.c")], capsys)
+    assert "no such file" in line

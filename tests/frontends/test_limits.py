@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ from polydl.errors import SpecError
 from polydl.frontends import load_spec
 from polydl.frontends.c_loopnest import MAX_PARAMETERS, MAX_STATEMENTS, parse_c
 from polydl.frontends.c_source import MAX_SPEC_BYTES
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_overlong_spec_is_refused_before_parsing() -> None:
@@ -34,3 +37,18 @@ def test_too_many_parameters() -> None:
     with pytest.raises(SpecError) as info:
         parse_c(f"void f({arrays}) {{ }}", "p.c")
     assert "parameters" in info.value.message and info.value.column > 1
+
+
+@pytest.mark.parametrize(
+    "edit, line",
+    [
+        (("padding = 1", "padding = 199999999999999999999"), 14),  # beyond 2**62: the key
+        (("H = 28", "H = 4611686018427387904"), 3),  # valid alone, too large with padding
+    ],
+)
+def test_huge_toml_sizes_point_into_the_toml(edit: tuple[str, str], line: int) -> None:
+    text = (EXAMPLES / "conv2d.toml").read_text().replace(*edit)
+    text = text.replace("padding = 1", "padding = 4611686018427387904") if line == 3 else text
+    with pytest.raises(SpecError) as info:
+        load_spec(text)
+    assert (info.value.file, info.value.line) == ("<spec>", line)
