@@ -114,3 +114,10 @@ def test_spec_paths_with_odd_characters_are_paths(tmp_path: Path, capsys: pytest
     assert "verify   ok" in capsys.readouterr().out
     line = _fails(["run", str(tmp_path / "missing=1.c")], capsys)
     assert "no such file" in line
+
+
+def test_corrupted_tuning_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "tuning.sqlite"
+    db.write_text("not a database")
+    line = _fails(["tune", MATMUL, *SIZES, "--trials", "1", "--db", str(db)], capsys)
+    assert str(db) in line and "POLYDL_TUNING_DB" in line
