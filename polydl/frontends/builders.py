@@ -32,7 +32,7 @@ def _integer(name: str, value: object, minimum: int = 1) -> int:
         raise ArgumentError(name, f"must be an integer, not {type(value).__name__} {value!r}")
     if value < minimum:
         raise ArgumentError(name, f"must be >= {minimum}, not {value}")
-    if value > MAX_SIZE:  # beyond this, 64-bit index arithmetic overflows (poly/index_range.py)
+    if int(value) > MAX_SIZE:  # beyond this, 64-bit index arithmetic overflows (index_range.py)
         raise ArgumentError(name, f"must be <= {MAX_SIZE} (2**62), not {value}")
     return int(value)
 

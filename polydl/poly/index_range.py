@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import islpy as isl
 
-from polydl.errors import SpecError
+from polydl.errors import SourcePosition, SpecError
 from polydl.ir import (
     IntBinary,
     IntConst,
@@ -73,7 +73,10 @@ def check_index_ranges(
                 )
 
 
-def _check(expr: IntExpr, env: dict[str, Interval], nest: LoopNest, position, what: str) -> None:  # type: ignore[no-untyped-def]
+def _check(
+    expr: IntExpr, env: dict[str, Interval], nest: LoopNest, position: SourcePosition | None,
+    what: str,
+) -> None:
     low, high, widest = _interval(expr, env)
     if widest > INDEX_LIMIT:
         raise SpecError.at(

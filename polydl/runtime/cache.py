@@ -26,7 +26,8 @@ from typing import Any
 from polydl.errors import CacheWarning
 from polydl.paths import cache_root
 
-# errno values that mean "this directory cannot hold the cache", not "polydl has a bug".
+# errno values that mean "this directory cannot hold the cache", not "polydl has a bug"
+# (EEXIST/ENOTDIR: a file stands where a directory of the path should be).
 UNWRITABLE = frozenset(
     {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST}
 )
