@@ -87,8 +87,9 @@ def is_unwritable(exc: OSError) -> bool:
     return exc.errno in UNWRITABLE
 
 
-def entry_dir(key: str) -> Path:
-    return usable_root() / "kernels" / key[:2] / key
+def entry_dir(key: str, root: Path | None = None) -> Path:
+    """Where the entry for `key` is built: under `root`, else the usable root."""
+    return (root or usable_root()) / "kernels" / key[:2] / key
 
 
 def file_digest(path: Path) -> str:
@@ -146,8 +147,8 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _lowering_path(key: str) -> Path:
-    return usable_root() / "lowered" / key[:2] / f"{key}.json"
+def _lowering_path(key: str, root: Path | None = None) -> Path:
+    return (root or usable_root()) / "lowered" / key[:2] / f"{key}.json"
 
 
 def _checksum(record: Any) -> str:
@@ -157,8 +158,16 @@ def _checksum(record: Any) -> str:
 def read_lowering(key: str) -> dict[str, Any] | None:
     """A stored lowering (generated code, schedule, flops), or None if absent, unreadable or
     not matching its checksum (a truncated or altered file is lowered again)."""
+    # the configured root first: it may be read-only and still hold the record
+    record = _read_record(_lowering_path(key, cache_root()))
+    if record is None and _lowering_path(key) != _lowering_path(key, cache_root()):
+        record = _read_record(_lowering_path(key))
+    return record
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(_lowering_path(key).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("record"), dict):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.errors import CacheWarning, CompileError, ToolchainWarning
+from polydl.paths import cache_root
 from polydl.runtime.cache import (
     MANIFEST,
     content_key,
@@ -92,6 +93,10 @@ def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None
         [__version__, toolchain.identity, " ".join(toolchain.flags), " ".join(code.compile_flags),
          code.source]
     )
+    # the configured root first: it may be read-only and still hold a complete entry
+    library = _complete_library(entry_dir(key, cache_root()), code)
+    if library is not None:
+        return library
     try:
         return _cached_build(entry_dir(key), code, toolchain)
     except OSError as exc:
@@ -101,11 +106,18 @@ def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None
         return _cached_build(entry_dir(key), code, toolchain)
 
 
+def _entry_files(entry: Path, code: GeneratedCode) -> list[Path]:
+    return [entry / f"lib{code.function}.so", entry / f"{code.function}.c", entry / f"{code.function}.h"]
+
+
+def _complete_library(entry: Path, code: GeneratedCode) -> Path | None:
+    files = _entry_files(entry, code)
+    return files[0] if entry_is_complete(entry, files) else None
+
+
 def _cached_build(entry: Path, code: GeneratedCode, toolchain: Toolchain) -> Path:
-    library = entry / f"lib{code.function}.so"
-    files = [library, entry / f"{code.function}.c", entry / f"{code.function}.h"]
-    if entry_is_complete(entry, files):
-        return library
+    files = _entry_files(entry, code)
+    library = files[0]
     with entry_lock(entry):
         if entry_is_complete(entry, files):  # another process built it while we waited
             return library

@@ -122,3 +122,23 @@ def test_full_cache_dir_falls_back_with_a_warning(tmp_path: Path, monkeypatch: p
         k = polydl.compile(SPEC, {"N": 44})
     assert not str(k.library_path).startswith(str(full))
     run_and_check(k, lambda x: 3 * x)
+
+
+def test_read_only_cache_with_complete_entries_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries already in a cache that can no longer be written are used, not rebuilt."""
+    import errno
+
+    from polydl.runtime import cache
+
+    monkeypatch.setenv("POLYDL_CACHE_DIR", str(tmp_path))
+    code = _code(45)
+    library = build_shared_library(code)
+    monkeypatch.setattr(cache, "_FALLBACK", {})
+    with pytest.warns(CacheWarning):
+        cache.fall_back(OSError(errno.EROFS, "Read-only file system"))
+    assert cache.usable_root() != tmp_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert build_shared_library(code) == library
