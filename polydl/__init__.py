@@ -8,20 +8,32 @@ See `polydl.compile` for specs (C loop nests, TOML primitive specs) and DESIGN.m
 """
 
 from polydl.api import compile, conv2d, matmul
-from polydl.errors import CompileError, PolyDLError, ScheduleError, ShapeError, SpecError
+from polydl.errors import (
+    CacheWarning,
+    CompileError,
+    PolyDLError,
+    PolyDLWarning,
+    ScheduleError,
+    ShapeError,
+    SpecError,
+    ToolchainWarning,
+)
 from polydl.runtime.kernel import Kernel
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.version import __version__
 
 __all__ = [
+    "CacheWarning",
     "CompileError",
     "Kernel",
     "MicrokernelBinding",
     "PolyDLError",
+    "PolyDLWarning",
     "Schedule",
     "ScheduleError",
     "ShapeError",
     "SpecError",
+    "ToolchainWarning",
     "__version__",
     "compile",
     "conv2d",

@@ -15,7 +15,7 @@ import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, code_from_dict, code_to_dict
 from polydl.codegen.targets import generate
-from polydl.errors import PolyDLError
+from polydl.errors import PolyDLError, ScheduleError
 from polydl.frontends import builders, load_spec
 from polydl.gpu import GPU_TARGETS
 from polydl.gpu_lowering import build_gpu_kernel, lower_gpu
@@ -54,11 +54,19 @@ class Compilation:
         return self.model.flops
 
 
+def _schedule_from(data: Mapping[str, Any]) -> Schedule:
+    """A schedule given as a mapping (e.g. read from JSON), or ScheduleError if malformed."""
+    try:
+        return Schedule.from_dict(dict(data))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ScheduleError(f"malformed schedule {dict(data)!r}: {type(exc).__name__}: {exc}") from None
+
+
 def choose_schedule(model: PolyModel, schedule: ScheduleArg) -> Schedule:
     if isinstance(schedule, Schedule):
         return resolve(model, schedule)
     if isinstance(schedule, Mapping):
-        return resolve(model, Schedule.from_dict(dict(schedule)))
+        return resolve(model, _schedule_from(schedule))
     if schedule == "auto":
         return auto_schedule(model, current_machine())
     if schedule == "tuned":
@@ -127,7 +135,7 @@ def _lowering_key(
     if isinstance(schedule, Schedule):
         chosen = schedule.to_json()
     elif isinstance(schedule, Mapping):
-        chosen = Schedule.from_dict(dict(schedule)).to_json()
+        chosen = _schedule_from(schedule).to_json()
     elif schedule == "auto":
         chosen = "auto"
     else:  # "tuned" reads the tuning database, which changes under us

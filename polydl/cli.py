@@ -9,15 +9,29 @@ import argparse
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
-from polydl.errors import PolyDLError
+from polydl.errors import CompileError, PolyDLError
 
 
 class UsageError(PolyDLError):
     pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (usage stays available with --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"polydl: error: {message} (see '{self.prog} --help')\n")
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    text = str(message).strip().splitlines()
+    print(f"polydl: warning: {text[0] if text else category.__name__}", file=file or sys.stderr)
 
 
 def _params(values: list[str]) -> dict[str, int]:
@@ -36,7 +50,8 @@ def _params(values: list[str]) -> dict[str, int]:
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from polydl.frontends import load_spec
 
-    return load_spec(args.spec, _params(args.param) or None)
+    # always a path: a file name with '=' or '{' is not the text of a spec
+    return load_spec(Path(args.spec), _params(args.param) or None)
 
 
 def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]
@@ -135,7 +150,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="polydl", description="polyhedral compiler for DL loop nests")
+    p = _Parser(prog="polydl", description="polyhedral compiler for DL loop nests")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -173,14 +188,45 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # usage errors (one line, status 2) and --help (status 0)
+        return exc.code if isinstance(exc.code, int) else 2
+    shown = warnings.showwarning
+    if not args.debug:
+        warnings.showwarning = _one_line_warning
+    try:
+        return _run(args)
+    finally:
+        warnings.showwarning = shown
+
+
+def _first_line(exc: PolyDLError) -> str:
+    if isinstance(exc, CompileError):  # the compiler's own first error says most
+        lines = [ln.strip() for ln in exc.output.strip().splitlines() if ln.strip()]
+        said = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
+        return f"{exc.compiler} failed: {said} (--debug shows the command)"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("polydl: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # files the user named: unreadable, unwritable, a directory, ...
+        if args.debug:
+            raise
+        print(f"polydl: {exc}", file=sys.stderr)
+        return 1
     except PolyDLError as exc:
         if args.debug:
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"polydl: {first}", file=sys.stderr)
+        print(f"polydl: {_first_line(exc)}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug in polydl: still one line, with the way to see more
         if args.debug:

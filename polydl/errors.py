@@ -103,3 +103,15 @@ class CompileError(PolyDLError):
 
 class ScheduleError(PolyDLError):
     """A schedule that is illegal for the loop nest (it would violate a dependence) or malformed."""
+
+
+class PolyDLWarning(UserWarning):
+    """Root of the warnings polydl gives when it falls back to a documented alternative."""
+
+
+class CacheWarning(PolyDLWarning):
+    """The compile cache could not be used as configured (read-only, full, corrupted entry)."""
+
+
+class ToolchainWarning(PolyDLWarning):
+    """The C compiler lacks something polydl asked for (e.g. OpenMP); kernels still build."""

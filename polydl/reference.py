@@ -163,7 +163,8 @@ class _Evaluator:
                 self.body(node.body, env, depth)
         else:
             single = _single_statement(node)
-            if single is not None and depth >= self.depths[single.name]:
+            # a statement the model dropped (it never runs at these sizes) takes the plain loop
+            if single is not None and depth >= self.depths.get(single.name, len(self.depths) + 99):
                 try:
                     points = _expand(node, env)
                 except _TooLarge:
@@ -181,10 +182,13 @@ class _Evaluator:
 
     def store(self, s: Statement, env: dict[str, np.ndarray]) -> None:
         target = self.arrays[s.target.array]
-        index = tuple(_int(i, env) for i in s.target.indices)
-        value = np.broadcast_to(self.value(s.value, env), index[0].shape if index else ())
+        # one entry per statement instance: a subscript that does not vary over the batched
+        # loops (O[0] += ...) must still be applied once per instance
+        shape = np.broadcast_shapes(*(v.shape for v in env.values()))
+        index = tuple(np.broadcast_to(_int(i, env), shape) for i in s.target.indices)
+        value = np.broadcast_to(self.value(s.value, env), shape)
         if not index:
-            index = (np.zeros(1, dtype=np.int64),)
+            index = (np.zeros(shape, dtype=np.int64),)
             target = target.reshape(1)
         if s.op == "=":
             target[index] = value

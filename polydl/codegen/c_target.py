@@ -21,6 +21,13 @@ from polydl.schedules.microkernel import MicrokernelCall
 from polydl.version import __version__
 
 
+def comment_text(text: str) -> str:
+    """`text` made safe inside a C block comment: one printable line that cannot end it (a
+    spec's path is user input and must not become code)."""
+    printable = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return printable.replace("*/", "*?/")
+
+
 def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
     nest, params = scheduled.model.nest, scheduled.model.params
     return tuple(
@@ -66,7 +73,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
 
     name = model.nest.name
     parameters = c_parameters(arguments)
-    origin = model.nest.filename
+    origin = comment_text(model.nest.filename)
     values = dict(name=name, version=__version__, origin=origin, parameters=parameters)
     source = render(
         "c/kernel.c.j2",

@@ -28,11 +28,16 @@ LAYOUTS = ("nchw", "nchw16c")
 EPILOGUES = ("bias", "relu", "residual", "scale_shift")
 
 
+MAX_SIZE = 2**62
+
+
 def _integer(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(name, f"must be an integer, not {type(value).__name__} {value!r}")
     if value < minimum:
         raise ArgumentError(name, f"must be >= {minimum}, not {value}")
+    if int(value) > MAX_SIZE:  # beyond this, 64-bit index arithmetic overflows (index_range.py)
+        raise ArgumentError(name, f"must be <= {MAX_SIZE} (2**62), not {value}")
     return int(value)
 
 

@@ -42,6 +42,7 @@ from polydl.ir import (
 MAX_DEPTH = 100
 
 INT_LIMIT = 2**63 - 1
+FLOAT_MAX = 3.4028234663852886e38  # FLT_MAX
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 _AFFINE_HINT = "only affine expressions of loop variables and size parameters are allowed"
 
@@ -336,6 +337,13 @@ class ExpressionReader:
             value = float_literal(node.value)
             if value is None or not math.isfinite(value):
                 raise error(f"floating-point constant {node.value} is not a finite number", node)
+            if node.value.lower().endswith("f") and abs(value) > FLOAT_MAX:
+                # C rounds it to infinity; the float64 reference would not
+                raise error(
+                    f"floating-point constant {node.value} is beyond the range of float "
+                    f"(largest {FLOAT_MAX:.7g}); drop the 'f' suffix for a double constant",
+                    node,
+                )
             return Const(value)
         if isinstance(node, c_ast.ID):
             kind = self.scope.kind(node.name)

@@ -41,6 +41,10 @@ ELEMENT_TYPES = {"float": "float32", "double": "float64", "bfloat16": "bfloat16"
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
 # stage walks the nest recursively.
 MAX_NESTING = 50
+# Statements and parameters of one spec: dependence analysis and scheduling grow faster than
+# linearly with them, and real primitives (with fused epilogues) have a handful.
+MAX_STATEMENTS = 64
+MAX_PARAMETERS = 256
 # pycparser recurses per nesting level; Python's recursion limit must trip before the C stack.
 PARSER_STACK_BYTES = 256 * 1024 * 1024
 _STACK_LOCK = threading.Lock()
@@ -159,6 +163,11 @@ class _FunctionReader:
         params = decl.type.args.params if decl.type.args is not None else []
         if len(params) == 1 and _is_void(params[0]):
             params = []
+        if len(params) > MAX_PARAMETERS:
+            raise self.error(
+                f"more than {MAX_PARAMETERS} parameters; polydl compiles one primitive per spec",
+                params[MAX_PARAMETERS],
+            )
         self.scope.declared_later = {p.name for p in params if isinstance(p, c_ast.Decl)}
         for p in params:
             self._parameter(p)
@@ -180,7 +189,7 @@ class _FunctionReader:
         return CSpec(nest, dict(self.scope.sizes))
 
     def _check_name(self, name: str, node: c_ast.Node, what: str) -> None:
-        why = refusal(name)
+        why = refusal(name, is_function=what == "function")
         if why is not None:
             raise self.error(why, node)
         kind = self.scope.kind(name)
@@ -355,6 +364,12 @@ class _FunctionReader:
             )
         target = self.exprs.access(node.lvalue, write=True)
         value = self.exprs.value(node.rvalue)
+        if self.statements >= MAX_STATEMENTS:
+            raise self.error(
+                f"more than {MAX_STATEMENTS} statements: polydl compiles loop nests of "
+                "primitives; split the spec into several",
+                node,
+            )
         name = f"S{self.statements}"
         self.statements += 1
         return Statement(name, target, node.op, value, self.scope.position(node))

@@ -7,6 +7,9 @@ C++ keywords (the GPU targets compile as C++), and the prefix `_` kept for gener
 
 from __future__ import annotations
 
+import re
+
+from polydl.frontends.c_header_names import FUNCTIONS, MACROS, TYPES
 from polydl.ir import MATH_FUNCTIONS
 
 # math.h functions worth protecting: those generated code may call (MATH_FUNCTIONS) and the
@@ -51,16 +54,43 @@ RESERVED: frozenset[str] = frozenset(
 )
 
 
-def refusal(name: str) -> str | None:
-    """Why `name` cannot name a function, parameter or loop variable; None if it can."""
+# Families owned by the generated code, its headers and its runtime libraries.
+RESERVED_PREFIXES = ("polydl_", "POLYDL_", "libxsmm_", "LIBXSMM_", "omp_")
+_FORMAT_MACRO = re.compile(r"^(PRI|SCN)[a-zA-Z]")
+
+
+def refusal(name: str, is_function: bool = False) -> str | None:
+    """Why `name` cannot name a function (`is_function`), parameter or loop variable; None if
+    it can."""
     if name.startswith("_"):
         return (
             f"identifier '{name}' starts with '_', which is reserved for generated code; "
             "use a name starting with a letter"
         )
+    if name.startswith(RESERVED_PREFIXES):
+        prefix = next(p for p in RESERVED_PREFIXES if name.startswith(p))
+        return (
+            f"identifier '{name}' starts with '{prefix}', which generated code and its "
+            "libraries use; choose another name"
+        )
     if name in RESERVED:
         return (
             f"identifier '{name}' is reserved (a C library, math or C++ name the generated "
             "code relies on); choose another name"
+        )
+    if name in MACROS or _FORMAT_MACRO.match(name):
+        return (
+            f"identifier '{name}' is a macro of the C headers generated code includes; "
+            "choose another name"
+        )
+    if name in TYPES:
+        return (
+            f"identifier '{name}' is a type of the C headers generated code includes; "
+            "choose another name"
+        )
+    if is_function and name in FUNCTIONS:
+        return (
+            f"function name '{name}' is already declared by the C headers generated code "
+            "includes; choose another name"
         )
     return None

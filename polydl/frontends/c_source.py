@@ -139,7 +139,21 @@ BFLOAT16_TYPES = ("bfloat16", "__bf16")
 BFLOAT16_PRELUDE = "".join(f"typedef unsigned short {t}; " for t in BFLOAT16_TYPES) + "\n#line 1\n"
 
 
+# Longest spec accepted: real specs are a few KiB; the C parser's time grows with the text.
+MAX_SPEC_BYTES = 256 * 1024
+
+
+def check_size(text: str, filename: str) -> None:
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError.at(
+            f"the spec is {len(text)} characters long, more than the {MAX_SPEC_BYTES} accepted",
+            position_of(text, MAX_SPEC_BYTES, filename),
+            text,
+        )
+
+
 def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST:
+    check_size(text, filename)
     clean = strip_comments(text, filename)
     reject_preprocessor(clean, filename, text)
     check_brackets(clean, filename, text)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from polydl.errors import SpecError
 from polydl.frontends.c_loopnest import CSpec, read_c
+from polydl.frontends.c_source import check_size
 from polydl.frontends.toml_spec import parse_toml
 from polydl.ir import LoopNest, eval_int
 
@@ -93,6 +94,7 @@ def load_spec(
 ) -> tuple[LoopNest, dict[str, int]]:
     """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes."""
     text, filename, kind = read_spec(spec)
+    check_size(text, filename)
     if kind == "toml":
         return parse_toml(text, filename, params)
     parsed = read_c(text, filename)

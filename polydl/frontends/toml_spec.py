@@ -172,3 +172,7 @@ def parse_toml(
         raise where.error(
             f"{name} = {arguments.get(name)!r}: {exc.message}", position
         ) from None
+    except SpecError as exc:  # sizes that make the built nest invalid (e.g. too large)
+        raise where.error(
+            f"these sizes make no valid '{primitive}': {exc.message}", where.key("primitive")
+        ) from None

@@ -25,6 +25,7 @@ from polydl.ir import (
     Statement,
 )
 from polydl.poly.counting import count_points
+from polydl.poly.index_range import check_array_sizes, check_index_ranges
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,6 +169,7 @@ def _flatten_guards(body: tuple[Node, ...]) -> list[tuple[Loop | Statement, tupl
 
 def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
     """Lower the nest to isl and prove that every access stays inside its array."""
+    check_array_sizes(nest, params)
     extents: dict[str, isl.Set] = {}
     for arr in nest.arrays:
         dims = [f"a{d}" for d in range(len(arr.shape))]
@@ -198,6 +200,18 @@ def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
                 )
 
     visit(nest.body, None, (), (), ())
+    # A statement that never runs at these sizes (e.g. a guard no iteration meets) has no
+    # effect; later stages measure domains and need them non-empty.
+    statements = [s for s in statements if not s.domain.is_empty()]
+    check_index_ranges(nest, params, ((s.statement, s.loops, s.domain) for s in statements))
+    if not statements:
+        sizes = ", ".join(f"{k}={v}" for k, v in params.items())
+        raise SpecError.at(
+            f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every iteration "
+            "domain is empty, so the kernel would do nothing",
+            nest.statements()[0].position if nest.statements() else None,
+            nest.source,
+        )
     return PolyModel(nest=nest, params=dict(params), statements=tuple(statements), extents=extents)
 
 

@@ -3,20 +3,38 @@
 An entry is a folder named by the hash of everything that changes the binary (source, flags,
 compiler identity, polydl version); it holds the source, the compiler command and the library,
 so the cache stays readable. Files are written to a temporary name and renamed into place, so a
-concurrent process sees either no file or the whole file.
+concurrent process sees either no file or the whole file. An entry is complete only when its
+manifest (checksums of its files, written last) matches; anything else is rebuilt. A cache
+directory that cannot be written (read-only, full) is replaced, for the rest of the process, by
+a temporary one, with a `CacheWarning`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+import threading
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from polydl.errors import CacheWarning
 from polydl.paths import cache_root
+
+# errno values that mean "this directory cannot hold the cache", not "polydl has a bug"
+# (EEXIST/ENOTDIR: a file stands where a directory of the path should be).
+UNWRITABLE = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST}
+)
+MANIFEST = "manifest.json"
+_FALLBACK: dict[Path, Path] = {}
+_USABLE: set[Path] = set()
+_ROOT_LOCK = threading.Lock()
 
 
 def content_key(parts: Iterable[str]) -> str:
@@ -27,8 +45,94 @@ def content_key(parts: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-def entry_dir(key: str) -> Path:
-    return cache_root() / "kernels" / key[:2] / key
+def usable_root() -> Path:
+    """The configured cache root if it can be written, else this process's temporary one."""
+    root = cache_root()
+    with _ROOT_LOCK:
+        if root in _FALLBACK:
+            return _FALLBACK[root]
+        if root in _USABLE:
+            return root
+    try:
+        probe_dir = root / "kernels"
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=probe_dir, prefix=".probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return fall_back(exc)
+    with _ROOT_LOCK:
+        _USABLE.add(root)
+    return root
+
+
+def fall_back(reason: OSError) -> Path:
+    """Use a temporary cache root for the rest of the process, saying why once."""
+    root = cache_root()
+    with _ROOT_LOCK:
+        _USABLE.discard(root)
+        if root not in _FALLBACK:
+            _FALLBACK[root] = Path(tempfile.mkdtemp(prefix="polydl-cache-"))
+            warnings.warn(
+                CacheWarning(
+                    f"compile cache {root} cannot be written ({reason.strerror or reason}); "
+                    f"using {_FALLBACK[root]} for this process"
+                ),
+                stacklevel=3,
+            )
+        return _FALLBACK[root]
+
+
+def is_unwritable(exc: OSError) -> bool:
+    return exc.errno in UNWRITABLE
+
+
+def entry_dir(key: str, root: Path | None = None) -> Path:
+    """Where the entry for `key` is built: under `root`, else the usable root."""
+    return (root or usable_root()) / "kernels" / key[:2] / key
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(entry: Path, files: Iterable[Path]) -> None:
+    """Record the entry's files and their checksums; written last, it marks the entry complete."""
+    record = {p.name: file_digest(p) for p in files}
+    write_atomic(entry / MANIFEST, json.dumps(record, sort_keys=True).encode())
+
+
+def entry_is_complete(entry: Path, files: Iterable[Path]) -> bool:
+    """True if the manifest lists exactly `files` and each matches its checksum."""
+    files = list(files)
+    try:
+        record = json.loads((entry / MANIFEST).read_text())
+        return isinstance(record, dict) and all(
+            record.get(p.name) == file_digest(p) for p in files
+        ) and len(record) == len(files)
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def entry_lock(entry: Path) -> Iterator[None]:
+    """Hold the entry's lock file, so concurrent processes build an entry once."""
+    try:
+        import fcntl
+    except ImportError:  # no flock: atomic renames still keep every file whole
+        yield
+        return
+    entry.mkdir(parents=True, exist_ok=True)
+    with open(entry / ".lock", "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -43,18 +147,43 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _lowering_path(key: str) -> Path:
-    return cache_root() / "lowered" / key[:2] / f"{key}.json"
+def _lowering_path(key: str, root: Path | None = None) -> Path:
+    return (root or usable_root()) / "lowered" / key[:2] / f"{key}.json"
+
+
+def _checksum(record: Any) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 def read_lowering(key: str) -> dict[str, Any] | None:
-    """A stored lowering (generated code, schedule, flops), or None if absent or unreadable."""
+    """A stored lowering (generated code, schedule, flops), or None if absent, unreadable or
+    not matching its checksum (a truncated or altered file is lowered again)."""
+    # the configured root first: it may be read-only and still hold the record
+    record = _read_record(_lowering_path(key, cache_root()))
+    if record is None and _lowering_path(key) != _lowering_path(key, cache_root()):
+        record = _read_record(_lowering_path(key))
+    return record
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(_lowering_path(key).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("record"), dict):
+        return None
+    if data.get("checksum") != _checksum(data["record"]):
+        return None
+    return data["record"]
 
 
 def write_lowering(key: str, record: dict[str, Any]) -> None:
-    write_atomic(_lowering_path(key), json.dumps(record, sort_keys=True).encode())
+    data = json.dumps({"checksum": _checksum(record), "record": record}, sort_keys=True).encode()
+    try:
+        write_atomic(_lowering_path(key), data)
+    except OSError as exc:
+        if not is_unwritable(exc):
+            raise
+        fall_back(exc)
+        with contextlib.suppress(OSError):  # only a shortcut: a kernel does not need it
+            write_atomic(_lowering_path(key), data)

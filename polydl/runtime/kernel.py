@@ -19,8 +19,9 @@ import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_target import c_parameters
-from polydl.errors import PolyDLError, ShapeError
+from polydl.errors import CompileError, PolyDLError, ShapeError
 from polydl.ir import LoopNest
+from polydl.runtime.sanitize import require_runtime
 from polydl.schedules.schedule import Schedule
 
 NUMPY_DTYPES: dict[str, type[np.generic]] = {
@@ -125,7 +126,10 @@ class Kernel:
                     expected=", ".join(by_name), given=name,
                 )
             if name in given:
-                raise ShapeError(name, "given both by position and by name")
+                raise ShapeError(
+                    name, "given both by position and by name",
+                    expected="one value", given="two values",
+                )
             given[name] = value
         missing = [a.name for a in inputs if a.name not in given]
         if missing:
@@ -143,7 +147,13 @@ class Kernel:
                 if copy_outputs and not arg.is_input:
                     array = array.copy()
             else:
-                array = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+                try:
+                    array = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+                except (MemoryError, ValueError) as exc:
+                    raise ShapeError(
+                        arg.name, f"cannot allocate the output ({exc})",
+                        expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
+                    ) from None
             arrays[arg.name] = array
             if not arg.is_input:
                 outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
@@ -163,7 +173,11 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
         if library_path not in _LOADED:
             ffi = cffi.FFI()
             ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
-            lib = ffi.dlopen(str(library_path))
+            require_runtime()
+            try:
+                lib = ffi.dlopen(str(library_path))
+            except OSError as exc:  # a truncated file, a foreign compiler's output, ...
+                raise CompileError("dlopen", str(library_path), f"cannot load the kernel: {exc}") from None
             _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
         ffi, function, _ = _LOADED[library_path]
         return ffi, function

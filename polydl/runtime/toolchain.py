@@ -1,29 +1,53 @@
 """The compiler driver: generated C in, a shared library in the compile cache out.
 
 The C compiler is `POLYDL_CC` (default `cc`) with `POLYDL_CFLAGS` (default
-`-O3 -march=native -fopenmp`). A library is built once per content key (see `cache.py`); the
-entry keeps the source and the exact command, so every generated file can be inspected.
+`-O3 -march=native -fopenmp`), plus the sanitizer flags of `POLYDL_SANITIZE` (see
+`sanitize.py`). A library is built once per content key (see `cache.py`), under a lock so that
+concurrent processes share one build; the entry keeps the source and the exact command, so
+every generated file can be inspected. A compiler that rejects `-fopenmp` (or cannot link
+OpenMP) gets the same command without it, with a `ToolchainWarning`: kernels then run on one
+thread.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.errors import CompileError
-from polydl.runtime.cache import content_key, entry_dir, write_atomic
+from polydl.errors import CacheWarning, CompileError, ToolchainWarning
+from polydl.paths import cache_root
+from polydl.runtime.cache import (
+    MANIFEST,
+    content_key,
+    entry_dir,
+    entry_is_complete,
+    entry_lock,
+    fall_back,
+    is_unwritable,
+    write_atomic,
+    write_manifest,
+)
+from polydl.runtime.sanitize import sanitizer_flags
 from polydl.version import __version__
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
 # Flags every shared library needs, whatever the user configures.
 SHARED_FLAGS = ("-shared", "-fPIC", "-std=gnu11")
+COMPILE_TIMEOUT_S = 600
+OPENMP_FLAG = "-fopenmp"
+# What compilers say when they lack OpenMP: gcc/clang option errors, a missing libgomp/libomp.
+_NO_OPENMP = re.compile(r"fopenmp|openmp|-lgomp|-lomp|omp\.h", re.IGNORECASE)
+_DISK_FULL = "No space left on device"
 
 
 @dataclass(frozen=True)
@@ -42,7 +66,8 @@ class Toolchain:
 def current_toolchain() -> Toolchain:
     compiler = os.environ.get("POLYDL_CC", "cc")
     flags = os.environ.get("POLYDL_CFLAGS")
-    return Toolchain(compiler, tuple(shlex.split(flags)) if flags is not None else DEFAULT_CFLAGS)
+    chosen = tuple(shlex.split(flags)) if flags is not None else DEFAULT_CFLAGS
+    return Toolchain(compiler, chosen + sanitizer_flags())
 
 
 @cache
@@ -60,7 +85,7 @@ def compiler_identity(compiler: str) -> str:
 
 
 def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None) -> Path:
-    """The cached shared library for `code`, compiling it if the cache has none."""
+    """The cached shared library for `code`, compiling it if the cache has no complete entry."""
     if code.target != "c":
         raise CompileError("polydl", [], f"target '{code.target}' has no host shared library")
     toolchain = toolchain or current_toolchain()
@@ -68,36 +93,96 @@ def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None
         [__version__, toolchain.identity, " ".join(toolchain.flags), " ".join(code.compile_flags),
          code.source]
     )
-    entry = entry_dir(key)
-    library = entry / f"lib{code.function}.so"
-    if library.is_file():
+    # the configured root first: it may be read-only and still hold a complete entry
+    library = _complete_library(entry_dir(key, cache_root()), code)
+    if library is not None:
         return library
-    entry.mkdir(parents=True, exist_ok=True)
-    source = entry / f"{code.function}.c"
-    write_atomic(source, code.source.encode())
-    write_atomic(entry / f"{code.function}.h", code.header.encode())
-    compile_library(toolchain, source, library, code.compile_flags)
+    try:
+        return _cached_build(entry_dir(key), code, toolchain)
+    except OSError as exc:
+        if not is_unwritable(exc):
+            raise
+        fall_back(exc)  # read-only or full: build in this process's temporary cache
+        return _cached_build(entry_dir(key), code, toolchain)
+
+
+def _entry_files(entry: Path, code: GeneratedCode) -> list[Path]:
+    return [entry / f"lib{code.function}.so", entry / f"{code.function}.c", entry / f"{code.function}.h"]
+
+
+def _complete_library(entry: Path, code: GeneratedCode) -> Path | None:
+    files = _entry_files(entry, code)
+    return files[0] if entry_is_complete(entry, files) else None
+
+
+def _cached_build(entry: Path, code: GeneratedCode, toolchain: Toolchain) -> Path:
+    files = _entry_files(entry, code)
+    library = files[0]
+    with entry_lock(entry):
+        if entry_is_complete(entry, files):  # another process built it while we waited
+            return library
+        if (entry / MANIFEST).exists():  # no manifest: an older layout, rebuilt quietly
+            warnings.warn(
+                CacheWarning(f"cache entry {entry} is incomplete or corrupted; rebuilding it"),
+                stacklevel=3,
+            )
+        write_atomic(files[1], code.source.encode())
+        write_atomic(files[2], code.header.encode())
+        compile_library(toolchain, files[1], library, code.compile_flags)
+        write_manifest(entry, files)
     return library
 
 
 def compile_library(
     toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...] = ()
 ) -> None:
-    """Compile `source` into `library` through a temporary file renamed into place."""
+    """Compile `source` into `library` through a temporary file renamed into place; without
+    OpenMP if the compiler has none."""
+    try:
+        _compile(toolchain, source, library, extra)
+    except CompileError as exc:
+        if OPENMP_FLAG not in toolchain.flags or not _NO_OPENMP.search(exc.output):
+            raise
+        serial = Toolchain(toolchain.compiler, tuple(f for f in toolchain.flags if f != OPENMP_FLAG))
+        try:
+            _compile(serial, source, library, extra)
+        except CompileError:
+            raise exc from None
+        warnings.warn(
+            ToolchainWarning(
+                f"C compiler '{toolchain.compiler}' cannot build with OpenMP "
+                f"({exc.output.strip().splitlines()[0] if exc.output.strip() else 'no message'}); "
+                "kernels run on one thread"
+            ),
+            stacklevel=4,
+        )
+
+
+def _compile(toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...]) -> None:
     fd, tmp_name = tempfile.mkstemp(dir=library.parent, prefix=f".{library.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
     command = toolchain.command(source, tmp, extra)
     write_atomic(library.parent / "command.txt", (shlex.join(command) + "\n").encode())
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except FileNotFoundError:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except (FileNotFoundError, PermissionError):
         tmp.unlink(missing_ok=True)
-        raise CompileError(toolchain.compiler, command, f"C compiler '{toolchain.compiler}' not found") from None
+        raise CompileError(
+            toolchain.compiler, command, f"C compiler '{toolchain.compiler}' not found or not executable"
+        ) from None
     except subprocess.TimeoutExpired:
         tmp.unlink(missing_ok=True)
-        raise CompileError(toolchain.compiler, command, "compiler timed out after 600 s") from None
+        raise CompileError(
+            toolchain.compiler, command, f"compiler timed out after {COMPILE_TIMEOUT_S} s"
+        ) from None
     if result.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise CompileError(toolchain.compiler, command, result.stderr or result.stdout)
+        message = result.stderr or result.stdout or f"exit status {result.returncode}, no message"
+        if _DISK_FULL in message:
+            raise OSError(errno.ENOSPC, _DISK_FULL, str(library.parent))
+        raise CompileError(toolchain.compiler, command, message)
+    if os.path.getsize(tmp) == 0:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(toolchain.compiler, command, "the compiler reported success but wrote no library")
     os.replace(tmp, library)

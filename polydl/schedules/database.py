@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polydl.errors import PolyDLError
 from polydl.ir import LoopNest
 from polydl.paths import cache_root
 from polydl.schedules.schedule import Schedule
@@ -61,8 +62,14 @@ class TuningDatabase:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute(_SCHEMA)
+        try:
+            with self._connect() as db:
+                db.execute(_SCHEMA)
+        except sqlite3.DatabaseError as exc:  # not a database, unreadable, read-only, ...
+            raise PolyDLError(
+                f"tuning database {self.path} cannot be used ({exc}); move it away or set "
+                "POLYDL_TUNING_DB to another file"
+            ) from None
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)

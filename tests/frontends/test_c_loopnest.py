@@ -374,6 +374,7 @@ BODY_ERRORS = [
     ("cast-in-subscript", LOOP + "    v[$(int)B[i][0]] = 1;", "cast"),
     ("ternary-in-subscript", LOOP + "    v[$i < 2 ? 0 : 1] = 1;", "not allowed"),
     ("infinite-literal", "  v[0] = $1e999f;", "finite"),
+    ("float-literal-beyond-float", "  v[0] = $3.5e38f;", "range of float"),
     ("huge-integer", "  v[$99999999999999999999] = 1;", "range"),
     ("huge-product", "  v[$4000000000 * 4000000000 * 4] = 1;", "range"),
     ("divide-assign", "  $v[0] /= 2.0f;", "/="),
