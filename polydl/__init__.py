@@ -7,7 +7,21 @@
 See `polydl.compile` for specs (C loop nests, TOML primitive specs) and DESIGN.md for the contract.
 """
 
-from polydl.api import compile, conv2d, matmul
+from polydl.api import (
+    batchnorm_inference,
+    batchnorm_statistics,
+    compile,
+    conv2d,
+    conv2d_backward_data,
+    conv2d_backward_weights,
+    eltwise,
+    linear,
+    linear_backward_data,
+    linear_backward_weights,
+    lstm_cell,
+    matmul,
+    pool2d,
+)
 from polydl.errors import CompileError, PolyDLError, ScheduleError, ShapeError, SpecError
 from polydl.runtime.kernel import Kernel
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
@@ -23,7 +37,17 @@ __all__ = [
     "ShapeError",
     "SpecError",
     "__version__",
+    "batchnorm_inference",
+    "batchnorm_statistics",
     "compile",
     "conv2d",
+    "conv2d_backward_data",
+    "conv2d_backward_weights",
+    "eltwise",
+    "linear",
+    "linear_backward_data",
+    "linear_backward_weights",
+    "lstm_cell",
     "matmul",
+    "pool2d",
 ]
