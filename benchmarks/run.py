@@ -21,7 +21,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", default="gemm", choices=["gemm", "resnet50"])
+    p.add_argument("--suite", default="gemm", choices=["gemm", "resnet50", "resnet50_bwd_data",
+                                                      "resnet50_bwd_weights"])
     p.add_argument("--json", metavar="FILE",
                    help="write the report here (default: benchmarks/results/SUITE.json)")
     p.add_argument("--no-json", action="store_true", help="print the table only")

@@ -161,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--db", metavar="FILE")
     c.set_defaults(func=cmd_tune)
     c = sub.add_parser("bench", help="benchmark suites against reference libraries")
-    c.add_argument("--suite", default="gemm", choices=["gemm", "resnet50"])
+    c.add_argument("--suite", default="gemm", choices=["gemm", "resnet50", "resnet50_bwd_data", "resnet50_bwd_weights"])
     c.add_argument("--json", metavar="FILE")
     c.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
     c.add_argument("--repeat", type=int, default=10)

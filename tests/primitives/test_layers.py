@@ -221,3 +221,12 @@ def test_bad_arguments_name_the_argument(build, arguments, name) -> None:  # typ
     with pytest.raises(ArgumentError) as info:
         build(**arguments)
     assert info.value.argument == name
+
+
+def test_mlp_example_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "mlp.py"
+    runpy.run_path(str(example), run_name="__main__")
+    assert "all layers match numpy" in capsys.readouterr().out
