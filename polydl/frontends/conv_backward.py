@@ -10,7 +10,8 @@ and its operands in the microkernel's order:
 - backward-data, stride > 1: every output position scatters its contribution into a padded
   `dx` (`dxp[p*stride + r][q*stride + s] += ...`), the padding cropped off afterwards; no
   multiplication by the zeros a dilated `dy` would hold.
-- backward-weights: the GEMM over the output positions of the zero-padded input `x` and `dy`.
+- backward-weights: the GEMM over the output positions of the zero-padded input `x` and `dy`
+  (in NCHW, with `dy` transposed to channels-last and the result transposed back).
 """
 
 from __future__ import annotations
@@ -238,14 +239,29 @@ def conv2d_backward_weights(
     main = (k_loops[:1] + c_loops[:1] + [("r", 0, "R"), ("s", 0, "S"), ("n", 0, "N"),
                                          ("p", 0, cs.P), ("q", 0, cs.Q)]
             + c_loops[1:] + k_loops[1:])
-    if not cs.blocked:
-        main = [("k", 0, "K"), ("c", 0, "C"), ("r", 0, "R"), ("s", 0, "S"), ("n", 0, "N"),
-                ("p", 0, cs.P), ("q", 0, cs.Q)]
     read = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
-    nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * dy{cs.at('k', 'p', 'q')};"))
+    local = ["xp"]
+    if cs.blocked:
+        nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
+                                f"dy{cs.at('k', 'p', 'q')};"))
+    else:
+        # NCHW has no unit stride along k: the GEMM runs on dy transposed to [n][p][q][k]
+        # into dwt[r][s][c][k] (k the vector dimension), added to dw[k][c][r][s] at the end.
+        local += ["dyt", "dwt"]
+        arrays += [
+            _declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
+            _declaration(ct, "dwt", ["R", "S", "C", "K"], False),
+        ]
+        nests.append(nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("k", "K")),
+                          f"dyt[n][p][q][k] = dy{cs.at('k', 'p', 'q')};"))
+        main = zero_based(("r", "R"), ("s", "S"), ("c", "C"), ("n", "N"), ("p", cs.P),
+                          ("q", cs.Q), ("k", "K"))
+        nests.append(nest(main, f"dwt[r][s][c][k] += {source}{read} * dyt[n][p][q][k];"))
+        nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
+                          "dw[k][c][r][s] += dwt[r][s][c][k];"))
     arrays += [
         _declaration(ct, "x", cs.activation("C", "H", "W"), True),
         _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
     ]
     text = _function("conv2d_backward_weights", list(s), arrays, nests)
-    return _build("conv2d_backward_weights", text, s, local=("xp",))
+    return _build("conv2d_backward_weights", text, s, local=tuple(local))
