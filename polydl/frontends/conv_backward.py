@@ -9,9 +9,11 @@ and its operands in the microkernel's order:
   the weights transposed (C and K swapped) and flipped in R and S.
 - backward-data, stride > 1: every output position scatters its contribution into a padded
   `dx` (`dxp[p*stride + r][q*stride + s] += ...`), the padding cropped off afterwards; no
-  multiplication by the zeros a dilated `dy` would hold.
+  multiplication by the zeros a dilated `dy` would hold. In NCHW the contributions come from
+  one GEMM (channels-last `dy` times the weights as a [K][C*R*S] matrix) and are then
+  scattered (col2im).
 - backward-weights: the GEMM over the output positions of the zero-padded input `x` and `dy`
-  (in NCHW, with `dy` transposed to channels-last and the result transposed back).
+  (in NCHW, of `dy` with the gathered windows of `x`, im2col).
 """
 
 from __future__ import annotations
@@ -176,28 +178,52 @@ def conv2d_backward_data(
                 f"wt{cs.transposed_weight()};")
         main_nest = nest(main, body)
     else:
-        nests.append(nest(weight_loops, f"wt{cs.transposed_weight()} = w{cs.weight('r', 's')};"))
         target = "dx" if cs.padding == 0 else "dxp"
         if cs.padding:
             local.append("dxp")
             padded = cs.activation("C", s["H"] + 2 * cs.padding, s["W"] + 2 * cs.padding)
             arrays.append(_declaration(ct, "dxp", padded, False))
-        # The call: q (m) x c (n) over k, batched over the k blocks; r, s stay outside it.
-        main = (n_and + c_loops[:1] + [("p", 0, cs.P), ("r", 0, "R"), ("s", 0, "S"),
-                                       ("q", 0, cs.Q)] + k_loops + c_loops[1:])
-        if not cs.blocked:
-            main = n_and + [("p", 0, cs.P), ("r", 0, "R"), ("s", 0, "S"), ("c", 0, "C"),
-                            ("q", 0, cs.Q), ("k", 0, "K")]
         into = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
-        body = f"{target}{into} += dy{cs.at('k', 'p', 'q')} * wt{cs.transposed_weight()};"
-        main_nest = nest(main, body)
+        if cs.blocked:
+            nests.append(nest(weight_loops,
+                              f"wt{cs.transposed_weight()} = w{cs.weight('r', 's')};"))
+            # The call: q (m) x c (n) over k, batched over the k blocks; r, s stay outside.
+            main = (n_and + c_loops[:1] + [("p", 0, cs.P), ("r", 0, "R"), ("s", 0, "S"),
+                                           ("q", 0, cs.Q)] + k_loops + c_loops[1:])
+            body = f"{target}{into} += dy{cs.at('k', 'p', 'q')} * wt{cs.transposed_weight()};"
+            main_nest = nest(main, body)
+        else:
+            # NCHW has no unit stride along c or k: one GEMM of channels-last dy with the
+            # weights as a [K][C*R*S] matrix gives every window's contribution (col), which is
+            # then scattered onto dx (col2im).
+            local[local.index("wt")] = "wf"
+            local += ["dyt", "col"]
+            taps = s["C"] * s["R"] * s["S"]
+            tap = f"c * {s['R'] * s['S']} + r * {s['S']} + s"
+            arrays += [
+                _declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
+                _declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
+            ]
+            nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
+                              f"wf[k][{tap}] = w[k][c][r][s];"))
+            nests.append(nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("k", "K")),
+                              "dyt[n][p][q][k] = dy[n][k][p][q];"))
+            main = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("j", taps), ("k", "K"))
+            main_nest = nest(main, "col[n][p][q][j] += dyt[n][p][q][k] * wf[k][j];")
+            scatter = zero_based(("n", "N"), ("c", "C"), ("p", cs.P), ("r", "R"), ("q", cs.Q),
+                                 ("s", "S"))
+            main_nest += "\n" + nest(scatter, f"{target}{into} += col[n][p][q][{tap}];")
     nests.append(main_nest)
     if stride > 1 and cs.padding:
         crop = n_and + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
         pad = cs.padding
         nests.append(nest(crop, f"dx{cs.at('c', 'ih', 'iw')} = "
                                 f"dxp{cs.at('c', f'ih + {pad}', f'iw + {pad}')};"))
-    arrays.append(_declaration(ct, "wt", cs.transposed_shape(), False))
+    if "wt" in local:
+        arrays.append(_declaration(ct, "wt", cs.transposed_shape(), False))
+    else:
+        taps = s["C"] * s["R"] * s["S"]
+        arrays.append(_declaration(ct, "wf", ["K", str(taps)], False))
     arrays += [
         _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
         _declaration(ct, "w", cs.weights(), True),
@@ -245,20 +271,23 @@ def conv2d_backward_weights(
         nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
                                 f"dy{cs.at('k', 'p', 'q')};"))
     else:
-        # NCHW has no unit stride along k: the GEMM runs on dy transposed to [n][p][q][k]
-        # into dwt[r][s][c][k] (k the vector dimension), added to dw[k][c][r][s] at the end.
-        local += ["dyt", "dwt"]
+        # NCHW has no unit stride along c or k: the windows of x are gathered into
+        # col[n][p][q][c*R*S + r*S + s] (im2col), so dw is one GEMM of dy with col, its
+        # [K][C*R*S] result added to dw[k][c][r][s] at the end.
+        local += ["col", "dwf"]
+        taps = s["C"] * s["R"] * s["S"]
+        tap = f"c * {s['R'] * s['S']} + r * {s['S']} + s"
         arrays += [
-            _declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
-            _declaration(ct, "dwt", ["R", "S", "C", "K"], False),
+            _declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
+            _declaration(ct, "dwf", ["K", str(taps)], False),
         ]
-        nests.append(nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("k", "K")),
-                          f"dyt[n][p][q][k] = dy{cs.at('k', 'p', 'q')};"))
-        main = zero_based(("r", "R"), ("s", "S"), ("c", "C"), ("n", "N"), ("p", cs.P),
-                          ("q", cs.Q), ("k", "K"))
-        nests.append(nest(main, f"dwt[r][s][c][k] += {source}{read} * dyt[n][p][q][k];"))
+        gather = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C"), ("r", "R"),
+                            ("s", "S"))
+        nests.append(nest(gather, f"col[n][p][q][{tap}] = {source}{read};"))
+        main = zero_based(("k", "K"), ("j", taps), ("n", "N"), ("p", cs.P), ("q", cs.Q))
+        nests.append(nest(main, "dwf[k][j] += dy[n][k][p][q] * col[n][p][q][j];"))
         nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
-                          "dw[k][c][r][s] += dwt[r][s][c][k];"))
+                          f"dw[k][c][r][s] += dwf[k][{tap}];"))
     arrays += [
         _declaration(ct, "x", cs.activation("C", "H", "W"), True),
         _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
