@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import polydl
 from polydl import layouts
@@ -153,3 +155,21 @@ def test_bad_arguments_name_the_argument(argument: str, overrides: dict[str, obj
         with pytest.raises(ArgumentError) as info:
             build(**s)
         assert info.value.argument == argument
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(
+    data=st.data(),
+    stride=st.integers(1, 3),
+    padding=st.integers(0, 2),
+    layout=st.sampled_from(LAYOUTS),
+)
+def test_any_stride_and_padding(data: st.DataObject, stride: int, padding: int, layout: str) -> None:
+    r = data.draw(st.integers(1, 4), label="R")
+    s = data.draw(st.integers(1, 4), label="S")
+    h = data.draw(st.integers(max(1, r - 2 * padding), 9), label="H")
+    w = data.draw(st.integers(max(1, s - 2 * padding), 9), label="W")
+    shape = (1, data.draw(st.integers(1, 5), label="C"), data.draw(st.integers(1, 5), label="K"),
+             h, w, r, s, stride, padding)
+    test_backward_data_matches_numpy(shape, layout)
+    test_backward_weights_matches_numpy(shape, layout)
