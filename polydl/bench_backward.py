@@ -85,13 +85,18 @@ def references(case: Case, inputs: list[np.ndarray], torch: ModuleType | None) -
         return []
     plain = {k: torch.from_numpy(v) for k, v in _named(case, inputs).items()}
     last = {k: v.contiguous(memory_format=torch.channels_last) for k, v in plain.items()}
-    runners = []
-    for name, tensors in (("torch.nchw", plain), ("torch.channels_last", last)):
-        def run(tensors: dict[str, Any] = tensors) -> Any:
-            return _aten_backward(case, torch, tensors)
+    return [_runner(name, case, torch, tensors)
+            for name, tensors in (("torch.nchw", plain), ("torch.channels_last", last))]
 
-        runners.append(Runner(name, run, lambda run=run: run().contiguous().numpy().copy()))
-    return runners
+
+def _runner(name: str, case: Case, torch: ModuleType, tensors: dict[str, Any]) -> Runner:
+    def run() -> Any:
+        return _aten_backward(case, torch, tensors)
+
+    def fresh() -> np.ndarray:
+        return np.asarray(run().contiguous().numpy()).copy()
+
+    return Runner(name, run, fresh)
 
 
 def build_polydl(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBuild:

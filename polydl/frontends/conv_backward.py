@@ -148,12 +148,13 @@ def conv2d_backward_data(
     weight_loops = zero_based(*cs.channel_loops("c")[:1], *cs.channel_loops("k")[:1],
                               ("r", "R"), ("s", "S"),
                               *cs.channel_loops("k")[1:], *cs.channel_loops("c")[1:])
-    n_and = [("n", 0, "N")]
+    image_loop = [("n", 0, "N")]
     c_loops = zero_based(*cs.channel_loops("c"))
     k_loops = zero_based(*cs.channel_loops("k"))
     arrays = [_declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
     nests: list[str] = []
     local = ["wt"]
+    stride = cs.stride
     if stride == 1:
         # dx[h][w] = sum dy[h + pad - r][w + pad - s] w[r][s]: pad dy by R-1-pad, flip w.
         off_h, off_w = s["R"] - 1 - cs.padding, s["S"] - 1 - cs.padding
@@ -166,13 +167,13 @@ def conv2d_backward_data(
             source = "dyp"
             local.append("dyp")
             arrays.append(_declaration(ct, "dyp", cs.activation("K", rows, cols), False))
-            copy = n_and + k_loops[:1] + [
+            copy = image_loop + k_loops[:1] + [
                 ("p", max(0, -off_h), min(cs.P, rows - off_h)),
                 ("q", max(0, -off_w), min(cs.Q, cols - off_w)),
             ] + k_loops[1:]
             target = cs.at("k", f"p + {off_h}", f"q + {off_w}")
             nests.append(nest(copy, f"dyp{target} = dy{cs.at('k', 'p', 'q')};"))
-        main = (n_and + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + k_loops[:1]
+        main = (image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + k_loops[:1]
                 + [("r", 0, "R"), ("s", 0, "S")] + k_loops[1:] + c_loops[1:])
         body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
                 f"wt{cs.transposed_weight()};")
@@ -188,7 +189,7 @@ def conv2d_backward_data(
             nests.append(nest(weight_loops,
                               f"wt{cs.transposed_weight()} = w{cs.weight('r', 's')};"))
             # The call: q (m) x c (n) over k, batched over the k blocks; r, s stay outside.
-            main = (n_and + c_loops[:1] + [("p", 0, cs.P), ("r", 0, "R"), ("s", 0, "S"),
+            main = (image_loop + c_loops[:1] + [("p", 0, cs.P), ("r", 0, "R"), ("s", 0, "S"),
                                            ("q", 0, cs.Q)] + k_loops + c_loops[1:])
             body = f"{target}{into} += dy{cs.at('k', 'p', 'q')} * wt{cs.transposed_weight()};"
             main_nest = nest(main, body)
@@ -215,7 +216,7 @@ def conv2d_backward_data(
             main_nest += "\n" + nest(scatter, f"{target}{into} += col[n][p][q][{tap}];")
     nests.append(main_nest)
     if stride > 1 and cs.padding:
-        crop = n_and + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
+        crop = image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
         pad = cs.padding
         nests.append(nest(crop, f"dx{cs.at('c', 'ih', 'iw')} = "
                                 f"dxp{cs.at('c', f'ih + {pad}', f'iw + {pad}')};"))
@@ -248,7 +249,7 @@ def conv2d_backward_weights(
     """The gradient of a convolution's weights: `k(x, dy) -> dw`, with x the forward input,
     dy[N][K][P][Q] (nchw16c: dy[N][KB][P][Q][16]) and dw shaped like the forward weights."""
     cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout)
-    s, ct, pad = cs.sizes, cs.ctype, cs.padding
+    s, ct, pad, stride = cs.sizes, cs.ctype, cs.padding, cs.stride
     arrays = [_declaration(ct, "dw", cs.weights(), False)]
     nests: list[str] = []
     source = "x"

@@ -170,14 +170,14 @@ def pool2d(
     kind = _choice("kind", kind, POOL_KINDS)
     ctype, suffix = _dtype(dtype)
     layout = _choice("layout", layout, LAYOUTS)
-    for size, window in (("H", "R"), ("W", "S")):
-        if 2 * padding > sizes[window]:
+    for size, extent in (("H", "R"), ("W", "S")):
+        if 2 * padding > sizes[extent]:
             raise ArgumentError(
-                "padding", f"must be at most half the window ({window}={sizes[window]}), not {padding}"
+                "padding", f"must be at most half the window ({extent}={sizes[extent]}), not {padding}"
             )
-        if sizes[size] + 2 * padding < sizes[window]:
+        if sizes[size] + 2 * padding < sizes[extent]:
             raise ArgumentError(
-                window, f"the window {window}={sizes[window]} exceeds the padded input "
+                extent, f"the window {extent}={sizes[extent]} exceeds the padded input "
                 f"{size} + 2*padding = {sizes[size] + 2 * padding}",
             )
     P = (sizes["H"] + 2 * padding - sizes["R"]) // stride + 1
