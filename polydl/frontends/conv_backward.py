@@ -12,8 +12,7 @@ and its operands in the microkernel's order:
   multiplication by the zeros a dilated `dy` would hold. In NCHW the contributions come from
   one GEMM (channels-last `dy` times the weights as a [K][C*R*S] matrix) and are then
   scattered (col2im).
-- backward-weights: the GEMM over the output positions of the zero-padded input `x` and `dy`
-  (in NCHW, of `dy` with the gathered windows of `x`, im2col).
+- backward-weights: the GEMM over the output positions of the zero-padded input `x` and `dy`.
 """
 
 from __future__ import annotations
@@ -266,32 +265,15 @@ def conv2d_backward_weights(
     main = (k_loops[:1] + c_loops[:1] + [("r", 0, "R"), ("s", 0, "S"), ("n", 0, "N"),
                                          ("p", 0, cs.P), ("q", 0, cs.Q)]
             + c_loops[1:] + k_loops[1:])
+    if not cs.blocked:
+        main = zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S"), ("n", "N"),
+                          ("p", cs.P), ("q", cs.Q))
     read = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
-    local = ["xp"]
-    if cs.blocked:
-        nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
-                                f"dy{cs.at('k', 'p', 'q')};"))
-    else:
-        # NCHW has no unit stride along c or k: the windows of x are gathered into
-        # col[n][p][q][c*R*S + r*S + s] (im2col), so dw is one GEMM of dy with col, its
-        # [K][C*R*S] result added to dw[k][c][r][s] at the end.
-        local += ["col", "dwf"]
-        taps = s["C"] * s["R"] * s["S"]
-        tap = f"c * {s['R'] * s['S']} + r * {s['S']} + s"
-        arrays += [
-            _declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
-            _declaration(ct, "dwf", ["K", str(taps)], False),
-        ]
-        gather = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C"), ("r", "R"),
-                            ("s", "S"))
-        nests.append(nest(gather, f"col[n][p][q][{tap}] = {source}{read};"))
-        main = zero_based(("k", "K"), ("j", taps), ("n", "N"), ("p", cs.P), ("q", cs.Q))
-        nests.append(nest(main, "dwf[k][j] += dy[n][k][p][q] * col[n][p][q][j];"))
-        nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
-                          f"dw[k][c][r][s] += dwf[k][{tap}];"))
+    nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
+                            f"dy{cs.at('k', 'p', 'q')};"))
     arrays += [
         _declaration(ct, "x", cs.activation("C", "H", "W"), True),
         _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
     ]
     text = _function("conv2d_backward_weights", list(s), arrays, nests)
-    return _build("conv2d_backward_weights", text, s, local=tuple(local))
+    return _build("conv2d_backward_weights", text, s, local=("xp",))
