@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
+from polydl.bench import SUITE_FILES  # noqa: E402 - after the path set-up
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", default="gemm",
-                   choices=["gemm", "resnet50", "resnet50_fused", "resnet50_bf16"])
+    p.add_argument("--suite", default="gemm", choices=sorted(SUITE_FILES))
     p.add_argument("--json", metavar="FILE",
                    help="write the report here (default: benchmarks/results/SUITE.json)")
     p.add_argument("--no-json", action="store_true", help="print the table only")

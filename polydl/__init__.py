@@ -7,7 +7,21 @@
 See `polydl.compile` for specs (C loop nests, TOML primitive specs) and DESIGN.md for the contract.
 """
 
-from polydl.api import compile, conv2d, matmul
+from polydl.api import (
+    batchnorm_inference,
+    batchnorm_statistics,
+    compile,
+    conv2d,
+    conv2d_backward_data,
+    conv2d_backward_weights,
+    eltwise,
+    linear,
+    linear_backward_data,
+    linear_backward_weights,
+    lstm_cell,
+    matmul,
+    pool2d,
+)
 from polydl.errors import (
     CacheWarning,
     CompileError,
@@ -35,7 +49,17 @@ __all__ = [
     "SpecError",
     "ToolchainWarning",
     "__version__",
+    "batchnorm_inference",
+    "batchnorm_statistics",
     "compile",
     "conv2d",
+    "conv2d_backward_data",
+    "conv2d_backward_weights",
+    "eltwise",
+    "linear",
+    "linear_backward_data",
+    "linear_backward_weights",
+    "lstm_cell",
     "matmul",
+    "pool2d",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 from polydl.codegen.artifact import GeneratedCode, code_from_dict, code_to_dict
 from polydl.codegen.targets import generate
 from polydl.errors import PolyDLError, ScheduleError
-from polydl.frontends import builders, load_spec
+from polydl.frontends import builders, conv_backward, layers, load_spec
 from polydl.gpu import GPU_TARGETS
 from polydl.gpu_lowering import build_gpu_kernel, lower_gpu
 from polydl.ir import LoopNest, fingerprint
@@ -239,3 +239,98 @@ def conv2d(
         layout=layout,
         fuse=tuple(fuse),
     )
+
+
+# ----------------------------------------------------------------------------- more primitives
+# Sizes and options as the builders in `frontends.conv_backward` and `frontends.layers` take
+# them; each returns the compiled kernel.
+
+
+def _layer(built: tuple[LoopNest, dict[str, int]], target: str, schedule: ScheduleArg) -> Kernel:
+    return build_kernel(built[0], built[1], target, schedule)
+
+
+def conv2d_backward_data(
+    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
+    dtype: str = "float32", layout: str = "nchw", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """The input gradient of `conv2d` with the same sizes: `k(dy, w) -> dx`."""
+    return _layer(conv_backward.conv2d_backward_data(
+        N, C, K, H, W, R, S, stride, padding, dtype, layout), target, schedule)
+
+
+def conv2d_backward_weights(
+    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
+    dtype: str = "float32", layout: str = "nchw", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """The weight gradient of `conv2d` with the same sizes: `k(x, dy) -> dw`."""
+    return _layer(conv_backward.conv2d_backward_weights(
+        N, C, K, H, W, R, S, stride, padding, dtype, layout), target, schedule)
+
+
+def linear(
+    N: int, C: int, K: int, dtype: str = "float32", fuse: tuple[str, ...] | list[str] = (), *,
+    target: str = "c", schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """Fully-connected `y[N,K] = x[N,C] w[K,C]^T`, then `fuse`; call as `k(x, w, *fused)`."""
+    return _layer(layers.linear(N, C, K, dtype, tuple(fuse)), target, schedule)
+
+
+def linear_backward_data(
+    N: int, C: int, K: int, dtype: str = "float32", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """`dx[N,C] = dy[N,K] w[K,C]`; call as `k(dy, w)`."""
+    return _layer(layers.linear_backward_data(N, C, K, dtype), target, schedule)
+
+
+def linear_backward_weights(
+    N: int, C: int, K: int, dtype: str = "float32", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """`dw[K,C] = dy[N,K]^T x[N,C]`; call as `k(x, dy)`."""
+    return _layer(layers.linear_backward_weights(N, C, K, dtype), target, schedule)
+
+
+def pool2d(
+    N: int, C: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
+    kind: str = "max", dtype: str = "float32", layout: str = "nchw", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """Max or average pooling of R x S windows; call as `k(x) -> y`."""
+    return _layer(layers.pool2d(N, C, H, W, R, S, stride, padding, kind, dtype, layout),
+                  target, schedule)
+
+
+def eltwise(
+    N: int, C: int, H: int = 1, W: int = 1, kind: str = "relu", dtype: str = "float32", *,
+    target: str = "c", schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """Element-wise "relu" `k(x)`, "add" `k(a, b)` or "scale_shift" `k(x, scale, shift)`."""
+    return _layer(layers.eltwise(N, C, H, W, kind, dtype), target, schedule)
+
+
+def batchnorm_inference(
+    N: int, C: int, H: int, W: int, eps: float = 1e-5, dtype: str = "float32", *,
+    target: str = "c", schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """Batch-norm with given statistics; call as `k(x, gamma, beta, mean, var) -> y`."""
+    return _layer(layers.batchnorm_inference(N, C, H, W, eps, dtype), target, schedule)
+
+
+def batchnorm_statistics(
+    N: int, C: int, H: int, W: int, dtype: str = "float32", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """Per-channel batch mean and (biased) variance; call as `k(x) -> (mean, var)`."""
+    return _layer(layers.batchnorm_statistics(N, C, H, W, dtype), target, schedule)
+
+
+def lstm_cell(
+    N: int, C: int, K: int, dtype: str = "float32", *, target: str = "c",
+    schedule: ScheduleArg = "auto",
+) -> Kernel:
+    """One LSTM step; call as `k(x, h_prev, c_prev, w[4][C+K][K], b[4][K]) -> (c, h)`."""
+    return _layer(layers.lstm_cell(N, C, K, dtype), target, schedule)

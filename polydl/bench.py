@@ -1,6 +1,7 @@
 """Benchmark suites: polydl against reference libraries, timed interleaved in one run.
 
-Takes a suite name (`gemm` or `resnet50`, shapes shipped as package data in `polydl/data/`)
+Takes a suite name (`gemm`, `resnet50` or its backward passes `resnet50_bwd_data` and
+`resnet50_bwd_weights`; shapes shipped as package data in `polydl/data/`)
 and returns a table on stdout plus, optionally, a JSON report. Every case is run by polydl and
 by each reference available here (numpy; PyTorch's oneDNN paths when torch is importable), all
 in the same process, with the same threads, in alternating rounds, so machine noise hits every
@@ -32,11 +33,24 @@ from polydl.errors import PolyDLError
 from polydl.machine import Machine, current_machine
 from polydl.version import __version__
 
-SUITE_FILES = {"gemm": "gemm.json", "resnet50": "resnet50_conv.json",
-               # A/B suites on the same layers (polydl.bench_variants)
-               "resnet50_fused": "resnet50_conv.json", "resnet50_bf16": "resnet50_conv.json"}
+SUITE_FILES = {
+    "gemm": "gemm.json",
+    "resnet50": "resnet50_conv.json",
+    "resnet50_bwd_data": "resnet50_conv.json",
+    "resnet50_bwd_weights": "resnet50_conv.json",
+    # A/B suites on the same layers (polydl.bench_variants)
+    "resnet50_fused": "resnet50_conv.json",
+    "resnet50_bf16": "resnet50_conv.json",
+}
+# The primitive each convolution suite runs on the layers of its file.
+CONV_PRIMITIVES = {
+    "resnet50": "conv2d",
+    "resnet50_bwd_data": "conv2d_backward_data",
+    "resnet50_bwd_weights": "conv2d_backward_weights",
+}
 # Seconds of timing per case (references and polydl together), not counting compilation.
-DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0, "resnet50_fused": 12.0, "resnet50_bf16": 12.0}
+DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0, "resnet50_bwd_data": 8.0,
+                    "resnet50_bwd_weights": 8.0, "resnet50_fused": 12.0, "resnet50_bf16": 12.0}
 SAMPLES_PER_ROUND = 3  # timed samples of each runner per round, after one untimed call
 MIN_SAMPLE_S = 1e-3  # a sample of a fast call times this long a batch of calls
 NOISY_SHARE = 0.10  # other processes' share of the CPU time above which the report warns
@@ -102,7 +116,7 @@ def load_suite(name: str) -> list[Case]:
         ]
     keys = ("C", "K", "H", "W", "R", "S", "stride", "padding")
     return [
-        Case(layer["name"], "conv2d", (("N", data["N"]), *((k, layer[k]) for k in keys)),
+        Case(layer["name"], CONV_PRIMITIVES[name], (("N", data["N"]), *((k, layer[k]) for k in keys)),
              data.get("dtype", "float32"))
         for layer in data["layers"]
     ]
@@ -501,6 +515,8 @@ TARGETS = {
     "resnet50_fused": Target("fused faster than unfused polydl on every layer",
                              ("polydl.unfused",), None, 1.0),
     "resnet50_bf16": Target("bf16 geomean >= 1.6x fp32 polydl", ("polydl.fp32",), 1.6, None),
+    "resnet50_bwd_data": Target("geomean >= 0.9 vs best oneDNN path", ("torch.",), 0.9, None),
+    "resnet50_bwd_weights": Target("geomean >= 0.9 vs best oneDNN path", ("torch.",), 0.9, None),
 }
 
 
@@ -694,6 +710,10 @@ def _float64_result(
     if case.primitive == "matmul":
         a, b = inputs
         return a.astype(np.float64) @ b.astype(np.float64)
+    if case.primitive != "conv2d":
+        from polydl import bench_backward
+
+        return bench_backward.expected(case, list(inputs), torch)
     x, w = inputs
     s = case.size
     if torch is not None:
@@ -727,7 +747,12 @@ def _build_polydl(
     problems = []
     for layout in layouts:
         try:
-            build = build_polydl_conv(case, inputs[0], inputs[1], layout)
+            if case.primitive == "conv2d":
+                build = build_polydl_conv(case, inputs[0], inputs[1], layout)
+            else:
+                from polydl import bench_backward
+
+                build = bench_backward.build_polydl(case, list(inputs), layout)
         except Exception as exc:  # noqa: BLE001 - a layout that does not build is reported
             problems.append(f"{layout}: {_one_line(exc)}")
             continue
@@ -762,6 +787,10 @@ def bench_case(
     shapes: list[tuple[int, ...]]
     if case.primitive == "matmul":
         shapes = [(s["M"], s["K"]), (s["K"], s["N"])]
+    elif case.primitive != "conv2d":
+        from polydl import bench_backward
+
+        shapes = bench_backward.input_shapes(case)
     else:
         shapes = [(s["N"], s["C"], s["H"], s["W"]), (s["K"], s["C"], s["R"], s["S"])]
     inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in shapes]
@@ -778,6 +807,10 @@ def bench_case(
     status = "ok" if ok else "FAILED"
     if case.primitive == "matmul":
         references = gemm_references(inputs[0], inputs[1], torch)
+    elif case.primitive != "conv2d":
+        from polydl import bench_backward
+
+        references = bench_backward.references(case, inputs, torch)
     else:
         references = conv_references(inputs[0], inputs[1], case, torch)
     reference_errors = {}

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError
 
 
@@ -176,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--db", metavar="FILE")
     c.set_defaults(func=cmd_tune)
     c = sub.add_parser("bench", help="benchmark suites against reference libraries")
-    c.add_argument("--suite", default="gemm", choices=["gemm", "resnet50", "resnet50_fused", "resnet50_bf16"])
+    c.add_argument("--suite", default="gemm", choices=sorted(SUITE_FILES))
     c.add_argument("--json", metavar="FILE")
     c.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
     c.add_argument("--repeat", type=int, default=10)

@@ -237,3 +237,41 @@ def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
     assert set(row.variants) == {"nchw16c", "nchw"} and row.variant in row.variants
     assert set(row.references) == {"numpy"}
     assert row.relative_error is not None and row.relative_error < 1e-4
+
+
+def test_backward_suites_run_the_resnet50_layers() -> None:
+    for suite, primitive in (("resnet50_bwd_data", "conv2d_backward_data"),
+                             ("resnet50_bwd_weights", "conv2d_backward_weights")):
+        cases = bench.load_suite(suite)
+        assert [c.name for c in cases] == [c.name for c in bench.load_suite("resnet50")]
+        assert all(c.primitive == primitive for c in cases)
+        assert bench.TARGETS[suite].geomean_min == 0.9
+
+
+@pytest.mark.parametrize("primitive", ["conv2d_backward_data", "conv2d_backward_weights"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_tiny_real_backward_case(prepared_threads: None, primitive: str, stride: int) -> None:
+    case = Case("tiny", primitive, (("N", 1), ("C", 16), ("K", 20), ("H", 7), ("W", 6),
+                                    ("R", 3), ("S", 3), ("stride", stride), ("padding", 1)))
+    torch = bench.import_torch(1)
+    row = bench.bench_case(case, torch, repeat=1, budget_s=0.2, peak_gflops=100.0,
+                           compare_layouts=True)
+    assert row.status == "ok", row.message
+    assert set(row.variants) == {"nchw16c", "nchw"}
+    assert row.relative_error is not None and row.relative_error < 1e-4
+    if torch is not None:
+        assert set(row.references) == {"torch.nchw", "torch.channels_last"}
+
+
+def test_backward_numpy_gradient_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from polydl import bench_backward
+
+    for primitive in ("conv2d_backward_data", "conv2d_backward_weights"):
+        case = Case("tiny", primitive, (("N", 2), ("C", 3), ("K", 4), ("H", 7), ("W", 6),
+                                        ("R", 3), ("S", 2), ("stride", 2), ("padding", 1)))
+        rng = np.random.default_rng(0)
+        inputs = [rng.uniform(-1, 1, s).astype(np.float32)
+                  for s in bench_backward.input_shapes(case)]
+        got = bench_backward.numpy_gradient(case, inputs)
+        np.testing.assert_allclose(got, bench_backward.expected(case, inputs, torch), atol=1e-10)

@@ -1,7 +1,7 @@
 """Frontends: specs (C loop nests, TOML primitive specs, Python builders) -> `LoopNest` IR.
 
 `load_spec(spec, params)` takes a path or the text of a spec and the size values and returns
-`(LoopNest, params)`; `parse_c` parses C text alone; `builders.PRIMITIVES` builds primitives.
+`(LoopNest, params)`; `parse_c` parses C text alone; `primitives.PRIMITIVES` builds primitives.
 """
 
 from polydl.frontends import builders

@@ -1,7 +1,7 @@
 """The TOML frontend: a primitive spec (`primitive = "conv2d"`, sizes, options) -> `LoopNest`.
 
 Takes the TOML text, its file name and optional size overrides (`-p N=4`); returns the
-`(LoopNest, params)` of the named builder in `builders.PRIMITIVES`. Every error, TOML syntax
+`(LoopNest, params)` of the named builder in `primitives.PRIMITIVES`. Every error, TOML syntax
 included, is a `SpecError` at the key or value it concerns.
 """
 
@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from polydl.errors import ArgumentError, SourcePosition, SpecError
-from polydl.frontends.builders import PRIMITIVES, Built
+from polydl.frontends.builders import Built
+from polydl.frontends.primitives import PRIMITIVES
 from polydl.ir import LoopNest
 
 try:
@@ -27,7 +28,7 @@ _KEY = re.compile(r"""^(\s*)(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*(?:\.[^=]
 _TABLE = re.compile(r"""^(\s*)\[\[?\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))""")
 
 # what a builder argument's default says about the TOML value it takes
-_KINDS = {int: "an integer", str: "a string", tuple: "a list of strings"}
+_KINDS = {int: "an integer", str: "a string", tuple: "a list of strings", float: "a number"}
 
 
 class _Locator:
@@ -95,6 +96,8 @@ def _has_kind(value: object, kind: type) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if kind is tuple:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
     return isinstance(value, kind)
 
 

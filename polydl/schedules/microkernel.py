@@ -138,6 +138,9 @@ def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str
                 score = (
                     int(stride[("c", n)] == 1 and stride[(b_name, n)] == 1),
                     int(stride[(a_name, k)] == 1 or stride[(b_name, k)] == 1),
+                    # k innermost of the reductions keeps their written order: an accumulation
+                    # that is not permutable stays legal inside the call
+                    int(k == reduction[-1]),
                     extents.get(n, 0),
                     extents.get(k, 0),
                     # rows of C close together: the call's output block stays in few pages
