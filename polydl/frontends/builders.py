@@ -8,100 +8,53 @@ Scratch arrays (the zero-padded input of a convolution) are marked `local`.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from polydl.errors import ArgumentError
-from polydl.frontends.c_loopnest import read_c
-from polydl.ir import DTYPES, LoopNest
+from polydl.frontends.spec_writing import (
+    Built,
+    choice_arg,
+    declaration,
+    epilogue_names,
+    epilogue_nests,
+    function_text,
+    integer_arg,
+    parse_built,
+    zero_based_nest,
+)
+from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
 
-Built = tuple[LoopNest, dict[str, int]]
-
 SUPPORTED_DTYPES = tuple(DTYPES)
+# The other layers (backward passes, linear, pooling, ...) are float32 or float64 for now.
+FLOAT_DTYPES = ("float32", "float64")
 # C element types of a primitive's (inputs, outputs) per dtype: bfloat16 inputs are multiplied
 # with fp32 accumulation into an fp32 output (and fp32 epilogue operands), as the bf16 dot
 # products of the hardware do; rounding the output back to bf16 is the caller's choice.
-ELEMENT_CTYPES = {"float32": ("float", "float"), "float64": ("double", "double"), "bfloat16": ("bfloat16", "float")}
+ELEMENT_CTYPES = {
+    "float32": ("float", "float"),
+    "float64": ("double", "double"),
+    "bfloat16": ("bfloat16", "float"),
+}
 LAYOUTS = ("nchw", "nchw16c")
-EPILOGUES = ("bias", "relu", "residual", "scale_shift")
-
-
-MAX_SIZE = 2**62
-
-
-def _integer(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(name, f"must be an integer, not {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ArgumentError(name, f"must be >= {minimum}, not {value}")
-    if int(value) > MAX_SIZE:  # beyond this, 64-bit index arithmetic overflows (index_range.py)
-        raise ArgumentError(name, f"must be <= {MAX_SIZE} (2**62), not {value}")
-    return int(value)
-
-
-def _choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ArgumentError(name, f"must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def _epilogues(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (tuple, list)):
-        raise ArgumentError(
-            "fuse", f"must be a list of epilogue names ({', '.join(EPILOGUES)}); got {value!r}"
-        )
-    out: list[str] = []
-    for item in value:
-        name = _choice("fuse", item, EPILOGUES)
-        if name in out:
-            raise ArgumentError("fuse", f"'{name}' is given twice")
-        out.append(name)
-    return tuple(out)
-
-
-def _loops(loops: Sequence[tuple[str, str]], body: str) -> str:
-    """A perfect nest of `for (int v = 0; v < extent; v++)` around one statement."""
-    lines = [
-        "  " * (depth + 1) + f"for (int {var} = 0; {var} < {extent}; {var}++)"
-        for depth, (var, extent) in enumerate(loops)
-    ]
-    lines.append("  " * (len(loops) + 1) + body)
-    return "\n".join(lines)
-
-
-def _declaration(ctype: str, name: str, shape: Sequence[str], is_input: bool) -> str:
-    return ("const " if is_input else "") + f"{ctype} {name}" + "".join(f"[{e}]" for e in shape)
-
-
-def _function(name: str, sizes: Sequence[str], arrays: Sequence[str], nests: Sequence[str]) -> str:
-    params = ",\n    ".join([", ".join(f"int {s}" for s in sizes), *arrays])
-    return f"void {name}({params}) {{\n" + "\n".join(nests) + "\n}\n"
-
-
-def _build(name: str, text: str, sizes: dict[str, int], local: Sequence[str] = ()) -> Built:
-    nest = read_c(text, f"<{name}>").nest
-    arrays = tuple(replace(a, local=True) if a.name in local else a for a in nest.arrays)
-    return replace(nest, arrays=arrays), sizes
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Built:
     """`C[M][N] += A[M][K] * B[K][N]`; called as `k(A, B) -> C`. With dtype "bfloat16", A and
     B are bfloat16 and C is float32."""
-    sizes = {"M": _integer("M", M), "N": _integer("N", N), "K": _integer("K", K)}
-    in_type, out_type = ELEMENT_CTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
-    text = _function(
+    sizes = {"M": integer_arg("M", M), "N": integer_arg("N", N), "K": integer_arg("K", K)}
+    in_type, out_type = ELEMENT_CTYPES[choice_arg("dtype", dtype, SUPPORTED_DTYPES)]
+    text = function_text(
         "matmul",
         list(sizes),
         [
-            _declaration(out_type, "C", ["M", "N"], False),
-            _declaration(in_type, "A", ["M", "K"], True),
-            _declaration(in_type, "B", ["K", "N"], True),
+            declaration(out_type, "C", ["M", "N"], False),
+            declaration(in_type, "A", ["M", "K"], True),
+            declaration(in_type, "B", ["K", "N"], True),
         ],
-        [_loops([("i", "M"), ("j", "N"), ("k", "K")], "C[i][j] += A[i][k] * B[k][j];")],
+        [zero_based_nest([("i", "M"), ("j", "N"), ("k", "K")], "C[i][j] += A[i][k] * B[k][j];")],
     )
-    return _build("matmul", text, sizes)
+    return parse_built("matmul", text, sizes)
 
 
 def _output_extent(size: str, window: str, stride: int, padding: int) -> str:
@@ -134,14 +87,14 @@ def conv2d(
     a fused bias is then b[KB*16] and a residual is shaped like y. "scale_shift" (batch-norm in
     inference) adds scale[K] and shift[K] (KB*16 when blocked): y = y * scale[k] + shift[k]."""
     sizes = {
-        name: _integer(name, value)
+        name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
     }
-    stride = _integer("stride", stride)
-    padding = _integer("padding", padding, minimum=0)
-    in_type, ctype = ELEMENT_CTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
-    layout = _choice("layout", layout, LAYOUTS)
-    epilogues = _epilogues(fuse)
+    stride = integer_arg("stride", stride)
+    padding = integer_arg("padding", padding, minimum=0)
+    in_type, ctype = ELEMENT_CTYPES[choice_arg("dtype", dtype, SUPPORTED_DTYPES)]
+    layout = choice_arg("layout", layout, LAYOUTS)
+    epilogues = epilogue_names(fuse)
     for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
         if sizes[size] + 2 * padding < sizes[window]:
             raise ArgumentError(
@@ -182,31 +135,20 @@ def conv2d(
         conv_loops = out_loops + [("c", "C"), ("r", "R"), ("s", "S")]
         source, weight = f"[n][c][{row}][{col}]", "w[k][c][r][s]"
 
-    arrays = [_declaration(ctype, "y", out_shape, False)]
+    arrays = [declaration(ctype, "y", out_shape, False)]
     nests = []
     if padding:
-        arrays.append(_declaration(in_type, "xp", xp_shape, False))
-        nests.append(_loops(copy_loops, copy))
-    arrays += [_declaration(in_type, "x", x_shape, True), _declaration(in_type, "w", w_shape, True)]
-    nests.append(_loops(conv_loops, f"y{out} += {'xp' if padding else 'x'}{source} * {weight};"))
-    zero = "0.0f" if ctype == "float" else "0.0"
-    for epilogue in epilogues:
-        if epilogue == "bias":
-            arrays.append(_declaration(ctype, "b", bias_shape, True))
-            nests.append(_loops(out_loops, f"y{out} += b{bias};"))
-        elif epilogue == "relu":
-            # a select, not fmaxf: the C compiler vectorises it to a max without -ffast-math
-            nests.append(_loops(out_loops, f"y{out} = y{out} > {zero} ? y{out} : {zero};"))
-        elif epilogue == "scale_shift":
-            # batch-norm in inference, folded per channel: y = y * scale[k] + shift[k]
-            arrays.append(_declaration(ctype, "scale", bias_shape, True))
-            arrays.append(_declaration(ctype, "shift", bias_shape, True))
-            nests.append(_loops(out_loops, f"y{out} = y{out} * scale{bias} + shift{bias};"))
-        else:
-            arrays.append(_declaration(ctype, "res", out_shape, True))
-            nests.append(_loops(out_loops, f"y{out} += res{out};"))
-    text = _function("conv2d", list(sizes), arrays, nests)
-    return _build("conv2d", text, sizes, local=("xp",))
+        arrays.append(declaration(in_type, "xp", xp_shape, False))
+        nests.append(zero_based_nest(copy_loops, copy))
+    arrays += [declaration(in_type, "x", x_shape, True), declaration(in_type, "w", w_shape, True)]
+    nests.append(zero_based_nest(conv_loops, f"y{out} += {'xp' if padding else 'x'}{source} * {weight};"))
+    fused_arrays, fused_nests = epilogue_nests(
+        epilogues, ctype, out_loops, (out, out_shape), (bias, bias_shape)
+    )
+    arrays += fused_arrays
+    nests += fused_nests
+    text = function_text("conv2d", list(sizes), arrays, nests)
+    return parse_built("conv2d", text, sizes, local=("xp",))
 
 
 PRIMITIVES: dict[str, Callable[..., Built]] = {"matmul": matmul, "conv2d": conv2d}

@@ -17,37 +17,20 @@ and its operands in the microkernel's order:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from polydl.errors import ArgumentError
-from polydl.frontends.builders import (
-    LAYOUTS,
-    SUPPORTED_DTYPES,
+from polydl.frontends.builders import FLOAT_DTYPES, LAYOUTS
+from polydl.frontends.spec_writing import (
     Built,
-    _build,
-    _choice,
-    _declaration,
-    _function,
-    _integer,
+    choice_arg,
+    declaration,
+    function_text,
+    integer_arg,
+    nest,
+    parse_built,
+    zero_based,
 )
 from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
-
-Loops = Sequence[tuple[str, int | str, int | str]]
-
-
-def nest(loops: Loops, body: str) -> str:
-    """A perfect nest of `for (int v = lo; v < hi; v++)` around one statement."""
-    lines = [
-        "  " * (depth + 1) + f"for (int {var} = {lo}; {var} < {hi}; {var}++)"
-        for depth, (var, lo, hi) in enumerate(loops)
-    ]
-    lines.append("  " * (len(loops) + 1) + body)
-    return "\n".join(lines)
-
-
-def zero_based(*loops: tuple[str, int | str]) -> list[tuple[str, int | str, int | str]]:
-    return [(var, 0, extent) for var, extent in loops]
 
 
 class ConvSizes:
@@ -58,13 +41,13 @@ class ConvSizes:
         dtype: str, layout: str,
     ) -> None:
         self.sizes = {
-            name: _integer(name, value)
+            name: integer_arg(name, value)
             for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
         }
-        self.stride = _integer("stride", stride)
-        self.padding = _integer("padding", padding, minimum=0)
-        self.ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
-        self.layout = _choice("layout", layout, LAYOUTS)
+        self.stride = integer_arg("stride", stride)
+        self.padding = integer_arg("padding", padding, minimum=0)
+        self.ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)]
+        self.layout = choice_arg("layout", layout, LAYOUTS)
         for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
             if self.sizes[size] + 2 * self.padding < self.sizes[window]:
                 raise ArgumentError(
@@ -150,7 +133,7 @@ def conv2d_backward_data(
     image_loop = [("n", 0, "N")]
     c_loops = zero_based(*cs.channel_loops("c"))
     k_loops = zero_based(*cs.channel_loops("k"))
-    arrays = [_declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
+    arrays = [declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
     nests: list[str] = []
     local = ["wt"]
     stride = cs.stride
@@ -165,7 +148,7 @@ def conv2d_backward_data(
         else:
             source = "dyp"
             local.append("dyp")
-            arrays.append(_declaration(ct, "dyp", cs.activation("K", rows, cols), False))
+            arrays.append(declaration(ct, "dyp", cs.activation("K", rows, cols), False))
             copy = image_loop + k_loops[:1] + [
                 ("p", max(0, -off_h), min(cs.P, rows - off_h)),
                 ("q", max(0, -off_w), min(cs.Q, cols - off_w)),
@@ -182,7 +165,7 @@ def conv2d_backward_data(
         if cs.padding:
             local.append("dxp")
             padded = cs.activation("C", s["H"] + 2 * cs.padding, s["W"] + 2 * cs.padding)
-            arrays.append(_declaration(ct, "dxp", padded, False))
+            arrays.append(declaration(ct, "dxp", padded, False))
         into = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
         if cs.blocked:
             nests.append(nest(weight_loops,
@@ -201,8 +184,8 @@ def conv2d_backward_data(
             taps = s["C"] * s["R"] * s["S"]
             tap = f"c * {s['R'] * s['S']} + r * {s['S']} + s"
             arrays += [
-                _declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
-                _declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
+                declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
+                declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
             ]
             nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
                               f"wf[k][{tap}] = w[k][c][r][s];"))
@@ -220,16 +203,16 @@ def conv2d_backward_data(
         nests.append(nest(crop, f"dx{cs.at('c', 'ih', 'iw')} = "
                                 f"dxp{cs.at('c', f'ih + {pad}', f'iw + {pad}')};"))
     if "wt" in local:
-        arrays.append(_declaration(ct, "wt", cs.transposed_shape(), False))
+        arrays.append(declaration(ct, "wt", cs.transposed_shape(), False))
     else:
         taps = s["C"] * s["R"] * s["S"]
-        arrays.append(_declaration(ct, "wf", ["K", str(taps)], False))
+        arrays.append(declaration(ct, "wf", ["K", str(taps)], False))
     arrays += [
-        _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
-        _declaration(ct, "w", cs.weights(), True),
+        declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
+        declaration(ct, "w", cs.weights(), True),
     ]
-    text = _function("conv2d_backward_data", list(s), arrays, nests)
-    return _build("conv2d_backward_data", text, s, local=tuple(local))
+    text = function_text("conv2d_backward_data", list(s), arrays, nests)
+    return parse_built("conv2d_backward_data", text, s, local=tuple(local))
 
 
 def conv2d_backward_weights(
@@ -249,14 +232,14 @@ def conv2d_backward_weights(
     dy[N][K][P][Q] (nchw16c: dy[N][KB][P][Q][16]) and dw shaped like the forward weights."""
     cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout)
     s, ct, pad, stride = cs.sizes, cs.ctype, cs.padding, cs.stride
-    arrays = [_declaration(ct, "dw", cs.weights(), False)]
+    arrays = [declaration(ct, "dw", cs.weights(), False)]
     nests: list[str] = []
     source = "x"
     c_loops = zero_based(*cs.channel_loops("c"))
     k_loops = zero_based(*cs.channel_loops("k"))
     if pad:
         source = "xp"
-        arrays.append(_declaration(ct, "xp", cs.activation("C", f"H + {2 * pad}",
+        arrays.append(declaration(ct, "xp", cs.activation("C", f"H + {2 * pad}",
                                                            f"W + {2 * pad}"), False))
         copy = [("n", 0, "N")] + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
         nests.append(nest(copy, f"xp{cs.at('c', f'ih + {pad}', f'iw + {pad}')} = "
@@ -272,8 +255,8 @@ def conv2d_backward_weights(
     nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
                             f"dy{cs.at('k', 'p', 'q')};"))
     arrays += [
-        _declaration(ct, "x", cs.activation("C", "H", "W"), True),
-        _declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
+        declaration(ct, "x", cs.activation("C", "H", "W"), True),
+        declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
     ]
-    text = _function("conv2d_backward_weights", list(s), arrays, nests)
-    return _build("conv2d_backward_weights", text, s, local=("xp",))
+    text = function_text("conv2d_backward_weights", list(s), arrays, nests)
+    return parse_built("conv2d_backward_weights", text, s, local=("xp",))

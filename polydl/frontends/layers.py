@@ -14,18 +14,19 @@ import numbers
 from collections.abc import Sequence
 
 from polydl.errors import ArgumentError
-from polydl.frontends.builders import (
-    LAYOUTS,
-    SUPPORTED_DTYPES,
+from polydl.frontends.builders import FLOAT_DTYPES, LAYOUTS
+from polydl.frontends.spec_writing import (
     Built,
-    _build,
-    _choice,
-    _declaration,
-    _epilogues,
-    _function,
-    _integer,
+    choice_arg,
+    declaration,
+    epilogue_names,
+    epilogue_nests,
+    function_text,
+    integer_arg,
+    nest,
+    parse_built,
+    zero_based,
 )
-from polydl.frontends.conv_backward import nest, zero_based
 from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
 
@@ -36,7 +37,7 @@ LSTM_GATES = 4  # input, forget, cell candidate, output: PyTorch's order
 
 def _dtype(dtype: object) -> tuple[str, str]:
     """(C element type, float literal suffix) of a validated dtype."""
-    ctype = DTYPES[_choice("dtype", dtype, SUPPORTED_DTYPES)]
+    ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)]
     return ctype, "f" if ctype == "float" else ""
 
 
@@ -65,61 +66,55 @@ def _positive_real(name: str, value: object) -> float:
 
 def linear(N: int, C: int, K: int, dtype: str = "float32", fuse: Sequence[str] = ()) -> Built:
     """`y[n][k] += x[n][c] * w[k][c]`, then the `fuse` epilogues in order (bias b[K], relu,
-    residual shaped like y); called as `k(x, w, *fused) -> y`. w is PyTorch's [out][in]
+    residual shaped like y, scale_shift scale[K] and shift[K]); called as `k(x, w, *fused) -> y`. w is PyTorch's [out][in]
     layout; it is transposed into a local wt[C][K] so the GEMM streams unit-stride rows."""
-    sizes = {"N": _integer("N", N), "C": _integer("C", C), "K": _integer("K", K)}
+    sizes = {"N": integer_arg("N", N), "C": integer_arg("C", C), "K": integer_arg("K", K)}
     ctype, suffix = _dtype(dtype)
-    epilogues = _epilogues(fuse)
+    epilogues = epilogue_names(fuse)
     arrays = [
-        _declaration(ctype, "y", ["N", "K"], False),
-        _declaration(ctype, "wt", ["C", "K"], False),
-        _declaration(ctype, "x", ["N", "C"], True),
-        _declaration(ctype, "w", ["K", "C"], True),
+        declaration(ctype, "y", ["N", "K"], False),
+        declaration(ctype, "wt", ["C", "K"], False),
+        declaration(ctype, "x", ["N", "C"], True),
+        declaration(ctype, "w", ["K", "C"], True),
     ]
     nests = [
         nest(zero_based(("c", "C"), ("k", "K")), "wt[c][k] = w[k][c];"),
         nest(zero_based(("n", "N"), ("k", "K"), ("c", "C")), "y[n][k] += x[n][c] * wt[c][k];"),
     ]
-    out_loops = zero_based(("n", "N"), ("k", "K"))
-    for epilogue in epilogues:
-        if epilogue == "bias":
-            arrays.append(_declaration(ctype, "b", ["K"], True))
-            nests.append(nest(out_loops, "y[n][k] += b[k];"))
-        elif epilogue == "relu":
-            zero = _literal(0.0, suffix)
-            nests.append(nest(out_loops, f"y[n][k] = {_math('fmaxf', ctype)}(y[n][k], {zero});"))
-        else:
-            arrays.append(_declaration(ctype, "res", ["N", "K"], True))
-            nests.append(nest(out_loops, "y[n][k] += res[n][k];"))
-    text = _function("linear", list(sizes), arrays, nests)
-    return _build("linear", text, sizes, local=("wt",))
+    fused_arrays, fused_nests = epilogue_nests(
+        epilogues, ctype, [("n", "N"), ("k", "K")], ("[n][k]", ["N", "K"]), ("[k]", ["K"])
+    )
+    arrays += fused_arrays
+    nests += fused_nests
+    text = function_text("linear", list(sizes), arrays, nests)
+    return parse_built("linear", text, sizes, local=("wt",))
 
 
 def linear_backward_data(N: int, C: int, K: int, dtype: str = "float32") -> Built:
     """`dx[n][c] += dy[n][k] * w[k][c]`; called as `k(dy, w) -> dx`."""
-    sizes = {"N": _integer("N", N), "C": _integer("C", C), "K": _integer("K", K)}
+    sizes = {"N": integer_arg("N", N), "C": integer_arg("C", C), "K": integer_arg("K", K)}
     ctype, _ = _dtype(dtype)
     arrays = [
-        _declaration(ctype, "dx", ["N", "C"], False),
-        _declaration(ctype, "dy", ["N", "K"], True),
-        _declaration(ctype, "w", ["K", "C"], True),
+        declaration(ctype, "dx", ["N", "C"], False),
+        declaration(ctype, "dy", ["N", "K"], True),
+        declaration(ctype, "w", ["K", "C"], True),
     ]
     body = nest(zero_based(("n", "N"), ("c", "C"), ("k", "K")), "dx[n][c] += dy[n][k] * w[k][c];")
-    return _build("linear_backward_data", _function("linear_backward_data", list(sizes), arrays,
+    return parse_built("linear_backward_data", function_text("linear_backward_data", list(sizes), arrays,
                                                      [body]), sizes)
 
 
 def linear_backward_weights(N: int, C: int, K: int, dtype: str = "float32") -> Built:
     """`dw[k][c] += dy[n][k] * x[n][c]`; called as `k(x, dy) -> dw`."""
-    sizes = {"N": _integer("N", N), "C": _integer("C", C), "K": _integer("K", K)}
+    sizes = {"N": integer_arg("N", N), "C": integer_arg("C", C), "K": integer_arg("K", K)}
     ctype, _ = _dtype(dtype)
     arrays = [
-        _declaration(ctype, "dw", ["K", "C"], False),
-        _declaration(ctype, "x", ["N", "C"], True),
-        _declaration(ctype, "dy", ["N", "K"], True),
+        declaration(ctype, "dw", ["K", "C"], False),
+        declaration(ctype, "x", ["N", "C"], True),
+        declaration(ctype, "dy", ["N", "K"], True),
     ]
     body = nest(zero_based(("k", "K"), ("c", "C"), ("n", "N")), "dw[k][c] += dy[n][k] * x[n][c];")
-    return _build("linear_backward_weights", _function("linear_backward_weights", list(sizes),
+    return parse_built("linear_backward_weights", function_text("linear_backward_weights", list(sizes),
                                                         arrays, [body]), sizes)
 
 
@@ -162,14 +157,14 @@ def pool2d(
     """Max or average pooling of R x S windows: `k(x) -> y`, y[N][C][P][Q] (nchw16c: blocked).
     Padded cells are skipped by max and count as zeros for avg (PyTorch's defaults)."""
     sizes = {
-        name: _integer(name, value)
+        name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("H", H), ("W", W), ("R", R), ("S", S))
     }
-    stride = _integer("stride", stride)
-    padding = _integer("padding", padding, minimum=0)
-    kind = _choice("kind", kind, POOL_KINDS)
+    stride = integer_arg("stride", stride)
+    padding = integer_arg("padding", padding, minimum=0)
+    kind = choice_arg("kind", kind, POOL_KINDS)
     ctype, suffix = _dtype(dtype)
-    layout = _choice("layout", layout, LAYOUTS)
+    layout = choice_arg("layout", layout, LAYOUTS)
     for size, extent in (("H", "R"), ("W", "S")):
         if 2 * padding > sizes[extent]:
             raise ArgumentError(
@@ -201,10 +196,10 @@ def pool2d(
                   + "  " * (len(window) + 2) + update)
     nests.append(nest(window, update))
     arrays = [
-        _declaration(ctype, "y", _activation(layout, sizes["C"], P, Q), False),
-        _declaration(ctype, "x", _activation(layout, sizes["C"], "H", "W"), True),
+        declaration(ctype, "y", _activation(layout, sizes["C"], P, Q), False),
+        declaration(ctype, "x", _activation(layout, sizes["C"], "H", "W"), True),
     ]
-    return _build("pool2d", _function("pool2d", list(sizes), arrays, nests), sizes)
+    return parse_built("pool2d", function_text("pool2d", list(sizes), arrays, nests), sizes)
 
 
 # ----------------------------------------------------------------------------- element-wise
@@ -215,30 +210,30 @@ def eltwise(
 ) -> Built:
     """An element-wise op on [N][C][H][W] tensors: "relu" `k(x) -> y`, "add" `k(a, b) -> y`,
     "scale_shift" `k(x, scale[C], shift[C]) -> y = x * scale[c] + shift[c]`."""
-    kind = _choice("kind", kind, ELTWISE_KINDS)
+    kind = choice_arg("kind", kind, ELTWISE_KINDS)
     sizes = {
-        name: _integer(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
+        name: integer_arg(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
     }
     ctype, suffix = _dtype(dtype)
     shape = ["N", "C", "H", "W"]
     at = "[n][c][h][w]"
-    arrays = [_declaration(ctype, "y", shape, False)]
+    arrays = [declaration(ctype, "y", shape, False)]
     if kind == "relu":
-        arrays.append(_declaration(ctype, "x", shape, True))
+        arrays.append(declaration(ctype, "x", shape, True))
         body = f"y{at} = {_math('fmaxf', ctype)}(x{at}, {_literal(0.0, suffix)});"
     elif kind == "add":
-        arrays += [_declaration(ctype, "a", shape, True), _declaration(ctype, "b", shape, True)]
+        arrays += [declaration(ctype, "a", shape, True), declaration(ctype, "b", shape, True)]
         body = f"y{at} = a{at} + b{at};"
     else:
         arrays += [
-            _declaration(ctype, "x", shape, True),
-            _declaration(ctype, "scale", ["C"], True),
-            _declaration(ctype, "shift", ["C"], True),
+            declaration(ctype, "x", shape, True),
+            declaration(ctype, "scale", ["C"], True),
+            declaration(ctype, "shift", ["C"], True),
         ]
         body = f"y{at} = x{at} * scale[c] + shift[c];"
     loops = zero_based(("n", "N"), ("c", "C"), ("h", "H"), ("w", "W"))
     name = f"eltwise_{kind}"
-    return _build(name, _function(name, list(sizes), arrays, [nest(loops, body)]), sizes)
+    return parse_built(name, function_text(name, list(sizes), arrays, [nest(loops, body)]), sizes)
 
 
 # ----------------------------------------------------------------------------- batch-norm
@@ -250,17 +245,17 @@ def batchnorm_inference(
     """`y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c]`, folded into one scale and
     shift per channel first; called as `k(x, gamma, beta, mean, var) -> y`."""
     sizes = {
-        name: _integer(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
+        name: integer_arg(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
     }
     eps = _positive_real("eps", eps)
     ctype, suffix = _dtype(dtype)
     shape = ["N", "C", "H", "W"]
     arrays = [
-        _declaration(ctype, "y", shape, False),
-        _declaration(ctype, "scale", ["C"], False),
-        _declaration(ctype, "shift", ["C"], False),
-        _declaration(ctype, "x", shape, True),
-        *(_declaration(ctype, name, ["C"], True) for name in ("gamma", "beta", "mean", "var")),
+        declaration(ctype, "y", shape, False),
+        declaration(ctype, "scale", ["C"], False),
+        declaration(ctype, "shift", ["C"], False),
+        declaration(ctype, "x", shape, True),
+        *(declaration(ctype, name, ["C"], True) for name in ("gamma", "beta", "mean", "var")),
     ]
     sqrt = _math("sqrtf", ctype)
     nests = [
@@ -270,23 +265,23 @@ def batchnorm_inference(
         nest(zero_based(("n", "N"), ("c", "C"), ("h", "H"), ("w", "W")),
              "y[n][c][h][w] = x[n][c][h][w] * scale[c] + shift[c];"),
     ]
-    text = _function("batchnorm_inference", list(sizes), arrays, nests)
-    return _build("batchnorm_inference", text, sizes, local=("scale", "shift"))
+    text = function_text("batchnorm_inference", list(sizes), arrays, nests)
+    return parse_built("batchnorm_inference", text, sizes, local=("scale", "shift"))
 
 
 def batchnorm_statistics(N: int, C: int, H: int, W: int, dtype: str = "float32") -> Built:
     """Training-mode batch statistics per channel: `k(x) -> (mean[C], var[C])`, the variance
     biased (divided by N*H*W), as batch-norm normalises with."""
     sizes = {
-        name: _integer(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
+        name: integer_arg(name, value) for name, value in (("N", N), ("C", C), ("H", H), ("W", W))
     }
     ctype, suffix = _dtype(dtype)
     count = _literal(sizes["N"] * sizes["H"] * sizes["W"], suffix)
     shape = ["N", "C", "H", "W"]
     arrays = [
-        _declaration(ctype, "mean", ["C"], False),
-        _declaration(ctype, "var", ["C"], False),
-        _declaration(ctype, "x", shape, True),
+        declaration(ctype, "mean", ["C"], False),
+        declaration(ctype, "var", ["C"], False),
+        declaration(ctype, "x", shape, True),
     ]
     loops = zero_based(("c", "C"), ("n", "N"), ("h", "H"), ("w", "W"))
     centred = "(x[n][c][h][w] - mean[c])"
@@ -294,8 +289,8 @@ def batchnorm_statistics(N: int, C: int, H: int, W: int, dtype: str = "float32")
         nest(loops, f"mean[c] += x[n][c][h][w] / {count};"),
         nest(loops, f"var[c] += {centred} * {centred} / {count};"),
     ]
-    text = _function("batchnorm_statistics", list(sizes), arrays, nests)
-    return _build("batchnorm_statistics", text, sizes)
+    text = function_text("batchnorm_statistics", list(sizes), arrays, nests)
+    return parse_built("batchnorm_statistics", text, sizes)
 
 
 # ----------------------------------------------------------------------------- LSTM
@@ -306,7 +301,7 @@ def lstm_cell(N: int, C: int, K: int, dtype: str = "float32") -> Built:
     [x, h_prev] (N x (C+K)) with w[4][C+K][K] into gates[4][N][K]; the epilogue applies the
     bias b[4][K], sigmoid and tanh. Gate order i, f, g, o (PyTorch's); rows 0..C-1 of w
     multiply x, rows C.. multiply h_prev. Called as `k(x, h_prev, c_prev, w, b) -> (c, h)`."""
-    sizes = {"N": _integer("N", N), "C": _integer("C", C), "K": _integer("K", K)}
+    sizes = {"N": integer_arg("N", N), "C": integer_arg("C", C), "K": integer_arg("K", K)}
     ctype, suffix = _dtype(dtype)
     one = _literal(1.0, suffix)
     exp, tanh = _math("expf", ctype), _math("tanhf", ctype)
@@ -318,15 +313,15 @@ def lstm_cell(N: int, C: int, K: int, dtype: str = "float32") -> Built:
         return f"{one} / ({one} + {exp}(-{gate(g)}))"
 
     arrays = [
-        _declaration(ctype, "c", ["N", "K"], False),
-        _declaration(ctype, "h", ["N", "K"], False),
-        _declaration(ctype, "xh", ["N", "C + K"], False),
-        _declaration(ctype, "gates", [str(LSTM_GATES), "N", "K"], False),
-        _declaration(ctype, "x", ["N", "C"], True),
-        _declaration(ctype, "h_prev", ["N", "K"], True),
-        _declaration(ctype, "c_prev", ["N", "K"], True),
-        _declaration(ctype, "w", [str(LSTM_GATES), "C + K", "K"], True),
-        _declaration(ctype, "b", [str(LSTM_GATES), "K"], True),
+        declaration(ctype, "c", ["N", "K"], False),
+        declaration(ctype, "h", ["N", "K"], False),
+        declaration(ctype, "xh", ["N", "C + K"], False),
+        declaration(ctype, "gates", [str(LSTM_GATES), "N", "K"], False),
+        declaration(ctype, "x", ["N", "C"], True),
+        declaration(ctype, "h_prev", ["N", "K"], True),
+        declaration(ctype, "c_prev", ["N", "K"], True),
+        declaration(ctype, "w", [str(LSTM_GATES), "C + K", "K"], True),
+        declaration(ctype, "b", [str(LSTM_GATES), "K"], True),
     ]
     cell = (f"c[n][k] = ({sigmoid(1)}) * c_prev[n][k] + ({sigmoid(0)}) * {tanh}{gate(2)};")
     nests = [
@@ -337,5 +332,5 @@ def lstm_cell(N: int, C: int, K: int, dtype: str = "float32") -> Built:
         nest(zero_based(("n", "N"), ("k", "K")), cell),
         nest(zero_based(("n", "N"), ("k", "K")), f"h[n][k] = ({sigmoid(3)}) * {tanh}(c[n][k]);"),
     ]
-    text = _function("lstm_cell", list(sizes), arrays, nests)
-    return _build("lstm_cell", text, sizes, local=("xh", "gates"))
+    text = function_text("lstm_cell", list(sizes), arrays, nests)
+    return parse_built("lstm_cell", text, sizes, local=("xh", "gates"))

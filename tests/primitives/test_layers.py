@@ -38,6 +38,11 @@ def test_linear_fused_epilogues_match_numpy() -> None:
     run_and_check(kernel, lambda x, w, b, res: np.maximum(x.astype(np.float64) @ w.T + b, 0) + res)
 
 
+def test_linear_scale_shift_epilogue_takes_scale_and_shift() -> None:
+    kernel = polydl.linear(N=5, C=8, K=12, fuse=("scale_shift", "relu"))
+    run_and_check(kernel, lambda x, w, scale, shift: np.maximum((x.astype(np.float64) @ w.T) * scale + shift, 0))
+
+
 def test_linear_binds_a_microkernel() -> None:
     for build in (polydl.linear, polydl.linear_backward_data, polydl.linear_backward_weights):
         assert build(N=32, C=64, K=48).schedule.microkernel is not None, build.__name__
@@ -215,6 +220,9 @@ def test_toml_bad_value_points_at_it() -> None:
         (polydl.batchnorm_inference, {"N": 1, "C": 1, "H": 1, "W": 1, "eps": -1.0}, "eps"),
         (polydl.batchnorm_statistics, {"N": 1, "C": 1, "H": 1, "W": True}, "W"),
         (polydl.lstm_cell, {"N": 1, "C": 1, "K": 1, "dtype": "int8"}, "dtype"),
+        (polydl.linear, {"N": 2, "C": 2, "K": 2, "dtype": "bfloat16"}, "dtype"),
+        (polydl.conv2d_backward_data,
+         {"N": 1, "C": 1, "K": 1, "H": 3, "W": 3, "R": 1, "S": 1, "dtype": "bfloat16"}, "dtype"),
     ],
 )
 def test_bad_arguments_name_the_argument(build, arguments, name) -> None:  # type: ignore[no-untyped-def]
