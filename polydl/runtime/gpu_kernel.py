@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,8 @@ import numpy as np
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
-from polydl.runtime.kernel import NUMPY_DTYPES, _checked, _result
+from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, _result, bind_host
 from polydl.schedules.gpu import ELEMENT_BYTES
-
-ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
 
 # DLPack type codes and device types (dlpack.h)
 _DL_FLOAT, _DL_BFLOAT, _DL_CUDA, _DL_CUDA_MANAGED = 2, 4, 2, 13
@@ -196,7 +194,7 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
         return _LOADED[library_path]
 
 
-class GpuKernel:
+class GpuKernel(CompiledKernel):
     """A compiled GPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
 
     def __init__(
@@ -209,34 +207,14 @@ class GpuKernel:
         reference_impl: ReferenceImpl,
         library_path: Path,
     ) -> None:
-        self.code = code
-        self.nest = nest
-        self.params = dict(params)
-        self.schedule = schedule
-        self.flops = flops
-        self.library_path = library_path
-        self._reference_impl = reference_impl
+        super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
         self._ffi, self._lib = _load(library_path, code)
         self._nbytes = {a.name: int(np.prod(a.shape)) * ELEMENT_BYTES[a.dtype] for a in code.arguments}
         self._entry = getattr(self._lib, code.function)
 
-    name = property(lambda self: self.code.function)
-    arguments = property(lambda self: self.code.arguments)
-    source = property(lambda self: self.code.source)
-    header = property(lambda self: self.code.header)
-    launcher = property(lambda self: self.code.launcher)
-
     @property
-    def inputs(self) -> tuple[KernelArgument, ...]:
-        return tuple(a for a in self.arguments if a.is_input)
-
-    @property
-    def outputs(self) -> tuple[KernelArgument, ...]:
-        return tuple(a for a in self.arguments if not a.is_input)
-
-    def __repr__(self) -> str:
-        sizes = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"<polydl.GpuKernel {self.name}({sizes}) {self.schedule.describe()}>"
+    def launcher(self) -> str:
+        return self.code.launcher
 
     # ------------------------------------------------------------------ calling
     def _fn(self, suffix: str) -> Any:
@@ -248,7 +226,7 @@ class GpuKernel:
             raise PolyDLError(f"kernel {self.name}: {what} failed: {message} (error {status})")
 
     def __call__(self, *args: Any, **named: Any) -> Any:
-        given = self._given(args, named)
+        given = self._gather(args, named)
         device = [n for n, v in given.items() if is_device_array(v)]
         if device and len(device) != len(given):
             host = next(n for n in given if n not in device)
@@ -259,46 +237,13 @@ class GpuKernel:
             return self._call_device(given)
         return self._call_host(given)
 
-    def _given(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
-        inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
-        if len(args) > len(inputs):
-            raise ShapeError(
-                "<call>",
-                f"too many positional arguments: {self.name} takes {len(inputs)} inputs "
-                f"({', '.join(a.name for a in inputs)}); pass outputs by name",
-                expected=len(inputs), given=len(args),
-            )
-        given: dict[str, Any] = {a.name: v for a, v in zip(inputs, args, strict=False)}
-        for name, value in named.items():
-            if name not in by_name:
-                raise ShapeError(name, f"{self.name} has no argument '{name}'",
-                                 expected=", ".join(by_name), given=name)
-            if name in given:
-                raise ShapeError(name, "given both by position and by name")
-            given[name] = value
-        missing = [a.name for a in inputs if a.name not in given]
-        if missing:
-            raise ShapeError(
-                missing[0], f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
-                expected=", ".join(a.name for a in inputs), given=", ".join(given) or "none",
-            )
-        return given
-
     def _launch(self, pointers: list[int], stream: int = 0) -> None:
         status = self._entry(*pointers, stream)
         if status != 0:
             self._check(status, "launch")
 
     def _call_host(self, given: dict[str, Any]) -> Any:
-        arrays: dict[str, np.ndarray] = {}
-        outputs: list[np.ndarray] = []
-        for arg in self.arguments:
-            if arg.name in given:
-                arrays[arg.name] = _checked(arg, given[arg.name])
-            else:
-                arrays[arg.name] = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
-            if not arg.is_input:
-                outputs.append(given.get(arg.name, arrays[arg.name]))
+        arrays, outputs = bind_host(self.arguments, given)
         if self._fn("_device_count")() < 1:
             raise PolyDLError(f"kernel {self.name}: no CUDA device is available")
         buffers: dict[str, Any] = {}
@@ -355,22 +300,6 @@ class GpuKernel:
     def synchronize(self) -> None:
         """Wait for the kernel's launches on the default stream."""
         self._check(self._fn("_synchronize")(self._ffi.NULL), "synchronize")
-
-    def reference(self, *args: Any, **named: Any) -> Any:
-        """The plain numpy evaluation of the same loop nest (numpy arguments)."""
-        given = self._given(args, named)
-        arrays: dict[str, np.ndarray] = {}
-        outputs: list[np.ndarray] = []
-        for arg in self.arguments:
-            if arg.name in given:
-                array = _checked(arg, given[arg.name])
-                arrays[arg.name] = array if arg.is_input else array.copy()
-            else:
-                arrays[arg.name] = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
-            if not arg.is_input:
-                outputs.append(arrays[arg.name])
-        self._reference_impl(arrays)
-        return _result(outputs)
 
 
 def _current_stream(given: dict[str, Any]) -> int:

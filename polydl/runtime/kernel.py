@@ -37,15 +37,15 @@ def _is_bfloat16(dtype: np.dtype) -> bool:
     return dtype.name == "bfloat16"
 
 
-class Kernel:
-    """A compiled kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
+class CompiledKernel:
+    """What every compiled kernel is and how its calls are checked; the targets load and launch."""
 
     def __init__(
         self,
         code: GeneratedCode,
         nest: LoopNest,
         params: Mapping[str, int],
-        schedule: Schedule,
+        schedule: Any,
         flops: int,
         reference_impl: ReferenceImpl,
         library_path: Path,
@@ -57,7 +57,6 @@ class Kernel:
         self.flops = flops
         self.library_path = library_path
         self._reference_impl = reference_impl
-        self._ffi, self._function = _load(library_path, code)
 
     # ------------------------------------------------------------------ what the kernel is
     @property
@@ -86,29 +85,18 @@ class Kernel:
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"<polydl.Kernel {self.name}({sizes}) {self.schedule.describe()}>"
+        return f"<polydl.{type(self).__name__} {self.name}({sizes}) {self.schedule.describe()}>"
 
-    # ------------------------------------------------------------------ calling
-    def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        arrays, outputs = self._bind(args, named)
-        pointers = [
-            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) for a in self.arguments
-        ]
-        status = self._function(*pointers)
-        if status != 0:
-            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
-        return _result(outputs)
-
+    # ------------------------------------------------------------------ checking a call
     def reference(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """The plain numpy evaluation of the same loop nest; outputs passed by name are copied,
         not modified."""
-        arrays, outputs = self._bind(args, named, copy_outputs=True)
+        arrays, outputs = bind_host(self.arguments, self._gather(args, named), copy_outputs=True)
         self._reference_impl(arrays)
         return _result(outputs)
 
-    def _bind(
-        self, args: tuple[Any, ...], named: dict[str, Any], copy_outputs: bool = False
-    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    def _gather(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
+        """The value of every argument given, by name: inputs by position, anything by name."""
         inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
         if len(args) > len(inputs):
             raise ShapeError(
@@ -139,26 +127,61 @@ class Kernel:
                 expected=", ".join(a.name for a in inputs),
                 given=", ".join(given) or "none",
             )
-        arrays: dict[str, np.ndarray] = {}
-        outputs: list[np.ndarray] = []
-        for arg in self.arguments:
-            if arg.name in given:
-                array = _checked(arg, given[arg.name])
-                if copy_outputs and not arg.is_input:
-                    array = array.copy()
-            else:
-                try:
-                    array = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
-                except (MemoryError, ValueError) as exc:
-                    raise ShapeError(
-                        arg.name, f"cannot allocate the output ({exc})",
-                        expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
-                    ) from None
-            arrays[arg.name] = array
-            if not arg.is_input:
-                outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
-        _check_aliasing(self.arguments, arrays, given)
-        return arrays, outputs
+        return given
+
+
+class Kernel(CompiledKernel):
+    """A compiled CPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
+
+    def __init__(
+        self,
+        code: GeneratedCode,
+        nest: LoopNest,
+        params: Mapping[str, int],
+        schedule: Schedule,
+        flops: int,
+        reference_impl: ReferenceImpl,
+        library_path: Path,
+    ) -> None:
+        super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
+        self._ffi, self._function = _load(library_path, code)
+
+    def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        arrays, outputs = bind_host(self.arguments, self._gather(args, named))
+        pointers = [
+            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) for a in self.arguments
+        ]
+        status = self._function(*pointers)
+        if status != 0:
+            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
+        return _result(outputs)
+
+
+def bind_host(
+    arguments: tuple[KernelArgument, ...], given: dict[str, Any], copy_outputs: bool = False
+) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """(every argument's checked numpy array, the outputs to return): outputs not given are
+    allocated zero-filled; `copy_outputs` leaves the given ones untouched."""
+    arrays: dict[str, np.ndarray] = {}
+    outputs: list[np.ndarray] = []
+    for arg in arguments:
+        if arg.name in given:
+            array = _checked(arg, given[arg.name])
+            if copy_outputs and not arg.is_input:
+                array = array.copy()
+        else:
+            try:
+                array = np.zeros(arg.shape, dtype=NUMPY_DTYPES[arg.dtype])
+            except (MemoryError, ValueError) as exc:
+                raise ShapeError(
+                    arg.name, f"cannot allocate the output ({exc})",
+                    expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
+                ) from None
+        arrays[arg.name] = array
+        if not arg.is_input:
+            outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
+    _check_aliasing(arguments, arrays, given)
+    return arrays, outputs
 
 
 # Loaded libraries stay loaded for the life of the process: unloading one whose OpenMP runtime
