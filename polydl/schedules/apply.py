@@ -174,7 +174,9 @@ def _group_plan(
                 raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
     calls: dict[str, MicrokernelCall] = {}
     if microkernel is not None:
-        smap, calls = _bind_call(deps.model, statements, smap, order, tiles, microkernel, width)
+        smap, calls = _bind_call(
+            deps.model, statements, smap, order, tiles, microkernel, width, dims
+        )
         inner = len(order) - len(microkernel.loops)
         if any(d >= inner for d in dims):
             raise ScheduleError("a parallel loop must stay outside the microkernel call")
@@ -189,8 +191,10 @@ def _bind_call(
     tiles: dict[str, int],
     binding: MicrokernelBinding,
     width: int,
+    parallel_dims: tuple[int, ...] = (),
 ) -> tuple[isl.UnionMap, dict[str, MicrokernelCall]]:
-    """Replace the bound statement's instances by one call per point of the outer loops."""
+    """Replace the bound statement's instances by one call per point of the outer loops
+    (and add the copy of a packed operand before the calls that read it)."""
     target = next((s for s in statements if s.name == binding.statement), None)
     if target is None:
         raise ScheduleError(f"microkernel statement {binding.statement} is not in the main nest")
@@ -198,7 +202,7 @@ def _bind_call(
         raise ScheduleError(
             f"a microkernel needs {target.name} alone in its loop nest (fuse epilogues instead)"
         )
-    call = bind_microkernel(model, target, binding, order, tiles)
+    call = bind_microkernel(model, target, binding, order, tiles, parallel_dims)
     outer = len(call.outer)
     maps: list[isl.Map] = []
     smap.foreach_map(maps.append)
@@ -209,7 +213,21 @@ def _bind_call(
     call_map = isl.Map(
         f"{{ {target.name}[{', '.join(names)}] -> [{', '.join(vec)}] }}"
     ).intersect_domain(points)
-    return isl.UnionMap.from_map(call_map), {target.name: call}
+    result = isl.UnionMap.from_map(call_map)
+    if call.pack is not None:
+        result = result.union(_pack_map(call.pack_statement, points, call.pack.level, outer, width))
+    return result, {target.name: call}
+
+
+def _pack_map(name: str, points: isl.Set, level: int, outer: int, width: int) -> isl.UnionMap:
+    """The copy of one packed block: at the first `level` outer loops of the calls, ordered
+    before the loops inside them (one less than their smallest value)."""
+    blocks = points.project_out(isl.dim_type.set, level, outer - level).set_tuple_name(name)
+    first = points.dim_min_val(level).to_python() if level < outer else 0
+    names = [f"t{d}" for d in range(level)]
+    vec = names + [str(first - 1)] + ["0"] * (width - level - 1)
+    text = f"{{ {name}[{', '.join(names)}] -> [{', '.join(vec)}] }}"
+    return isl.UnionMap.from_map(isl.Map(text).intersect_domain(blocks))
 
 
 @dataclass(frozen=True, eq=False)

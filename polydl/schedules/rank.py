@@ -92,6 +92,77 @@ def microkernel_candidates(
     return out
 
 
+# Register tile of the outer-product microkernel (rows of C x vectors along n): 6 x 2 on
+# AVX2's 16 registers, 6 x 4 on AVX-512's 32 (see codegen/microkernels/blocking.py).
+MICRO_ROWS = 6
+K_TILE = 256  # a k block of B's micro-panel (K_TILE x vectors) stays in L1
+
+
+def _micro_vectors(machine: Machine) -> int:
+    return 4 if machine.has_avx512 else 2
+
+
+def packing_pays(model: PolyModel, machine: Machine, binding: MicrokernelBinding) -> bool:
+    """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
+    or its k rows are longer than a block) and enough rows of C reuse every block."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    s = next(st for st in model.statements if st.name == binding.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return False
+    c, x, y = mac
+    b = y if element_stride(model, y, binding.m) == 0 else x
+    b_n, b_k = element_stride(model, b, binding.n), element_stride(model, b, binding.k)
+    c_n = element_stride(model, c, binding.n)
+    lanes = machine.vector_lanes("float32")
+    if c_n != 1 or b_n is None or b_k is None:
+        return False
+    n_ext = _extent(model, binding.n)
+    # rows of B a page or more apart: each k step of a register tile misses the TLB
+    reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and abs(b_k) * 4 >= 1024)
+    return reshaped and _extent(model, binding.m) >= 4 * MICRO_ROWS
+
+
+def packed_candidates(
+    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+) -> list[Schedule]:
+    """BLIS-like blockings over a packed B: n blocks of whole register tiles, m blocks of
+    whole register rows, k blocked so that a micro-panel of B stays in L1."""
+    if not packing_pays(model, machine, binding):
+        return []
+    packed = replace(binding, pack_b=True)
+    lanes = machine.vector_lanes("float32")
+    nr = lanes * _micro_vectors(machine)
+    m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
+    n_tiles = [t for t in (8 * nr, 4 * nr) if t < n_ext] + [n_ext] * (n_ext <= 16 * nr)
+    # whole register rows; besides the usual sizes, ones that split m evenly over the cores
+    cores = max(machine.cores, 1)
+    even = {MICRO_ROWS * math.ceil(m_ext / (cores * q * MICRO_ROWS)) for q in (1, 2, 4)}
+    sizes = sorted({16 * MICRO_ROWS, 8 * MICRO_ROWS} | {t for t in even if t <= 16 * MICRO_ROWS})
+    m_tiles = [t for t in reversed(sizes) if t < m_ext][:3] + [m_ext] * (m_ext <= 16 * MICRO_ROWS)
+    k_tile = K_TILE if k_ext > 2 * K_TILE else None
+    outer_vars = [v for v in band_vars if v not in binding.loops]
+    inner = list(binding.batch) + [binding.m, binding.n, binding.k]
+    out = []
+    for nt in n_tiles:
+        for mt in m_tiles:
+            tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nt), (binding.k, k_tile))
+                     if t is not None and t < _extent(model, v)}
+            j, i, k = (tile_loop(v) if v in tiles else None
+                       for v in (binding.n, binding.m, binding.k))
+            orders = ([j, k, i], [j, i, k], [i, j, k])
+            seen = []
+            for order in orders:
+                loops = outer_vars + [name for name in order if name is not None]
+                if loops in seen:
+                    continue
+                seen.append(loops)
+                out.append(Schedule(order=tuple(loops + inner),
+                                    tiles=tuple(sorted(tiles.items())), microkernel=packed))
+    return out
+
+
 def _outer_orders(outer: list[str]) -> list[list[str]]:
     """The written order, and each loop moved outermost or innermost: the moves that change
     which operand stays in cache, without the factorial of all permutations."""
@@ -124,6 +195,7 @@ def candidates(model: PolyModel, machine: Machine) -> list[Schedule]:
     out: list[Schedule] = []
     if len(statements) == 1:
         for binding in candidate_bindings(model, statements[0], band_vars)[:1]:
+            out += packed_candidates(model, machine, band_vars, binding)
             out += microkernel_candidates(model, machine, band_vars, binding)
     return out + loop_candidates(model, machine, band_vars)
 
@@ -176,10 +248,39 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> fl
     n = schedule.tile_sizes.get(mk.n, _extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
-    rows = max(1, min(m, 28 // min(vectors, 4)))
-    block_loads = rows + min(vectors, 4)
-    ratio = rows * min(vectors, 4) / block_loads  # FMAs per load
-    return lane_use * min(1.0, ratio / 3.0) * (0.95 if m % rows == 0 else 0.85)
+    used = min(vectors, _micro_vectors(machine))
+    registers = 32 if machine.has_avx512 else 16
+    rows = max(1, min(m, (registers - used - 1) // used))
+    block_loads = rows + used
+    ratio = rows * used / block_loads  # FMAs per load
+    efficiency = lane_use * min(1.0, ratio / 3.0) * (0.95 if m % rows == 0 else 0.85)
+    k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
+    efficiency *= k / (k + 16)  # each call loads and stores its C tile once
+    if not mk.pack_b and _strided_b(model, mk):
+        # every k step of a register tile reads B from another page: TLB and prefetch misses
+        efficiency *= 0.6
+    return efficiency
+
+
+def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int] | None:
+    """(n stride, k stride, elements) of the B operand of a bound statement."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    s = next(st for st in model.statements if st.name == mk.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return None
+    _, x, y = mac
+    b = y if element_stride(model, y, mk.m) == 0 else x
+    b_n, b_k = element_stride(model, b, mk.n), element_stride(model, b, mk.k)
+    if b_n is None or b_k is None:
+        return None
+    return b_n, b_k, math.prod(model.nest.array(b.array).concrete_shape(model.params))
+
+
+def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
+    strides = _b_strides(model, mk)
+    return strides is not None and (strides[0] != 1 or abs(strides[1]) * 4 >= 1024)
 
 
 def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSchedule | None:
@@ -208,12 +309,14 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
     flops = sum(s.flops for s in plan.statements)
     peak_per_cycle = 2 * 2 * machine.vector_lanes("float32")  # 2 FMA pipes x lanes x 2 flops
     compute = flops / (peak_per_cycle * _mk_efficiency(final, model, machine))
-    units = 1
-    for p in final.parallel:
-        units *= _trip(model, final, p)
+    # codegen runs the outermost parallel loop's iterations on the threads
+    units = _trip(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
     balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
     memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
+    if final.microkernel is not None and final.microkernel.pack_b:
+        strides = _b_strides(model, final.microkernel)
+        memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
     cost = (compute + memory) * balance / cores
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
