@@ -157,13 +157,15 @@ def _group_plan(
 
     band_deps = band_dependences(deps, statements)
     # Tiling and permuting a fully permutable band is legal (every dependence moves forward
-    # along every band loop); only other bands need the exact check.
+    # along every band loop); only other bands need the exact check, once per order and tiles.
     if not band_deps.permutable:
-        broken = band_deps.relation.subtract(smap.lex_lt_union_map(smap))
-        if not broken.is_empty():
-            raise ScheduleError(
-                f"order {' > '.join(order)} violates a dependence: {_sample(broken)}"
-            )
+        checked = _ORDER_CHECKS.setdefault(band_deps, {})
+        key = (order, tuple(sorted(tiles.items())))
+        if key not in checked:
+            broken = band_deps.relation.subtract(smap.lex_lt_union_map(smap))
+            checked[key] = None if broken.is_empty() else _sample(broken)
+        if checked[key] is not None:
+            raise ScheduleError(f"order {' > '.join(order)} violates a dependence: {checked[key]}")
     if parallel is None:
         first = next((d for d in range(len(order)) if _parallel_at(band_deps, smap, order, d)), None)
         dims = () if first is None else (first,)
@@ -237,6 +239,13 @@ class BandDependences:
     relation: isl.UnionMap  # between instances of the group's statements
     permutable: bool  # every dependence distance is >= 0 along every band loop
     still: frozenset[str]  # band loops along which no dependence moves
+
+
+# The exact legality check of each (order, tiles) already made on a band: ranking applies
+# one blocking several times (with and without parallel loops and microkernel).
+_ORDER_CHECKS: weakref.WeakKeyDictionary[
+    BandDependences, dict[tuple[tuple[str, ...], tuple[tuple[str, int], ...]], str | None]
+] = weakref.WeakKeyDictionary()
 
 
 _BAND_DEPS: weakref.WeakKeyDictionary[Dependences, dict[tuple[str, ...], BandDependences]] = (
@@ -317,5 +326,14 @@ def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
                 )
             )
         else:
-            plans.append(_group_plan(deps, g, statements, None, {}, None))
+            # the other nests keep their order whatever the schedule: planned once per model
+            per_model = _OTHER_PLANS.setdefault(model, {})
+            if g not in per_model:
+                per_model[g] = _group_plan(deps, g, statements, None, {}, None)
+            plans.append(per_model[g])
     return ScheduledNest(model, schedule, main, tuple(plans))
+
+
+_OTHER_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[int, GroupPlan]] = (
+    weakref.WeakKeyDictionary()
+)

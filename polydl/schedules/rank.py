@@ -29,7 +29,7 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
-MAX_CANDIDATES = 48
+MAX_CANDIDATES = 32
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,27 @@ def candidates(model: PolyModel, machine: Machine) -> list[Schedule]:
     return out + loop_candidates(model, machine, band_vars)
 
 
-def _with_parallel(model: PolyModel, schedule: Schedule, machine: Machine) -> tuple[Schedule, GroupPlan] | None:
+# Per ranking: what candidates that share a loop order and tiles share (the plan without a
+# microkernel, its working sets), so that variants of one blocking are analysed once.
+_Memo = dict[tuple[object, ...], object]
+
+
+def _with_parallel(
+    model: PolyModel, schedule: Schedule, machine: Machine, memo: _Memo | None = None
+) -> tuple[Schedule, GroupPlan] | None:
     """Parallelise the outermost dependence-free loop, collapsing a second one when the first
     alone has too few iterations for the cores."""
-    try:
-        plan = apply_schedule(model, replace(schedule, parallel=(), microkernel=None)).main
-    except ScheduleError:
+    memo = {} if memo is None else memo
+    key = ("plan", schedule.order, schedule.tiles)
+    if key not in memo:
+        try:
+            memo[key] = apply_schedule(model, replace(schedule, parallel=(), microkernel=None)).main
+        except ScheduleError:
+            memo[key] = None
+    plan = memo[key]
+    if plan is None:
         return None
+    assert isinstance(plan, GroupPlan)
     inside_call = set(schedule.microkernel.loops) if schedule.microkernel else set()
     free = [
         name
@@ -283,8 +297,11 @@ def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
     return strides is not None and (strides[0] != 1 or abs(strides[1]) * 4 >= 1024)
 
 
-def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSchedule | None:
-    found = _with_parallel(model, schedule, machine)
+def evaluate(
+    model: PolyModel, machine: Machine, schedule: Schedule, memo: _Memo | None = None
+) -> RankedSchedule | None:
+    memo = {} if memo is None else memo
+    found = _with_parallel(model, schedule, machine, memo)
     if found is None:
         return None
     final, plan = found
@@ -293,7 +310,13 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
         # Inside the call the microkernel blocks for registers and streams its panels; the
         # model stops at the call itself.
         loops = loops[: len(loops) - len(final.microkernel.loops) + 1]
-    ws = working_sets(model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes)
+    key = ("working sets", final.order, final.tiles, loops)
+    if key not in memo:
+        memo[key] = working_sets(
+            model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes
+        )
+    ws = memo[key]
+    assert isinstance(ws, list)
     caches = {"l1": machine.l1_bytes, "l2": machine.l2_bytes, "l3": machine.l3_bytes // max(machine.cores, 1)}
     traffic: dict[str, int] = {}
     total_lines_once = ws[0].lines if ws else 0
@@ -323,8 +346,9 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
 
 def rank(model: PolyModel, machine: Machine, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
     ranked = []
+    memo: _Memo = {}
     for schedule in candidates(model, machine)[:limit]:
-        result = evaluate(model, machine, schedule)
+        result = evaluate(model, machine, schedule, memo)
         if result is not None:
             ranked.append(result)
     ranked.sort(key=lambda r: r.cost)
