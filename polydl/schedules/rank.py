@@ -141,7 +141,8 @@ def packed_candidates(
     even = {MICRO_ROWS * math.ceil(m_ext / (cores * q * MICRO_ROWS)) for q in (1, 2, 4)}
     sizes = sorted({16 * MICRO_ROWS, 8 * MICRO_ROWS} | {t for t in even if t <= 16 * MICRO_ROWS})
     m_tiles = [t for t in reversed(sizes) if t < m_ext][:3] + [m_ext] * (m_ext <= 16 * MICRO_ROWS)
-    k_tile = K_TILE if k_ext > 2 * K_TILE else None
+    # k blocks of equal size near K_TILE: no remainder variant of the microkernel to build
+    k_tile = math.ceil(k_ext / math.ceil(k_ext / K_TILE)) if k_ext > 2 * K_TILE else None
     outer_vars = [v for v in band_vars if v not in binding.loops]
     inner = list(binding.batch) + [binding.m, binding.n, binding.k]
     out = []
@@ -312,11 +313,15 @@ def evaluate(
         loops = loops[: len(loops) - len(final.microkernel.loops) + 1]
     key = ("working sets", final.order, final.tiles, loops)
     if key not in memo:
+        total = memo.get(("total lines",))
         memo[key] = working_sets(
-            model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes
+            model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes,
+            total_lines=total if isinstance(total, int) else None,
         )
     ws = memo[key]
     assert isinstance(ws, list)
+    if ws:
+        memo[("total lines",)] = ws[0].lines
     caches = {"l1": machine.l1_bytes, "l2": machine.l2_bytes, "l3": machine.l3_bytes // max(machine.cores, 1)}
     traffic: dict[str, int] = {}
     total_lines_once = ws[0].lines if ws else 0
