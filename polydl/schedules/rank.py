@@ -252,23 +252,40 @@ def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:
     return min(tile, extent) if tile else extent
 
 
+def _step_cycles(rows: int, vectors: int, registers: int) -> float:
+    """Cycles per k step of the best register blocking of a call with `rows` rows of C and
+    `vectors` vectors along n: 2 FMAs and 2 loads a cycle, and each accumulator waits for
+    its previous FMA (latency 4) -- the model of codegen/microkernels/blocking.py."""
+    best = math.inf
+    for r in range(1, min(rows, (registers - vectors - 1) // vectors) + 1):
+        full, rest = divmod(rows, r)
+        cycles = 0.0
+        for count, size in ((full, r), (int(rest > 0), rest)):
+            if count:
+                cycles += count * max(size * vectors / 2, (size + vectors) / 2, 4.0)
+        best = min(best, cycles)
+    return best
+
+
 def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
-    block needs (rows + vectors) loads per rows*vectors FMAs; plain loops reach far less."""
+    blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
+    far less."""
     mk = schedule.microkernel
     lanes = machine.vector_lanes("float32")
     if mk is None:
         return 0.15
-    m = schedule.tile_sizes.get(mk.m, _extent(model, mk.m))
+    m_ext = _extent(model, mk.m)
+    m = min(schedule.tile_sizes.get(mk.m, m_ext), m_ext)
     n = schedule.tile_sizes.get(mk.n, _extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
     used = min(vectors, _micro_vectors(machine))
     registers = 32 if machine.has_avx512 else 16
-    rows = max(1, min(m, (registers - used - 1) // used))
-    block_loads = rows + used
-    ratio = rows * used / block_loads  # FMAs per load
-    efficiency = lane_use * min(1.0, ratio / 3.0) * (0.95 if m % rows == 0 else 0.85)
+    cycles = (m_ext // m) * _step_cycles(m, used, registers)
+    if m_ext % m:
+        cycles += _step_cycles(m_ext % m, used, registers)
+    efficiency = lane_use * (m_ext * used / 2) / cycles
     k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
     efficiency *= k / (k + 16)  # each call loads and stores its C tile once
     if not mk.pack_b and _strided_b(model, mk):
@@ -349,6 +366,36 @@ def evaluate(
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
+def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
+    """Variants of a microkernel schedule that tile one loop outside the call which an input
+    operand does not depend on (a convolution's output-channel blocks, which the activations
+    do not index): its tile loop stays in place and its point loop moves in, next to the call,
+    so a block of the other operand is reused across the loops in between."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    mk = schedule.microkernel
+    if mk is None:
+        return []
+    s = next(st for st in model.statements if st.name == mk.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return []
+    _, x, y = mac
+    calls = len(mk.loops)
+    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
+    out = []
+    for var in outer:
+        if var not in s.iterators or var in schedule.tile_sizes or _extent(model, var) < 8:
+            continue
+        if all(element_stride(model, acc, var) != 0 for acc in (x, y)):
+            continue
+        for size in (4, 8):
+            order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
+            tiles = tuple(sorted(schedule.tiles + ((var, size),)))
+            out.append(replace(schedule, order=tuple(order), tiles=tiles, parallel=()))
+    return out
+
+
 def rank(model: PolyModel, machine: Machine, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
     ranked = []
     memo: _Memo = {}
@@ -357,4 +404,11 @@ def rank(model: PolyModel, machine: Machine, limit: int = MAX_CANDIDATES) -> lis
         if result is not None:
             ranked.append(result)
     ranked.sort(key=lambda r: r.cost)
+    # refine the winner: its outer-tiled variants (a few more evaluations, not a product)
+    if ranked:
+        for schedule in outer_tilings(model, ranked[0].schedule):
+            result = evaluate(model, machine, schedule, memo)
+            if result is not None:
+                ranked.append(result)
+        ranked.sort(key=lambda r: r.cost)
     return ranked
