@@ -367,10 +367,11 @@ def evaluate(
 
 
 def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
-    """Variants of a microkernel schedule that tile one loop outside the call which an input
-    operand does not depend on (a convolution's output-channel blocks, which the activations
-    do not index): its tile loop stays in place and its point loop moves in, next to the call,
-    so a block of the other operand is reused across the loops in between."""
+    """Variants of a microkernel schedule that tile one loop outside the call which A (the
+    operand along m) does not depend on, such as a convolution's output-channel blocks: its
+    tile loop stays in place and its point loop moves in, next to the call, so that a block of
+    B (the weights) stays in cache across the loops in between. (Tiling the loops B does not
+    index instead measured slower.)"""
     from polydl.schedules.microkernel import element_stride, multiply_accumulate
 
     mk = schedule.microkernel
@@ -387,7 +388,8 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     for var in outer:
         if var not in s.iterators or var in schedule.tile_sizes or _extent(model, var) < 8:
             continue
-        if all(element_stride(model, acc, var) != 0 for acc in (x, y)):
+        a = x if element_stride(model, x, mk.m) != 0 else y
+        if element_stride(model, a, var) != 0:
             continue
         for size in (4, 8):
             order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
