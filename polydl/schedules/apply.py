@@ -328,12 +328,13 @@ def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
         else:
             # the other nests keep their order whatever the schedule: planned once per model
             per_model = _OTHER_PLANS.setdefault(model, {})
-            if g not in per_model:
-                per_model[g] = _group_plan(deps, g, statements, None, {}, None)
-            plans.append(per_model[g])
+            key = (g, schedule.epilogues)
+            if key not in per_model:
+                per_model[key] = _group_plan(deps, g, statements, None, {}, None)
+            plans.append(per_model[key])
     return ScheduledNest(model, schedule, main, tuple(plans))
 
 
-_OTHER_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[int, GroupPlan]] = (
+_OTHER_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[tuple[int, tuple[str, ...]], GroupPlan]] = (
     weakref.WeakKeyDictionary()
 )
