@@ -388,7 +388,8 @@ def _pack_b(
     deps = [deps[i] for i in order]
     dep_strides = [dep_strides[i] for i in order]
     n = ranges[binding.n]
-    block = n.tile if n.tile is not None and n.tile < n.extent else n.extent
+    # One block of all of n is padded to whole cache lines, so every row of it is aligned.
+    block = n.tile if n.tile is not None and n.tile < n.extent else -(-n.extent // 16) * 16
     slot_loops = [r.var for r in deps] + [tile_loop(binding.n)] * (tile_loop(binding.n) in outer)
     level = max((outer.index(name) + 1 for name in slot_loops), default=0)
     # Loops outside the copy that do not choose its slot repeat it; run in parallel, two
