@@ -58,7 +58,9 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
     printer = StatementPrinter(layouts)
     calls = CallPrinter(printer, current_machine().isa)
 
-    def instance(s: StatementModel, args: list[str]) -> list[str]:
+    def instance(s: StatementModel | str, args: list[str]) -> list[str]:
+        if isinstance(s, str):  # the copy of a packed operand, named after its call
+            return calls.pack_lines(packs[s], args)
         call = plan_calls.get(s.name)
         if call is not None:
             return calls.lines(call, args)
@@ -67,9 +69,27 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
 
     body: list[str] = []
     plan_calls: dict[str, MicrokernelCall] = {}
+    packs = {
+        call.pack_statement: call
+        for plan in scheduled.groups
+        for call in plan.calls.values()
+        if call.pack is not None
+    }
     for plan in scheduled.groups:
         plan_calls = plan.calls
         body += LoopPrinter(plan, instance).lines()
+    locals_ = [
+        {"name": a.name, "c_type": layouts[a.name].c_type,
+         "count": math.prod(layouts[a.name].shape), "zeroed": True}
+        for a in model.nest.locals
+    ]
+    # packed copies are written in full before they are read: no need to zero them
+    locals_ += [
+        {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
+         "count": call.pack.elements, "zeroed": False}
+        for call in packs.values()
+        if call.pack is not None
+    ]
 
     name = model.nest.name
     parameters = c_parameters(arguments)
@@ -83,11 +103,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         helpers=C_HELPERS,
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
-        locals=[
-            {"name": a.name, "c_type": layouts[a.name].c_type,
-             "count": math.prod(layouts[a.name].shape)}
-            for a in model.nest.locals
-        ],
+        locals=locals_,
         body=body,
     )
     header = render("c/kernel.h.j2", **values, arguments=arguments)

@@ -17,7 +17,7 @@ from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
-InstancePrinter = Callable[[StatementModel, list[str]], list[str]]
+InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
 
 
 def build_ast(plan: GroupPlan) -> isl.AstNode:
@@ -82,7 +82,8 @@ class LoopPrinter:
             call = node.user_get_expr()
             name = call.get_op_arg(0).get_id().get_name()
             args = [ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
-            body = self.print_instance(self.statements[name], args)
+            # a name that is no statement is a copy the schedule added (a packed operand)
+            body = self.print_instance(self.statements.get(name, name), args)
             return [pad + line for line in body]
         if kind == isl.ast_node_type.mark:
             return self._node(node.mark_get_node(), indent, in_parallel)

@@ -14,7 +14,7 @@ from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
-from polydl.schedules.schedule import is_tile_loop, loop_var
+from polydl.schedules.schedule import is_tile_loop, loop_var, tile_loop
 
 
 def microkernel_dtype(printer: StatementPrinter, call: MicrokernelCall) -> str:
@@ -30,21 +30,24 @@ def microkernel_dtype(printer: StatementPrinter, call: MicrokernelCall) -> str:
     )
 
 
-def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str) -> BrgemmSpec:
+def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None = None) -> BrgemmSpec:
     b = call.binding
     st = call.strides
+    pack = call.pack
+    b_batch = pack.batch_strides if pack else tuple(st[("b", v)] for v in b.batch)
     return BrgemmSpec(
         m=m,
         n=n,
-        k=call.ranges[b.k].extent,
+        k=call.ranges[b.k].extent if k is None else k,
         a_m=st[("a", b.m)],
         a_k=st[("a", b.k)],
-        b_k=st[("b", b.k)],
-        b_n=st[("b", b.n)],
+        b_k=pack.k_stride if pack else st[("b", b.k)],
+        b_n=1 if pack else st[("b", b.n)],
         c_m=st[("c", b.m)],
         c_n=st[("c", b.n)],
         batch=tuple(
-            BatchDim(call.ranges[v].extent, st[("a", v)], st[("b", v)]) for v in b.batch
+            BatchDim(call.ranges[v].extent, st[("a", v)], b_stride)
+            for v, b_stride in zip(b.batch, b_batch, strict=True)
         ),
         dtype=dtype,
         beta=1.0,
@@ -84,15 +87,24 @@ class CallPrinter:
         p = self.printer
         ctype = {acc.array: p.layouts[acc.array].c_type for acc in (call.a, call.b, call.c)}
         out.append(f"  const {ctype[call.a.array]} *_pd_a = &{p.element(call.a)};")
-        out.append(f"  const {ctype[call.b.array]} *_pd_b = &{p.element(call.b)};")
+        if call.pack is not None:
+            pack = call.pack
+            out.append(
+                f"  const {ctype[call.b.array]} *_pd_b = {pack.name} + "
+                f"{self._slot_offset(call, binding.n)} + {binding.k} * {pack.k_stride}L;"
+            )
+        else:
+            out.append(f"  const {ctype[call.b.array]} *_pd_b = &{p.element(call.b)};")
         out.append(f"  {ctype[call.c.array]} *_pd_c = &{p.element(call.c)};")
         dtype = microkernel_dtype(p, call)
         m_sizes = call.extent_variants(binding.m)
         n_sizes = call.extent_variants(binding.n)
-        for m, n in product(m_sizes, n_sizes):
-            name = self._kernel(brgemm_spec(call, m, n, dtype), binding.backend)
+        k_sizes = call.extent_variants(binding.k)
+        for m, n, k in product(m_sizes, n_sizes, k_sizes):
+            name = self._kernel(brgemm_spec(call, m, n, dtype, k), binding.backend)
             conds = []
-            for var, sizes, size in ((binding.m, m_sizes, m), (binding.n, n_sizes, n)):
+            variants = ((binding.m, m_sizes, m), (binding.n, n_sizes, n), (binding.k, k_sizes, k))
+            for var, sizes, size in variants:
                 if len(sizes) > 1:
                     r = call.ranges[var]
                     end = r.lower + r.extent
@@ -101,5 +113,89 @@ class CallPrinter:
             test = " && ".join(conds)
             line = f"{name}(_pd_a, _pd_b, _pd_c);"
             out.append(f"  if ({test}) {line}" if test else f"  {line}")
+        out.append("}")
+        return out
+
+    def pack_lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
+        """Copy the slot(s) of B that the following calls read: one slot for each value of
+        the outer loops B depends on and each n block; those loops among the first `level`
+        outer loops are fixed by `args`, the others are looped here."""
+        pack = call.pack
+        assert pack is not None
+        binding = call.binding
+        fixed = dict(zip(call.outer[: pack.level], args, strict=True))
+        loops: list[tuple[str, str, str, str]] = []  # (C variable, start, stop, step)
+        for r in pack.outer:
+            if r.var not in fixed:
+                loops.append((r.var, str(r.lower), str(r.lower + r.extent), "1"))
+        n_tile = tile_loop(binding.n)
+        if n_tile in fixed:
+            n_start = fixed[n_tile]
+        else:
+            n_start = "_pd_nb"
+            loops.append(("_pd_nb", "0", str(pack.blocks * pack.block), str(pack.block)))
+        out = ["{"]
+        for r in pack.outer:
+            if r.var in fixed:
+                out.append(f"  const long {r.var} = {fixed[r.var]};")
+        depth = 1
+        for d, (var, start, stop, step) in enumerate(loops):
+            pad = "  " * depth
+            if d == 0 and pack.level == 0:
+                # the copy before the nest: its slots are independent
+                out.append(f"{pad}#pragma omp parallel for schedule(static)")
+            inc = f"{var}++" if step == "1" else f"{var} += {step}"
+            out.append(f"{pad}for (long {var} = {start}; {var} < {stop}; {inc}) {{")
+            depth += 1
+        out += ["  " * depth + line for line in self._pack_slot(call, n_start)]
+        for d in reversed(range(1, depth)):
+            out.append("  " * d + "}")
+        return out + ["}"]
+
+    def _slot_offset(self, call: MicrokernelCall, n_start: str) -> str:
+        pack = call.pack
+        assert pack is not None
+        terms = [f"({r.var} - {r.lower}) * {stride}L"
+                 for r, stride in zip(pack.outer, pack.slot_strides, strict=True)]
+        terms.append(f"({n_start} / {pack.block}) * {pack.block_elements}L")
+        return " + ".join(terms)
+
+    def _pack_slot(self, call: MicrokernelCall, n_start: str) -> list[str]:
+        pack = call.pack
+        assert pack is not None
+        binding = call.binding
+        p = self.printer
+        out = ["{", f"  const long _pd_n0 = {n_start};"]
+        # B's element at the call loops' lower bounds (and the outer loops' values)
+        for var in binding.loops:
+            out.append(f"  const long {var} = {call.ranges[var].lower};")
+        ctype = p.layouts[call.b.array].c_type
+        out.append(f"  const {ctype} *restrict _pd_src = &{p.element(call.b)} + _pd_n0 * "
+                   f"{call.strides[('b', binding.n)]}L;")
+        out.append(f"  {ctype} *restrict _pd_dst = {pack.name} + {self._slot_offset(call, '_pd_n0')};")
+        n_extent = call.ranges[binding.n].extent
+        out.append(f"  const long _pd_width = {n_extent} - _pd_n0 < {pack.block} ? "
+                   f"{n_extent} - _pd_n0 : {pack.block};")
+        src, dst, depth = [], [], 0
+        for var, stride in zip(binding.batch, pack.batch_strides, strict=True):
+            pad = "  " * (depth + 1)
+            out.append(f"{pad}for (long _pd_b{depth} = 0; _pd_b{depth} < {call.ranges[var].extent}; "
+                       f"++_pd_b{depth})")
+            src.append(f"_pd_b{depth} * {call.strides[('b', var)]}L")
+            dst.append(f"_pd_b{depth} * {stride}L")
+            depth += 1
+        pad = "  " * (depth + 1)
+        k_extent = call.ranges[binding.k].extent
+        out.append(f"{pad}for (long _pd_k = 0; _pd_k < {k_extent}; ++_pd_k) {{")
+        src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
+        dst.append(f"_pd_k * {pack.k_stride}L")
+        out.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")
+        out.append(f"{pad}  {ctype} *restrict _pd_d = _pd_dst + {' + '.join(dst)};")
+        b_n = call.strides[("b", binding.n)]
+        out.append(f"{pad}  for (long _pd_j = 0; _pd_j < _pd_width; ++_pd_j) "
+                   f"_pd_d[_pd_j] = _pd_s[_pd_j * {b_n}L];")
+        out.append(f"{pad}  for (long _pd_j = _pd_width; _pd_j < {pack.block}; ++_pd_j) "
+                   f"_pd_d[_pd_j] = 0;")
+        out.append(f"{pad}}}")
         out.append("}")
         return out

@@ -66,13 +66,19 @@ def working_sets(
     schedule_map: isl.UnionMap,
     loops: tuple[str, ...],
     line_bytes: int = 64,
+    total_lines: int | None = None,
 ) -> list[LevelWorkingSet]:
-    """Working set of each of the first `len(loops)` time dimensions (the band)."""
+    """Working set of each of the first `len(loops)` time dimensions (the band).
+    `total_lines`, if known, is level 0's: every line the statements touch, whatever the
+    schedule (so a ranking counts it once)."""
     touched = time_to_lines(model, statements, schedule_map, line_bytes)
     time_domain = schedule_map.range()
     first = _first_time_point(time_domain)
     out: list[LevelWorkingSet] = []
     for level, loop in enumerate(loops):
+        if level == 0 and total_lines is not None:
+            out.append(LevelWorkingSet(level, loop, total_lines, 1))
+            continue
         prefix = _fix_prefix(first, level)
         lines = count_points(touched.intersect_domain(prefix).range())
         executions = count_points(_project_prefix(time_domain, level)) if level else 1

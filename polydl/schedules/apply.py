@@ -168,13 +168,15 @@ def _group_plan(
 
     band_deps = band_dependences(deps, statements)
     # Tiling and permuting a fully permutable band is legal (every dependence moves forward
-    # along every band loop); only other bands need the exact check.
+    # along every band loop); only other bands need the exact check, once per order and tiles.
     if not band_deps.permutable:
-        broken = band_deps.relation.subtract(smap.lex_lt_union_map(smap))
-        if not broken.is_empty():
-            raise ScheduleError(
-                f"order {' > '.join(order)} violates a dependence: {_sample(broken)}"
-            )
+        checked = _ORDER_CHECKS.setdefault(band_deps, {})
+        key = (order, tuple(sorted(tiles.items())))
+        if key not in checked:
+            broken = band_deps.relation.subtract(smap.lex_lt_union_map(smap))
+            checked[key] = None if broken.is_empty() else _sample(broken)
+        if checked[key] is not None:
+            raise ScheduleError(f"order {' > '.join(order)} violates a dependence: {checked[key]}")
     if parallel is None:
         first = next((d for d in range(len(order)) if _parallel_at(band_deps, smap, order, d)), None)
         dims = () if first is None else (first,)
@@ -186,7 +188,9 @@ def _group_plan(
     calls: dict[str, MicrokernelCall] = {}
     instance_map = smap
     if microkernel is not None:
-        smap, calls = _bind_call(deps.model, statements, smap, order, tiles, microkernel, width)
+        smap, calls = _bind_call(
+            deps.model, statements, smap, order, tiles, microkernel, width, dims
+        )
         inner = len(order) - len(microkernel.loops)
         if any(d >= inner for d in dims):
             raise ScheduleError("a parallel loop must stay outside the microkernel call")
@@ -201,8 +205,10 @@ def _bind_call(
     tiles: dict[str, int],
     binding: MicrokernelBinding,
     width: int,
+    parallel_dims: tuple[int, ...] = (),
 ) -> tuple[isl.UnionMap, dict[str, MicrokernelCall]]:
-    """Replace the bound statement's instances by one call per point of the outer loops."""
+    """Replace the bound statement's instances by one call per point of the outer loops
+    (and add the copy of a packed operand before the calls that read it)."""
     target = next((s for s in statements if s.name == binding.statement), None)
     if target is None:
         raise ScheduleError(f"microkernel statement {binding.statement} is not in the main nest")
@@ -210,7 +216,7 @@ def _bind_call(
         raise ScheduleError(
             f"a microkernel needs {target.name} alone in its loop nest (fuse epilogues instead)"
         )
-    call = bind_microkernel(model, target, binding, order, tiles)
+    call = bind_microkernel(model, target, binding, order, tiles, parallel_dims)
     outer = len(call.outer)
     maps: list[isl.Map] = []
     smap.foreach_map(maps.append)
@@ -221,7 +227,21 @@ def _bind_call(
     call_map = isl.Map(
         f"{{ {target.name}[{', '.join(names)}] -> [{', '.join(vec)}] }}"
     ).intersect_domain(points)
-    return isl.UnionMap.from_map(call_map), {target.name: call}
+    result = isl.UnionMap.from_map(call_map)
+    if call.pack is not None:
+        result = result.union(_pack_map(call.pack_statement, points, call.pack.level, outer, width))
+    return result, {target.name: call}
+
+
+def _pack_map(name: str, points: isl.Set, level: int, outer: int, width: int) -> isl.UnionMap:
+    """The copy of one packed block: at the first `level` outer loops of the calls, ordered
+    before the loops inside them (one less than their smallest value)."""
+    blocks = points.project_out(isl.dim_type.set, level, outer - level).set_tuple_name(name)
+    first = points.dim_min_val(level).to_python() if level < outer else 0
+    names = [f"t{d}" for d in range(level)]
+    vec = names + [str(first - 1)] + ["0"] * (width - level - 1)
+    text = f"{{ {name}[{', '.join(names)}] -> [{', '.join(vec)}] }}"
+    return isl.UnionMap.from_map(isl.Map(text).intersect_domain(blocks))
 
 
 @dataclass(frozen=True, eq=False)
@@ -231,6 +251,13 @@ class BandDependences:
     relation: isl.UnionMap  # between instances of the group's statements
     permutable: bool  # every dependence distance is >= 0 along every band loop
     still: frozenset[str]  # band loops along which no dependence moves
+
+
+# The exact legality check of each (order, tiles) already made on a band: ranking applies
+# one blocking several times (with and without parallel loops and microkernel).
+_ORDER_CHECKS: weakref.WeakKeyDictionary[
+    BandDependences, dict[tuple[tuple[str, ...], tuple[tuple[str, int], ...]], str | None]
+] = weakref.WeakKeyDictionary()
 
 
 _BAND_DEPS: weakref.WeakKeyDictionary[Dependences, dict[tuple[str, ...], BandDependences]] = (
@@ -362,5 +389,15 @@ def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
                 plan = fuse_epilogues(model, plan, schedule.epilogues)
             plans.append(plan)
         else:
-            plans.append(_group_plan(deps, g, statements, None, {}, None))
+            # the other nests keep their order whatever the schedule: planned once per model
+            per_model = _OTHER_PLANS.setdefault(model, {})
+            key = (g, schedule.epilogues)
+            if key not in per_model:
+                per_model[key] = _group_plan(deps, g, statements, None, {}, None)
+            plans.append(per_model[key])
     return ScheduledNest(model, schedule, main, tuple(plans))
+
+
+_OTHER_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[tuple[int, tuple[str, ...]], GroupPlan]] = (
+    weakref.WeakKeyDictionary()
+)

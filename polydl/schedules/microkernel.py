@@ -18,7 +18,7 @@ import islpy as isl
 from polydl.errors import ScheduleError
 from polydl.ir import Access, Binary, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar, Load
 from polydl.poly.model import PolyModel, StatementModel
-from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var
+from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var, tile_loop
 
 
 def linear_coefficient(expr: IntExpr, var: str) -> int | None:
@@ -135,7 +135,11 @@ def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str
                 # Spatial loops other than m, n stay outside; the other reductions form the batch.
                 batch = tuple(v for v in band_vars if v in reduction and v != k)
                 binding = MicrokernelBinding(s.name, m=m, n=n, k=k, batch=batch)
+                b_array = (x if b_name == "x" else y).array
+                # a B strided along n can be copied into unit stride (see PackedB)
+                b_unit = stride[(b_name, n)] == 1 or not _written(model, s, b_array)
                 score = (
+                    int(stride[("c", n)] == 1 and b_unit),
                     int(stride[("c", n)] == 1 and stride[(b_name, n)] == 1),
                     int(stride[(a_name, k)] == 1 or stride[(b_name, k)] == 1),
                     # k innermost of the reductions keeps their written order: an accumulation
@@ -156,6 +160,16 @@ def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str
             seen.add(b)
             unique.append(b)
     return unique
+
+
+def _written(model: PolyModel, s: StatementModel, array: str) -> bool:
+    """Whether a statement of `s`'s loop nest writes `array`."""
+    return any(
+        acc.is_write and acc.access.array == array
+        for st in model.statements
+        if st.group == s.group
+        for acc in st.accesses
+    )
 
 
 def _box_extents(s: StatementModel) -> dict[str, int] | None:
@@ -186,6 +200,60 @@ class LoopRange:
 
 
 @dataclass(frozen=True)
+class PackedB:
+    """B copied into a local array blocked by the n tile:
+    `name[outer...][n/block][batch...][k][block]`, zero beyond the n extent, where `outer` are
+    the loops outside the call that B depends on (an im2col-like copy for a convolution).
+    The copy of one (outer..., n block) slot runs just before the first call that reads it,
+    inside the first `level` of the call's outer loops; at level 0 all of B is copied before
+    the nest."""
+
+    name: str
+    block: int  # the n tile (the whole n extent if n is not tiled)
+    blocks: int
+    k_extent: int
+    batch_extents: tuple[int, ...]
+    level: int
+    outer: tuple[LoopRange, ...] = ()  # loops outside the call that B depends on
+    outer_strides: tuple[int, ...] = ()  # B's element stride along each of them
+
+    @property
+    def k_stride(self) -> int:
+        return self.block
+
+    @property
+    def batch_strides(self) -> tuple[int, ...]:
+        strides, step = [], self.k_extent * self.block
+        for extent in reversed(self.batch_extents):
+            strides.append(step)
+            step *= extent
+        return tuple(reversed(strides))
+
+    @property
+    def block_elements(self) -> int:
+        size = self.k_extent * self.block
+        for extent in self.batch_extents:
+            size *= extent
+        return size
+
+    @property
+    def slot_strides(self) -> tuple[int, ...]:
+        """Elements between consecutive values of each `outer` loop in the copy."""
+        strides, step = [], self.blocks * self.block_elements
+        for r in reversed(self.outer):
+            strides.append(step)
+            step *= r.extent
+        return tuple(reversed(strides))
+
+    @property
+    def elements(self) -> int:
+        size = self.blocks * self.block_elements
+        for r in self.outer:
+            size *= r.extent
+        return size
+
+
+@dataclass(frozen=True)
 class MicrokernelCall:
     """Everything codegen needs to emit the call in place of the bound loops."""
 
@@ -197,6 +265,11 @@ class MicrokernelCall:
     outer: tuple[str, ...]  # loop names (schedule order) that stay as loops around the call
     ranges: dict[str, LoopRange]  # for m, n, k and batch loops
     strides: dict[tuple[str, str], int]  # (operand "a"|"b"|"c", var) -> element stride
+    pack: PackedB | None = None
+
+    @property
+    def pack_statement(self) -> str:
+        return f"_pd_pack_{self.statement.name}"
 
     def extent_variants(self, var: str) -> tuple[int, ...]:
         """Full tile, and the remainder tile if the extent is not a multiple of the tile."""
@@ -213,7 +286,10 @@ def bind_microkernel(
     binding: MicrokernelBinding,
     order: tuple[str, ...],
     tiles: dict[str, int],
+    parallel_dims: tuple[int, ...] = (),
 ) -> MicrokernelCall:
+    """`parallel_dims`: positions in `order` of the loops run in parallel; a packed B is
+    copied outside all of them (whole, before the nest) if one sits outside n's tile loop."""
     mac = multiply_accumulate(s)
     if mac is None:
         raise ScheduleError(f"statement {s.name} is not a multiply-accumulate `C += A * B`")
@@ -232,9 +308,9 @@ def bind_microkernel(
         raise ScheduleError(
             f"the microkernel loops {loops} must be the innermost loops of the order {order}"
         )
-    for var in (binding.k, *binding.batch):
+    for var in binding.batch:
         if var in tiles:
-            raise ScheduleError(f"reduction loop '{var}' of the microkernel cannot be tiled")
+            raise ScheduleError(f"batch loop '{var}' of the microkernel cannot be tiled")
     # Inside one call, only the accumulation into C may depend on another instance.
     if not _only_accumulation(s, loops):
         raise ScheduleError(
@@ -264,6 +340,10 @@ def bind_microkernel(
         lo = s.domain.dim_min_val(d).to_python()
         ranges[var] = LoopRange(var, lo, extents[var], tiles.get(var))
     outer = tuple(name for name in order if name not in inner)
+    b_access = y if b_name == "y" else x
+    pack = None
+    if binding.pack_b:
+        pack = _pack_b(model, s, binding, b_access, ranges, outer, parallel_dims)
     return MicrokernelCall(
         binding=binding,
         statement=s,
@@ -273,6 +353,62 @@ def bind_microkernel(
         outer=outer,
         ranges=ranges,
         strides=renamed,
+        pack=pack,
+    )
+
+
+def _pack_b(
+    model: PolyModel,
+    s: StatementModel,
+    binding: MicrokernelBinding,
+    b: Access,
+    ranges: dict[str, LoopRange],
+    outer: tuple[str, ...],
+    parallel_dims: tuple[int, ...],
+) -> PackedB:
+    """The packed copy of B, if copying is legal: no statement of the nest writes B (a
+    statement of an earlier nest, such as a zero-padding copy, has finished before)."""
+    array = model.nest.array(b.array)
+    if _written(model, s, b.array):
+        raise ScheduleError(f"cannot pack {b.array}: the nest writes it")
+    if array.dtype != model.nest.array(s.statement.target.array).dtype:
+        raise ScheduleError(f"cannot pack {b.array}: only same-dtype operands are packed")
+    for var in (binding.n, binding.k):
+        if ranges[var].lower != 0:
+            raise ScheduleError(f"cannot pack {b.array}: loop '{var}' does not start at 0")
+    deps, dep_strides = [], []
+    for var in s.iterators:
+        stride = element_stride(model, b, var)
+        if var not in binding.loops and stride != 0:
+            if stride is None or var not in outer:
+                raise ScheduleError(f"cannot pack {b.array}: its stride along '{var}' is not constant")
+            d = s.iterators.index(var)
+            lo = s.domain.dim_min_val(d).to_python()
+            hi = s.domain.dim_max_val(d).to_python()
+            deps.append(LoopRange(var, lo, hi - lo + 1, None))
+            dep_strides.append(stride)
+    order = sorted(range(len(deps)), key=lambda i: outer.index(deps[i].var))
+    deps = [deps[i] for i in order]
+    dep_strides = [dep_strides[i] for i in order]
+    n = ranges[binding.n]
+    # One block of all of n is padded to whole cache lines, so every row of it is aligned.
+    block = n.tile if n.tile is not None and n.tile < n.extent else -(-n.extent // 16) * 16
+    slot_loops = [r.var for r in deps] + [tile_loop(binding.n)] * (tile_loop(binding.n) in outer)
+    level = max((outer.index(name) + 1 for name in slot_loops), default=0)
+    # Loops outside the copy that do not choose its slot repeat it; run in parallel, two
+    # threads would write one slot at once: then copy all of B before the nest.
+    if any(d < level and outer[d] not in slot_loops and loop_var(outer[d]) not in
+           [r.var for r in deps] for d in parallel_dims):
+        level = 0
+    return PackedB(
+        name=f"_pd_packed_{b.array}",
+        block=block,
+        blocks=-(-n.extent // block),
+        k_extent=ranges[binding.k].extent,
+        batch_extents=tuple(ranges[v].extent for v in binding.batch),
+        level=level,
+        outer=tuple(deps),
+        outer_strides=tuple(dep_strides),
     )
 
 

@@ -29,7 +29,7 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
-MAX_CANDIDATES = 48
+MAX_CANDIDATES = 32
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,78 @@ def microkernel_candidates(
     return out
 
 
+# Register tile of the outer-product microkernel (rows of C x vectors along n): 6 x 2 on
+# AVX2's 16 registers, 6 x 4 on AVX-512's 32 (see codegen/microkernels/blocking.py).
+MICRO_ROWS = 6
+K_TILE = 256  # a k block of B's micro-panel (K_TILE x vectors) stays in L1
+
+
+def _micro_vectors(machine: Machine) -> int:
+    return 4 if machine.has_avx512 else 2
+
+
+def packing_pays(model: PolyModel, machine: Machine, binding: MicrokernelBinding) -> bool:
+    """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
+    or its k rows are longer than a block) and enough rows of C reuse every block."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    s = next(st for st in model.statements if st.name == binding.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return False
+    c, x, y = mac
+    b = y if element_stride(model, y, binding.m) == 0 else x
+    b_n, b_k = element_stride(model, b, binding.n), element_stride(model, b, binding.k)
+    c_n = element_stride(model, c, binding.n)
+    lanes = machine.vector_lanes("float32")
+    if c_n != 1 or b_n is None or b_k is None:
+        return False
+    n_ext = _extent(model, binding.n)
+    # rows of B a page or more apart: each k step of a register tile misses the TLB
+    reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and abs(b_k) * 4 >= 1024)
+    return reshaped and _extent(model, binding.m) >= 4 * MICRO_ROWS
+
+
+def packed_candidates(
+    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+) -> list[Schedule]:
+    """BLIS-like blockings over a packed B: n blocks of whole register tiles, m blocks of
+    whole register rows, k blocked so that a micro-panel of B stays in L1."""
+    if not packing_pays(model, machine, binding):
+        return []
+    packed = replace(binding, pack_b=True)
+    lanes = machine.vector_lanes("float32")
+    nr = lanes * _micro_vectors(machine)
+    m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
+    n_tiles = [t for t in (8 * nr, 4 * nr) if t < n_ext] + [n_ext] * (n_ext <= 16 * nr)
+    # whole register rows; besides the usual sizes, ones that split m evenly over the cores
+    cores = max(machine.cores, 1)
+    even = {MICRO_ROWS * math.ceil(m_ext / (cores * q * MICRO_ROWS)) for q in (1, 2, 4)}
+    sizes = sorted({16 * MICRO_ROWS, 8 * MICRO_ROWS} | {t for t in even if t <= 16 * MICRO_ROWS})
+    m_tiles = [t for t in reversed(sizes) if t < m_ext][:3] + [m_ext] * (m_ext <= 16 * MICRO_ROWS)
+    # k blocks of equal size near K_TILE: no remainder variant of the microkernel to build
+    k_tile = math.ceil(k_ext / math.ceil(k_ext / K_TILE)) if k_ext > 2 * K_TILE else None
+    outer_vars = [v for v in band_vars if v not in binding.loops]
+    inner = list(binding.batch) + [binding.m, binding.n, binding.k]
+    out = []
+    for nt in n_tiles:
+        for mt in m_tiles:
+            tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nt), (binding.k, k_tile))
+                     if t is not None and t < _extent(model, v)}
+            j, i, k = (tile_loop(v) if v in tiles else None
+                       for v in (binding.n, binding.m, binding.k))
+            orders = ([j, k, i], [j, i, k], [i, j, k])
+            seen = []
+            for order in orders:
+                loops = outer_vars + [name for name in order if name is not None]
+                if loops in seen:
+                    continue
+                seen.append(loops)
+                out.append(Schedule(order=tuple(loops + inner),
+                                    tiles=tuple(sorted(tiles.items())), microkernel=packed))
+    return out
+
+
 def _outer_orders(outer: list[str]) -> list[list[str]]:
     """The written order, and each loop moved outermost or innermost: the moves that change
     which operand stays in cache, without the factorial of all permutations."""
@@ -124,17 +196,32 @@ def candidates(model: PolyModel, machine: Machine) -> list[Schedule]:
     out: list[Schedule] = []
     if len(statements) == 1:
         for binding in candidate_bindings(model, statements[0], band_vars)[:1]:
+            out += packed_candidates(model, machine, band_vars, binding)
             out += microkernel_candidates(model, machine, band_vars, binding)
     return out + loop_candidates(model, machine, band_vars)
 
 
-def _with_parallel(model: PolyModel, schedule: Schedule, machine: Machine) -> tuple[Schedule, GroupPlan] | None:
+# Per ranking: what candidates that share a loop order and tiles share (the plan without a
+# microkernel, its working sets), so that variants of one blocking are analysed once.
+_Memo = dict[tuple[object, ...], object]
+
+
+def _with_parallel(
+    model: PolyModel, schedule: Schedule, machine: Machine, memo: _Memo | None = None
+) -> tuple[Schedule, GroupPlan] | None:
     """Parallelise the outermost dependence-free loop, collapsing a second one when the first
     alone has too few iterations for the cores."""
-    try:
-        plan = apply_schedule(model, replace(schedule, parallel=(), microkernel=None)).main
-    except ScheduleError:
+    memo = {} if memo is None else memo
+    key = ("plan", schedule.order, schedule.tiles)
+    if key not in memo:
+        try:
+            memo[key] = apply_schedule(model, replace(schedule, parallel=(), microkernel=None)).main
+        except ScheduleError:
+            memo[key] = None
+    plan = memo[key]
+    if plan is None:
         return None
+    assert isinstance(plan, GroupPlan)
     inside_call = set(schedule.microkernel.loops) if schedule.microkernel else set()
     free = [
         name
@@ -165,25 +252,74 @@ def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:
     return min(tile, extent) if tile else extent
 
 
+def _step_cycles(rows: int, vectors: int, registers: int) -> float:
+    """Cycles per k step of the best register blocking of a call with `rows` rows of C and
+    `vectors` vectors along n: 2 FMAs and 2 loads a cycle, and each accumulator waits for
+    its previous FMA (latency 4) -- the model of codegen/microkernels/blocking.py."""
+    best = math.inf
+    for r in range(1, min(rows, (registers - vectors - 1) // vectors) + 1):
+        full, rest = divmod(rows, r)
+        cycles = 0.0
+        for count, size in ((full, r), (int(rest > 0), rest)):
+            if count:
+                cycles += count * max(size * vectors / 2, (size + vectors) / 2, 4.0)
+        best = min(best, cycles)
+    return best
+
+
 def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
-    block needs (rows + vectors) loads per rows*vectors FMAs; plain loops reach far less."""
+    blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
+    far less."""
     mk = schedule.microkernel
     lanes = machine.vector_lanes("float32")
     if mk is None:
         return 0.15
-    m = schedule.tile_sizes.get(mk.m, _extent(model, mk.m))
+    m_ext = _extent(model, mk.m)
+    m = min(schedule.tile_sizes.get(mk.m, m_ext), m_ext)
     n = schedule.tile_sizes.get(mk.n, _extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
-    rows = max(1, min(m, 28 // min(vectors, 4)))
-    block_loads = rows + min(vectors, 4)
-    ratio = rows * min(vectors, 4) / block_loads  # FMAs per load
-    return lane_use * min(1.0, ratio / 3.0) * (0.95 if m % rows == 0 else 0.85)
+    used = min(vectors, _micro_vectors(machine))
+    registers = 32 if machine.has_avx512 else 16
+    cycles = (m_ext // m) * _step_cycles(m, used, registers)
+    if m_ext % m:
+        cycles += _step_cycles(m_ext % m, used, registers)
+    efficiency = lane_use * (m_ext * used / 2) / cycles
+    k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
+    efficiency *= k / (k + 16)  # each call loads and stores its C tile once
+    if not mk.pack_b and _strided_b(model, mk):
+        # every k step of a register tile reads B from another page: TLB and prefetch misses
+        efficiency *= 0.6
+    return efficiency
 
 
-def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSchedule | None:
-    found = _with_parallel(model, schedule, machine)
+def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int] | None:
+    """(n stride, k stride, elements) of the B operand of a bound statement."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    s = next(st for st in model.statements if st.name == mk.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return None
+    _, x, y = mac
+    b = y if element_stride(model, y, mk.m) == 0 else x
+    b_n, b_k = element_stride(model, b, mk.n), element_stride(model, b, mk.k)
+    if b_n is None or b_k is None:
+        return None
+    return b_n, b_k, math.prod(model.nest.array(b.array).concrete_shape(model.params))
+
+
+def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
+    strides = _b_strides(model, mk)
+    return strides is not None and (strides[0] != 1 or abs(strides[1]) * 4 >= 1024)
+
+
+def evaluate(
+    model: PolyModel, machine: Machine, schedule: Schedule, memo: _Memo | None = None
+) -> RankedSchedule | None:
+    memo = {} if memo is None else memo
+    found = _with_parallel(model, schedule, machine, memo)
     if found is None:
         return None
     final, plan = found
@@ -192,7 +328,17 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
         # Inside the call the microkernel blocks for registers and streams its panels; the
         # model stops at the call itself.
         loops = loops[: len(loops) - len(final.microkernel.loops) + 1]
-    ws = working_sets(model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes)
+    key = ("working sets", final.order, final.tiles, loops)
+    if key not in memo:
+        total = memo.get(("total lines",))
+        memo[key] = working_sets(
+            model, plan.statements, plan.schedule_map, loops, machine.cache_line_bytes,
+            total_lines=total if isinstance(total, int) else None,
+        )
+    ws = memo[key]
+    assert isinstance(ws, list)
+    if ws:
+        memo[("total lines",)] = ws[0].lines
     caches = {"l1": machine.l1_bytes, "l2": machine.l2_bytes, "l3": machine.l3_bytes // max(machine.cores, 1)}
     traffic: dict[str, int] = {}
     total_lines_once = ws[0].lines if ws else 0
@@ -208,21 +354,63 @@ def evaluate(model: PolyModel, machine: Machine, schedule: Schedule) -> RankedSc
     flops = sum(s.flops for s in plan.statements)
     peak_per_cycle = 2 * 2 * machine.vector_lanes("float32")  # 2 FMA pipes x lanes x 2 flops
     compute = flops / (peak_per_cycle * _mk_efficiency(final, model, machine))
-    units = 1
-    for p in final.parallel:
-        units *= _trip(model, final, p)
+    # codegen runs the outermost parallel loop's iterations on the threads
+    units = _trip(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
     balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
     memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
+    if final.microkernel is not None and final.microkernel.pack_b:
+        strides = _b_strides(model, final.microkernel)
+        memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
     cost = (compute + memory) * balance / cores
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
+def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
+    """Variants of a microkernel schedule that tile one loop outside the call which A (the
+    operand along m) does not depend on, such as a convolution's output-channel blocks: its
+    tile loop stays in place and its point loop moves in, next to the call, so that a block of
+    B (the weights) stays in cache across the loops in between. (Tiling the loops B does not
+    index instead measured slower.)"""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    mk = schedule.microkernel
+    if mk is None:
+        return []
+    s = next(st for st in model.statements if st.name == mk.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return []
+    _, x, y = mac
+    calls = len(mk.loops)
+    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
+    out = []
+    for var in outer:
+        if var not in s.iterators or var in schedule.tile_sizes or _extent(model, var) < 8:
+            continue
+        a = x if element_stride(model, x, mk.m) != 0 else y
+        if element_stride(model, a, var) != 0:
+            continue
+        for size in (4, 8):
+            order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
+            tiles = tuple(sorted(schedule.tiles + ((var, size),)))
+            out.append(replace(schedule, order=tuple(order), tiles=tiles, parallel=()))
+    return out
+
+
 def rank(model: PolyModel, machine: Machine, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
     ranked = []
+    memo: _Memo = {}
     for schedule in candidates(model, machine)[:limit]:
-        result = evaluate(model, machine, schedule)
+        result = evaluate(model, machine, schedule, memo)
         if result is not None:
             ranked.append(result)
     ranked.sort(key=lambda r: r.cost)
+    # refine the winner: its outer-tiled variants (a few more evaluations, not a product)
+    if ranked:
+        for schedule in outer_tilings(model, ranked[0].schedule):
+            result = evaluate(model, machine, schedule, memo)
+            if result is not None:
+                ranked.append(result)
+        ranked.sort(key=lambda r: r.cost)
     return ranked

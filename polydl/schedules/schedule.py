@@ -41,6 +41,9 @@ class MicrokernelBinding:
     k: str
     batch: tuple[str, ...] = ()
     backend: str = "auto"  # "auto" | "polydl" | "libxsmm"
+    # Copy B into a local array blocked by the n tile (`Bp[n/nb][batch...][k][nb]`) just
+    # before the first call of each n tile, so that every call reads it contiguously.
+    pack_b: bool = False
 
     @property
     def loops(self) -> tuple[str, ...]:
@@ -84,6 +87,7 @@ class Schedule:
                 k=mk["k"],
                 batch=tuple(mk.get("batch", ())),
                 backend=mk.get("backend", "auto"),
+                pack_b=bool(mk.get("pack_b", False)),
             )
             if mk
             else None,
@@ -103,7 +107,10 @@ class Schedule:
         if self.microkernel:
             mk = self.microkernel
             batch = f" batch({', '.join(mk.batch)})" if mk.batch else ""
-            parts.append(f"microkernel brgemm(m={mk.m}, n={mk.n}, k={mk.k}){batch} [{mk.backend}]")
+            packed = ", B packed" if mk.pack_b else ""
+            parts.append(
+                f"microkernel brgemm(m={mk.m}, n={mk.n}, k={mk.k}){batch}{packed} [{mk.backend}]"
+            )
         if self.epilogues:
             parts.append("fused " + ", ".join(self.epilogues))
         return "; ".join(parts)

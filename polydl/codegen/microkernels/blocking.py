@@ -90,8 +90,9 @@ def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
 
 def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     """Rows of C times vectors along n. Accumulators + the B vectors of one k step + one
-    register for the broadcast A element must fit the register file: on AVX2 (16 ymm) 6x2
-    (12 + 2 + 1) or 4x3 (12 + 3 + 1); on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3 or 14x2.
+    register for the broadcast A element + one spare must fit the register file: on AVX2
+    (16 ymm) 6x2 (12 + 2 + 1 + 1) or 3x3 -- 4x3 (12 + 3 + 1) leaves none and ran at 0.7x of
+    6x2 on a 131-wide GEMM; on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3 or 14x2.
     (LIBXSMM's 7x4 needs the A element as an embedded {1to16} memory operand; gcc keeps a
     broadcast used by several FMAs in a register and spills with 28 accumulators.)"""
     lanes = unit.lanes(spec.compute_dtype)
@@ -99,7 +100,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     best: Blocking | None = None
     max_vectors = math.ceil(spec.n / lanes)
     for vectors in range(1, max_vectors + 1):
-        max_rows = (unit.registers - vectors - 1) // vectors
+        max_rows = (unit.registers - vectors - 2) // vectors
         for rows in range(1, min(max_rows, spec.m) + 1):
             cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, spec.n, steps)
             cand = Blocking("outer", rows, vectors, lanes, cycles)

@@ -1,0 +1,64 @@
+"""The ranking's blocking choices: register-tile efficiency of full and remainder calls, and
+the outer-loop tilings it tries on its winner (checked for legality and for results)."""
+
+import numpy as np
+
+import polydl
+from polydl.frontends import builders
+from polydl.machine import Machine
+from polydl.poly.model import build_model
+from polydl.schedules.rank import _step_cycles, outer_tilings, rank
+from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from tests.kernels import run_and_check
+
+AVX2 = Machine(isa="avx2", cores=2)
+
+
+def test_step_cycles_prefer_even_register_tiles() -> None:
+    # 14 rows x 2 vectors: 5 + 5 + 4 rows (14 cycles) beats 6 + 6 + 2 (6 + 6 + latency 4)
+    assert _step_cycles(14, 2, 16) == 14.0
+    assert _step_cycles(12, 2, 16) + _step_cycles(2, 2, 16) == 16.0
+    # one row alone waits for the FMA latency
+    assert _step_cycles(1, 1, 16) == 4.0
+
+
+def test_a_short_m_extent_is_not_split_into_a_ragged_tile() -> None:
+    nest, params = builders.conv2d(N=2, C=64, K=64, H=28, W=28, R=1, S=1, stride=2,
+                                   layout="nchw16c")
+    best = rank(build_model(nest, params), AVX2)[0].schedule
+    assert best.microkernel is not None and best.microkernel.m == "q"
+    assert "q" not in best.tile_sizes  # Q = 14: one call of 14 rows, not 12 + 2
+
+
+def test_outer_tilings_move_the_point_loop_next_to_the_call() -> None:
+    nest, params = builders.conv2d(N=2, C=32, K=128, H=6, W=6, R=1, S=1, layout="nchw16c")
+    model = build_model(nest, params)
+    binding = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("cb", "r", "s"))
+    base = Schedule(order=("n", "kb", "p", "cb", "r", "s", "q", "k", "c"), microkernel=binding)
+    variants = outer_tilings(model, base)
+    # kb (8 blocks) is not indexed by x; n and p (extent < 8) are left alone
+    assert [v.order[:4] for v in variants] == [("n", "kb.t", "p", "kb")] * 2
+    assert sorted(v.tile_sizes["kb"] for v in variants) == [4, 8]
+    for variant in variants:
+        kernel = polydl.conv2d(N=2, C=32, K=128, H=6, W=6, R=1, S=1, layout="nchw16c",
+                               schedule=variant)
+        run_and_check(kernel)
+
+
+def test_outer_tilings_leave_a_schedule_without_microkernel_alone() -> None:
+    model = build_model(*builders.matmul(M=64, N=64, K=64))
+    assert outer_tilings(model, Schedule(order=("i", "j", "k"))) == []
+
+
+def test_tiled_outer_loop_result_matches_numpy_for_gemm_batches() -> None:
+    spec = """
+    void bmm(int B, int M, int N, int K, float C[B][M][N], const float X[B][M][K],
+             const float Y[K][N]) {
+      for (int b = 0; b < B; b++)
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++)
+            for (int k = 0; k < K; k++)
+              C[b][i][j] += X[b][i][k] * Y[k][j];
+    }"""
+    kernel = polydl.compile(spec, {"B": 9, "M": 10, "N": 24, "K": 7})
+    run_and_check(kernel, lambda x, y: np.einsum("bik,kj->bij", x.astype(np.float64), y))
