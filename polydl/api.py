@@ -23,7 +23,7 @@ from polydl.ir import LoopNest, fingerprint
 from polydl.machine import current_machine
 from polydl.poly.model import PolyModel, build_model
 from polydl.reference import make_reference
-from polydl.runtime.cache import content_key, read_lowering, write_lowering
+from polydl.runtime.cache import compiler_revision, content_key, read_lowering, write_lowering
 from polydl.runtime.kernel import Kernel
 from polydl.runtime.toolchain import build_shared_library
 from polydl.schedules.apply import ScheduledNest, apply_schedule
@@ -32,9 +32,6 @@ from polydl.schedules.schedule import Schedule
 from polydl.version import __version__
 
 ScheduleArg = str | Schedule | Mapping[str, Any]
-# Part of every stored lowering's key: changes when "auto" lowers the same nest differently
-# (here: consumer nests fused into the producer), so older stored lowerings are not reused.
-LOWERING_REVISION = "fused-epilogues"
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,8 +138,8 @@ def _lowering_key(
     else:  # "tuned" reads the tuning database, which changes under us
         return None
     return content_key(
-        [__version__, LOWERING_REVISION, fingerprint(nest), json.dumps(dict(params), sort_keys=True), target,
-         chosen, current_machine().key()]
+        [__version__, compiler_revision(), fingerprint(nest), json.dumps(dict(params), sort_keys=True),
+         target, chosen, current_machine().key()]
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -35,6 +36,19 @@ MANIFEST = "manifest.json"
 _FALLBACK: dict[Path, Path] = {}
 _USABLE: set[Path] = set()
 _ROOT_LOCK = threading.Lock()
+
+
+@functools.cache
+def compiler_revision() -> str:
+    """A hash of the compiler's own code (its modules and templates): a stored lowering made by
+    other code may schedule the same nest differently, so it is keyed by this, not the version."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*")):
+        if path.suffix in (".py", ".j2", ".json") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(package)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def content_key(parts: Iterable[str]) -> str:

@@ -86,3 +86,16 @@ def test_failing_compile_reports_command_and_message(tmp_path: Path, monkeypatch
 
 def test_compiler_identity_names_the_compiler() -> None:
     assert "cc" in compiler_identity("cc") or "gcc" in compiler_identity("cc")
+
+
+def test_stored_lowerings_are_keyed_by_the_compilers_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polydl import api
+    from polydl.runtime import cache
+
+    nest, params = load_spec("void f(int N, float y[N]) { for (int i = 0; i < N; i++) y[i] += 1.0f; }",
+                             {"N": 8})
+    before = api._lowering_key(nest, params, "c", "auto")
+    assert before == api._lowering_key(nest, params, "c", "auto")
+    monkeypatch.setattr(api, "compiler_revision", lambda: "other code")
+    assert api._lowering_key(nest, params, "c", "auto") != before
+    assert len(cache.compiler_revision()) == 16
