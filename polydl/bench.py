@@ -47,6 +47,8 @@ CONV_PRIMITIVES = {
     "resnet50": "conv2d",
     "resnet50_bwd_data": "conv2d_backward_data",
     "resnet50_bwd_weights": "conv2d_backward_weights",
+    "resnet50_fused": "conv2d",
+    "resnet50_bf16": "conv2d",
 }
 # Seconds of timing per case (references and polydl together), not counting compilation.
 DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0, "resnet50_bwd_data": 8.0,

@@ -286,8 +286,10 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> fl
     if m_ext % m:
         cycles += _step_cycles(m_ext % m, used, registers)
     efficiency = lane_use * (m_ext * used / 2) / cycles
+    # each call loads and stores its C tile once, over a reduction of k times the batch
     k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
-    efficiency *= k / (k + 16)  # each call loads and stores its C tile once
+    k *= math.prod(_trip(model, schedule, b) for b in mk.batch)
+    efficiency *= k / (k + 16)
     if not mk.pack_b and _strided_b(model, mk):
         # every k step of a register tile reads B from another page: TLB and prefetch misses
         efficiency *= 0.6

@@ -160,7 +160,8 @@ def test_lstm_cell_matches_torch_lstm_cell() -> None:
     ref_c, ref_h = kernel.reference(x, h0, c0, w, b)
     close(got_c, ref_c)
     close(got_h, ref_h)
-    assert kernel.schedule.microkernel is not None
+    # at a realistic size the gate GEMM is a microkernel call (tiny ones may rank plain loops first)
+    assert polydl.lstm_cell(N=32, C=64, K=64).schedule.microkernel is not None
 
     torch = pytest.importorskip("torch")
     cell = torch.nn.LSTMCell(c, k)
