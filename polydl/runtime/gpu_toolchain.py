@@ -19,6 +19,7 @@ from polydl.codegen.gpu_target import SOURCE_SUFFIX
 from polydl.errors import CompileError
 from polydl.gpu import DEVICES
 from polydl.runtime.cache import content_key, entry_dir, write_atomic
+from polydl.runtime.sanitize import compiler_environment
 from polydl.version import __version__
 
 COMPILERS = {"cuda": ("POLYDL_NVCC", "nvcc"), "hip": ("POLYDL_HIPCC", "hipcc")}
@@ -59,7 +60,7 @@ def write_sources(code: GeneratedCode, directory: Path) -> dict[str, Path]:
 
 
 def run_compiler(command: list[str], target: str) -> None:
-    env = dict(os.environ)
+    env = compiler_environment()
     if target == "hip":
         env.setdefault("HIP_PLATFORM", "amd")
     if shutil.which(command[0]) is None:

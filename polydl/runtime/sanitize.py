@@ -93,6 +93,18 @@ def sanitized_environment(base: dict[str, str] | None = None, sanitizers: str = 
     return env
 
 
+def compiler_environment() -> dict[str, str]:
+    """This process's environment without a preloaded sanitizer runtime: a compiler run under
+    it (nvcc above all) may crash, and its leak checks would fail the build."""
+    env = dict(os.environ)
+    kept = [p for p in env.get("LD_PRELOAD", "").split() if "libasan" not in os.path.basename(p)]
+    if kept:
+        env["LD_PRELOAD"] = " ".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run pytest with sanitized kernels: `python -m polydl.runtime.sanitize [pytest args]`."""
     args = sys.argv[1:] if argv is None else argv

@@ -37,7 +37,7 @@ from polydl.runtime.cache import (
     write_atomic,
     write_manifest,
 )
-from polydl.runtime.sanitize import sanitizer_flags
+from polydl.runtime.sanitize import compiler_environment, sanitizer_flags
 from polydl.version import __version__
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -165,7 +165,8 @@ def _compile(toolchain: Toolchain, source: Path, library: Path, extra: tuple[str
     command = toolchain.command(source, tmp, extra)
     write_atomic(library.parent / "command.txt", (shlex.join(command) + "\n").encode())
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
+                                env=compiler_environment())
     except (FileNotFoundError, PermissionError):
         tmp.unlink(missing_ok=True)
         raise CompileError(

@@ -106,3 +106,12 @@ def test_asan_build_refused_without_the_runtime(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sanitize, "asan_runtime_loaded", lambda: False)
     with pytest.raises(polydl.PolyDLError, match="LD_PRELOAD"):
         polydl.matmul(M=3, N=5, K=2)
+
+
+def test_compilers_run_without_the_preloaded_sanitizer_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polydl.runtime.sanitize import compiler_environment
+
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/gcc/x86_64-linux-gnu/12/libasan.so /opt/other.so")
+    assert compiler_environment()["LD_PRELOAD"] == "/opt/other.so"
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libasan.so.8")
+    assert "LD_PRELOAD" not in compiler_environment()
