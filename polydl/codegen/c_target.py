@@ -17,6 +17,7 @@ from polydl.ir import DTYPES
 from polydl.machine import current_machine
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import ScheduledNest
+from polydl.schedules.fusion import epilogue_vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.version import __version__
 
@@ -77,7 +78,8 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
     }
     for plan in scheduled.groups:
         plan_calls = plan.calls
-        body += LoopPrinter(plan, instance).lines()
+        simd_dims = epilogue_vector_dims(model, plan.epilogues, plan.schedule_map)
+        body += LoopPrinter(plan, instance, simd_dims=simd_dims).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,
          "count": math.prod(layouts[a.name].shape), "zeroed": True}

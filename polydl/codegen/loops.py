@@ -47,12 +47,15 @@ class LoopPrinter:
         plan: GroupPlan,
         print_instance: InstancePrinter,
         parallel_pragma: str = "#pragma omp parallel for schedule(static)",
+        simd_dims: frozenset[int] = frozenset(),
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
         self.statements = {s.name: s for s in plan.printed_statements}
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
+        self.simd_dims = simd_dims
+        self.epilogue_names = {s.name for s in plan.epilogues}
 
     def lines(self) -> list[str]:
         if self.plan.schedule_map.is_empty():
@@ -103,10 +106,32 @@ class LoopPrinter:
         parallel_here = not in_parallel and _dim_of(it) in self.parallel_dims
         if parallel_here:
             out.append(pad + self.parallel_pragma)
+        elif _dim_of(it) in self.simd_dims and self._only_epilogues(node.for_get_body()):
+            out.append(pad + "#pragma omp simd")
         step = f"{it}++" if inc == "1" else f"{it} += {inc}"
         out.append(f"{pad}for (long {it} = {init}; {_strip(cond)}; {step}) {{")
         out += self._node(node.for_get_body(), indent + 1, in_parallel or parallel_here)
         return out + [f"{pad}}}"]
+
+
+    def _only_epilogues(self, node: isl.AstNode) -> bool:
+        """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            return all(self._only_epilogues(children.get_at(i)) for i in range(children.n_ast_node()))
+        if kind == isl.ast_node_type.for_:
+            return bool(node.for_is_degenerate()) and self._only_epilogues(node.for_get_body())
+        if kind == isl.ast_node_type.if_:
+            return self._only_epilogues(node.if_get_then_node()) and (
+                not node.if_has_else_node() or self._only_epilogues(node.if_get_else_node())
+            )
+        if kind == isl.ast_node_type.user:
+            name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+            return name in self.epilogue_names
+        if kind == isl.ast_node_type.mark:
+            return self._only_epilogues(node.mark_get_node())
+        return False
 
 
 def _strip(text: str) -> str:

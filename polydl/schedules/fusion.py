@@ -161,6 +161,21 @@ def fused_working_set(
     return ws[fused.level].bytes(line_bytes)
 
 
+def epilogue_vector_dims(
+    model: PolyModel, epilogues: Sequence[StatementModel], schedule_map: isl.UnionMap
+) -> frozenset[int]:
+    """Schedule dimensions that carry no dependence of the nest: an innermost loop there that
+    runs only fused epilogues may be declared SIMD. (Without the declaration the C compiler
+    guards or transposes the per-tile epilogue loop, which then costs as much as a separate
+    pass over the output.)"""
+    if not epilogues:
+        return frozenset()
+    relation = dependences_of(model).all
+    return frozenset(
+        d for d in range(_width(schedule_map)) if not carries(relation, schedule_map, d)
+    )
+
+
 def fits_cache(machine: Machine, nbytes: int) -> bool:
     return nbytes <= machine.l2_bytes * L2_SHARE
 

@@ -191,3 +191,24 @@ def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # t
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
     result = tune(nest, params, trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)
     assert all(t.schedule.epilogues == ("S2", "S3") for t in result.trials)
+
+
+# The consumer is a running sum along j: its own column loop carries a dependence.
+RUNNING_SUM_J = STENCIL_J.replace(
+    "for (int j = 1; j < N - 1; j++)\n      D[i][j] = C[i][j - 1] + C[i][j] + C[i][j + 1];",
+    "for (int j = 1; j < N; j++)\n      C[i][j] = C[i][j] + C[i][j - 1];",
+)
+
+
+def test_fused_epilogue_loop_is_declared_simd_only_where_nothing_is_carried() -> None:
+    conv = polydl.conv2d(N=1, C=16, K=32, H=6, W=6, R=1, S=1, layout="nchw16c",
+                         fuse=("bias", "relu"))
+    assert conv.schedule.epilogues and "#pragma omp simd" in conv.source
+    run_and_check(conv)
+
+    model = _model(RUNNING_SUM_J)
+    fused = [s.name for s in model.statements if s.group != model.statements[0].group]
+    kernel = polydl.compile(RUNNING_SUM_J, SIZES, schedule=replace(PLAIN, epilogues=tuple(fused)))
+    assert kernel.schedule.epilogues == tuple(fused)
+    assert "#pragma omp simd" not in kernel.source
+    run_and_check(kernel)
