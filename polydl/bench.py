@@ -767,17 +767,23 @@ def _build_polydl(
     if not built:
         raise BenchError("; ".join(problems))
     good = [b for b in built if b[1]] or built
-    speeds: dict[str, float] = {}
-    if len(good) > 1:
-        runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b, _, _ in good]
-        single = {r.name: time_call(r.run, 1) for r in runners}
-        rounds, inner = plan(single, min(repeat, 5), 3.0)
-        samples = time_interleaved(runners, rounds, inner)
-        # chosen by the fastest sample: one burst of other work cannot flip the choice
-        speeds = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
+    speeds = variant_speeds(case, [b for b, _, _ in good], repeat)
+    if speeds:
         good.sort(key=lambda b: -speeds[b[0].variant])
     build, ok, err = good[0]
     return build, ok, err, speeds, problems
+
+
+def variant_speeds(case: Case, builds: Sequence[PolydlBuild], repeat: int) -> dict[str, float]:
+    """GFLOP/s of each built variant, timed interleaved (none when there is only one), by the
+    fastest sample: one burst of other work cannot flip the choice."""
+    if len(builds) < 2:
+        return {}
+    runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b in builds]
+    single = {r.name: time_call(r.run, 1) for r in runners}
+    rounds, inner = plan(single, min(repeat, 5), 3.0)
+    samples = time_interleaved(runners, rounds, inner)
+    return {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
 
 
 def bench_case(

@@ -37,6 +37,7 @@ from polydl.bench import (
     plan,
     time_call,
     time_interleaved,
+    variant_speeds,
 )
 from polydl.verify import relative_error
 
@@ -120,13 +121,8 @@ def _fastest(case: Case, candidates: list[tuple[str, Callable[[], tuple[PolydlBu
         built.append((build, kernel, err))
     if not built:
         raise BenchError("; ".join(problems) or "nothing built")
-    speeds: dict[str, float] = {}
-    if len(built) > 1:
-        runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b, _, _ in built]
-        single = {r.name: time_call(r.run, 1) for r in runners}
-        rounds, inner = plan(single, min(repeat, 5), 3.0)
-        samples = time_interleaved(runners, rounds, inner)
-        speeds = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
+    speeds = variant_speeds(case, [b for b, _, _ in built], repeat)
+    if speeds:
         built.sort(key=lambda b: -speeds[b[0].variant])
     build, kernel, err = built[0]
     return build, kernel, err, speeds, problems

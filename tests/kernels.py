@@ -38,3 +38,21 @@ def run_and_check(
 
 def compile_c(text: str, params: Mapping[str, int], **kw: object) -> polydl.runtime.kernel.Kernel:  # type: ignore[name-defined]
     return polydl.compile(text, params, **kw)  # type: ignore[arg-type]
+
+
+# Specs the GPU tests share: a dependence along both loops, and a per-thread reduction.
+WAVEFRONT = """
+void wave(int N, float A[N][N]) {
+  for (int i = 1; i < N; i++)
+    for (int j = 1; j < N; j++)
+      A[i][j] = A[i - 1][j] + A[i][j - 1];
+}
+"""
+
+ROWSUM = """
+void rowsum(int N, int M, float s[N], const float A[N][M]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < M; j++)
+      s[i] += A[i][j] * A[i][j];
+}
+"""

@@ -19,22 +19,7 @@ from polydl.gpu_lowering import lower_gpu
 from polydl.poly.model import build_model
 from polydl.runtime.gpu_toolchain import compile_gpu_library
 from polydl.schedules.gpu import gpu_schedule
-
-WAVEFRONT = """
-void wave(int N, float A[N][N]) {
-  for (int i = 1; i < N; i++)
-    for (int j = 1; j < N; j++)
-      A[i][j] = A[i - 1][j] + A[i][j - 1];
-}
-"""
-
-ROWSUM = """
-void rowsum(int N, int M, float s[N], const float A[N][M]) {
-  for (int i = 0; i < N; i++)
-    for (int j = 0; j < M; j++)
-      s[i] += A[i][j] * A[i][j];
-}
-"""
+from tests.kernels import ROWSUM, WAVEFRONT
 
 BACKWARD = """
 void back(int N, float a[N], float b[N]) {

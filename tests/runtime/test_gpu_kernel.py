@@ -19,6 +19,7 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.inputs import random_inputs
 from polydl.verify import compare
+from tests.kernels import ROWSUM, WAVEFRONT
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -32,20 +33,6 @@ def _has_gpu() -> bool:
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU")
 
-WAVEFRONT = """
-void wave(int N, float A[N][N]) {
-  for (int i = 1; i < N; i++)
-    for (int j = 1; j < N; j++)
-      A[i][j] = A[i - 1][j] + A[i][j - 1];
-}
-"""
-ROWSUM = """
-void rowsum(int N, int M, float s[N], const float A[N][M]) {
-  for (int i = 0; i < N; i++)
-    for (int j = 0; j < M; j++)
-      s[i] += A[i][j] * A[i][j];
-}
-"""
 BATCHED = """
 void bmm(int B, int M, int N, int K, float C[B][M][N], const float X[B][M][K], const float Y[B][K][N]) {
   for (int b = 0; b < B; b++)
