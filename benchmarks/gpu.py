@@ -33,15 +33,7 @@ from polydl.frontends import builders  # noqa: E402
 from polydl.frontends.c_loopnest import read_c  # noqa: E402
 from polydl.ir import LoopNest  # noqa: E402
 
-BATCHED = """
-void bmm(int B, int M, int N, int K, float C[B][M][N], const float X[B][M][K], const float Y[B][K][N]) {
-  for (int b = 0; b < B; b++)
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++)
-        for (int k = 0; k < K; k++)
-          C[b][i][j] += X[b][i][k] * Y[b][k][j];
-}
-"""
+BATCHED = (Path(__file__).resolve().parents[1] / "examples" / "batched_matmul.c").read_text()
 
 
 def retype(nest: LoopNest, dtypes: dict[str, str]) -> LoopNest:

@@ -439,6 +439,15 @@ def time_interleaved(
     return samples
 
 
+def time_runners(
+    runners: Sequence[Runner], repeat: int, budget_s: float
+) -> tuple[int, dict[str, list[float]]]:
+    """(rounds, seconds per call of each runner): one call each to plan, then interleaved rounds."""
+    single = {r.name: time_call(r.run, 1) for r in runners}
+    rounds, inner = plan(single, repeat, budget_s)
+    return rounds, time_interleaved(runners, rounds, inner)
+
+
 # ---------------------------------------------------------------------------------- rows
 @dataclass
 class Row:
@@ -780,9 +789,7 @@ def variant_speeds(case: Case, builds: Sequence[PolydlBuild], repeat: int) -> di
     if len(builds) < 2:
         return {}
     runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b in builds]
-    single = {r.name: time_call(r.run, 1) for r in runners}
-    rounds, inner = plan(single, min(repeat, 5), 3.0)
-    samples = time_interleaved(runners, rounds, inner)
+    _, samples = time_runners(runners, min(repeat, 5), 3.0)
     return {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
 
 
@@ -829,9 +836,7 @@ def bench_case(
         if ok:
             verified.append(ref)
     runners = [build.runner, *verified]
-    single = {r.name: time_call(r.run, 1) for r in runners}
-    rounds, inner = plan(single, repeat, budget_s)
-    samples = time_interleaved(runners, rounds, inner)
+    rounds, samples = time_runners(runners, repeat, budget_s)
     speeds = {n: case.flops / statistics.median(v) / 1e9 for n, v in samples.items()}
     fastest = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
     return Row(

@@ -34,9 +34,7 @@ from polydl.bench import (
     _one_line,
     _polydl_runner,
     conv_references,
-    plan,
-    time_call,
-    time_interleaved,
+    time_runners,
     variant_speeds,
 )
 from polydl.verify import relative_error
@@ -176,9 +174,7 @@ def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected
         if ref_err <= tolerance.get(ref.name, 1e-4):
             verified.append(ref)
     runners = [build.runner, *verified]
-    single = {r.name: time_call(r.run, 1) for r in runners}
-    rounds, inner = plan(single, repeat, budget_s)
-    samples = time_interleaved(runners, rounds, inner)
+    rounds, samples = time_runners(runners, repeat, budget_s)
     speeds = {n: case.flops / statistics.median(v) / 1e9 for n, v in samples.items()}
     fastest = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
     return Row(

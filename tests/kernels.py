@@ -40,6 +40,17 @@ def compile_c(text: str, params: Mapping[str, int], **kw: object) -> polydl.runt
     return polydl.compile(text, params, **kw)  # type: ignore[arg-type]
 
 
+# Two outputs from one input: the calling convention's tuple return.
+TWO_OUTPUTS = """
+void split(int N, float lo[N], float hi[N], const float x[N]) {
+  for (int i = 0; i < N; i++) {
+    lo[i] = fminf(x[i], 0.0f);
+    hi[i] = fmaxf(x[i], 0.0f);
+  }
+}
+"""
+
+
 # Specs the GPU tests share: a dependence along both loops, and a per-thread reduction.
 WAVEFRONT = """
 void wave(int N, float A[N][N]) {

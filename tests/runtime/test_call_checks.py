@@ -8,15 +8,7 @@ import pytest
 
 import polydl
 from polydl.errors import ShapeError
-
-TWO_OUTPUTS = """
-void split(int N, float lo[N], float hi[N], const float x[N]) {
-  for (int i = 0; i < N; i++) {
-    lo[i] = fminf(x[i], 0.0f);
-    hi[i] = fmaxf(x[i], 0.0f);
-  }
-}
-"""
+from tests.kernels import TWO_OUTPUTS
 
 
 @pytest.fixture(scope="module")

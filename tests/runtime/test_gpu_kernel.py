@@ -8,6 +8,7 @@ import importlib.util
 import shutil
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,15 +34,7 @@ def _has_gpu() -> bool:
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU")
 
-BATCHED = """
-void bmm(int B, int M, int N, int K, float C[B][M][N], const float X[B][M][K], const float Y[B][K][N]) {
-  for (int b = 0; b < B; b++)
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++)
-        for (int k = 0; k < K; k++)
-          C[b][i][j] += X[b][i][k] * Y[b][k][j];
-}
-"""
+BATCHED = (Path(__file__).resolve().parents[2] / "examples" / "batched_matmul.c").read_text()
 
 
 def _bf16(nest, names):  # type: ignore[no-untyped-def]

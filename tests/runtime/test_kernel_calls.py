@@ -7,16 +7,7 @@ import pytest
 
 import polydl
 from polydl.errors import PolyDLError, ShapeError
-from tests.kernels import run_and_check
-
-TWO_OUTPUTS = """
-void split(int N, float lo[N], float hi[N], const float x[N]) {
-  for (int i = 0; i < N; i++) {
-    lo[i] = fminf(x[i], 0.0f);
-    hi[i] = fmaxf(x[i], 0.0f);
-  }
-}
-"""
+from tests.kernels import TWO_OUTPUTS, run_and_check
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polydl.codegen.microkernels.blocking import Blocking
-from polydl.codegen.microkernels.loops import BlockLoop, batch_loops, block_loops, offset
+from polydl.codegen.microkernels.loops import BlockLoop, block_loops, offset, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
@@ -66,22 +66,14 @@ def render_dpbf16_kernel(spec: BrgemmSpec, blocking: Blocking, name: str, descri
             )
             comment = f"{rows} x {width} block of C: {rows} rows x {vectors} vectors, k in pairs"
             tiles.append(PairTile(comment, n_loop, m_loop, rows, vectors, masked, cells, tuple(parts)))
-    batch, a_batch, b_batch = batch_loops(spec)
     tail = spec.n % LANES
     return render(
         "c/microkernels/dpbf16.c.j2",
+        **spec_values(spec),
         name=name,
         description=description,
         target=TARGET,
         tail=tail,
         tail_bits=hex((1 << tail) - 1),
-        beta=spec.beta != 0.0,
-        a_m=spec.a_m,
-        a_k=spec.a_k,
-        b_k=spec.b_k,
-        c_m=spec.c_m,
-        batch=batch,
-        a_batch=a_batch,
-        b_batch=b_batch,
         tiles=tiles,
     )

@@ -50,6 +50,18 @@ def batch_loops(spec: BrgemmSpec) -> tuple[list[BatchLoop], str, str]:
     return loops, a_terms, b_terms
 
 
+def spec_values(spec: BrgemmSpec) -> dict[str, object]:
+    """What every microkernel template reads of a spec: element types, strides, beta and the
+    batch loops with their pointer offsets."""
+    batch, a_batch, b_batch = batch_loops(spec)
+    return dict(
+        dtype=spec.dtype, in_t=spec.input_ctype, out_t=spec.output_ctype,
+        beta=spec.beta != 0.0,
+        a_m=spec.a_m, a_k=spec.a_k, b_k=spec.b_k, b_n=spec.b_n, c_m=spec.c_m, c_n=spec.c_n,
+        batch=batch, a_batch=a_batch, b_batch=b_batch,
+    )
+
+
 def offset(base: str, value: int) -> str:
     """`base + value` as C text."""
     if value == 0:

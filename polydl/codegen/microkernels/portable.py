@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polydl.codegen.microkernels.loops import BlockLoop, batch_loops, block_loops
+from polydl.codegen.microkernels.loops import BlockLoop, block_loops, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
@@ -46,25 +46,15 @@ def render_portable_kernel(spec: BrgemmSpec, name: str, description: str) -> str
         return f"{name}_bf16({text})" if spec.dtype == "bfloat16" else text
 
     c_cell = f"cp[i * {spec.c_m}L + j * {spec.c_n}L]"
-    batch, a_batch, b_batch = batch_loops(spec)
     return render(
         "c/microkernels/portable.c.j2",
+        **spec_values(spec),
         name=name,
         description=description,
-        dtype=spec.dtype,
-        in_t=spec.input_ctype,
-        out_t=spec.output_ctype,
-        a_m=spec.a_m,
-        b_n=spec.b_n,
-        c_m=spec.c_m,
-        c_n=spec.c_n,
         k=spec.k,
         c_cell=c_cell,
         c_initial=c_cell if spec.beta != 0.0 else "0",
         a_value=value(f"ak[kk * {spec.a_k}L + i * {spec.a_m}L]"),
         b_value=value(f"bk[kk * {spec.b_k}L + j * {spec.b_n}L]"),
-        batch=batch,
-        a_batch=a_batch,
-        b_batch=b_batch,
         tiles=tiles,
     )

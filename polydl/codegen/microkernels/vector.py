@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polydl.codegen.microkernels.blocking import Blocking, VectorUnit
-from polydl.codegen.microkernels.loops import BlockLoop, batch_loops, block_loops, offset
+from polydl.codegen.microkernels.loops import BlockLoop, block_loops, offset, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
@@ -149,27 +149,16 @@ def render_vector_kernel(spec: BrgemmSpec, unit: VectorUnit, blocking: Blocking,
         tiles, tail, unroll = outer_tiles(spec, blocking)
     else:
         tiles, tail, unroll = dot_tiles(spec, blocking)
-    batch, a_batch, b_batch = batch_loops(spec)
     source = render(
         "c/microkernels/vector.c.j2",
+        **spec_values(spec),
         ops=OPS_TEMPLATES["avx512" if unit.isa.startswith("avx512") else unit.isa],
         name=name,
         description=description,
         form=blocking.form,
-        dtype=spec.dtype,
         target=unit.target,
         tail=tail,
         tail_bits=hex((1 << tail) - 1),
-        beta=spec.beta != 0.0,
-        in_t=spec.input_ctype,
-        out_t=spec.output_ctype,
-        a_m=spec.a_m,
-        b_n=spec.b_n,
-        c_m=spec.c_m,
-        c_n=spec.c_n,
-        batch=batch,
-        a_batch=a_batch,
-        b_batch=b_batch,
         tiles=tiles,
     )
     return source, unroll
