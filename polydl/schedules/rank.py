@@ -29,6 +29,9 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
+# Cycles an OpenMP parallel loop costs per thread of the team (waking it and joining it, ~4 us
+# for 16 threads): on many cores a small nest runs faster on one core than split over all.
+FORK_JOIN_CYCLES_PER_THREAD = 500.0
 MAX_CANDIDATES = 32
 
 
@@ -365,6 +368,8 @@ def evaluate(
         strides = _b_strides(model, final.microkernel)
         memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
     cost = (compute + memory) * balance / cores
+    if final.parallel and cores > 1:
+        cost += FORK_JOIN_CYCLES_PER_THREAD * cores
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 

@@ -62,3 +62,17 @@ def test_tiled_outer_loop_result_matches_numpy_for_gemm_batches() -> None:
     }"""
     kernel = polydl.compile(spec, {"B": 9, "M": 10, "N": 24, "K": 7})
     run_and_check(kernel, lambda x, y: np.einsum("bik,kj->bij", x.astype(np.float64), y))
+
+
+def test_a_small_gemm_on_many_cores_keeps_its_microkernel() -> None:
+    """Forking 16 threads costs more than a 32 x 64 x 32 GEMM: plain loops split over all cores
+    must not outrank one microkernel call on one core."""
+    many = Machine(isa="avx512", cores=16, l1_bytes=48 * 1024, l2_bytes=2 * 1024 * 1024)
+    for m, n, k in ((16, 16, 16), (32, 64, 32)):
+        nest, params = builders.matmul(m, n, k)
+        best = rank(build_model(nest, params), many)[0].schedule
+        assert best.microkernel is not None, (m, n, k)
+    # a large GEMM still runs on every core
+    nest, params = builders.matmul(512, 512, 512)
+    best = rank(build_model(nest, params), many)[0].schedule
+    assert best.microkernel is not None and best.parallel
