@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-# ISAs polydl generates code for, best first. "avx512bf16" is AVX-512 plus the BF16 dot products.
-ISAS = ("avx512bf16", "avx512", "avx2", "scalar")
+# ISAs polydl generates code for, best first. "avx512bf16" is AVX-512 plus the BF16 dot products;
+# "avx512amx" adds the AMX tile unit (bf16 tile dot products, Sapphire Rapids and later).
+ISAS = ("avx512amx", "avx512bf16", "avx512", "avx2", "scalar")
 
-_VECTOR_BYTES = {"avx512bf16": 64, "avx512": 64, "avx2": 32, "scalar": 4}
+_VECTOR_BYTES = {"avx512amx": 64, "avx512bf16": 64, "avx512": 64, "avx2": 32, "scalar": 4}
 _ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 
 
@@ -50,7 +51,11 @@ class Machine:
 
     @property
     def has_bf16_dot(self) -> bool:
-        return self.isa == "avx512bf16"
+        return self.isa in ("avx512amx", "avx512bf16")
+
+    @property
+    def has_amx(self) -> bool:
+        return self.isa == "avx512amx"
 
     def key(self) -> str:
         """Identity for the tuning database: what makes a tuned schedule transferable."""
@@ -67,7 +72,9 @@ def _cpu_flags(cpuinfo: str) -> set[str]:
 
 def isa_from_flags(flags: set[str]) -> str:
     if {"avx512f", "avx512bw", "avx512vl"} <= flags:
-        return "avx512bf16" if "avx512_bf16" in flags else "avx512"
+        if "avx512_bf16" not in flags:
+            return "avx512"
+        return "avx512amx" if {"amx_tile", "amx_bf16"} <= flags else "avx512bf16"
     if {"avx2", "fma"} <= flags:
         return "avx2"
     return "scalar"

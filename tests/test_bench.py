@@ -76,7 +76,7 @@ def test_numpy_conv2d_matches_the_loop_definition(stride: int, padding: int, r: 
 
 
 @pytest.mark.parametrize("isa, lanes, accumulators", [
-    ("avx512bf16", 16, 24), ("avx512", 16, 24), ("avx2", 8, 12), ("scalar", 1, 12),
+    ("avx512amx", 16, 24), ("avx512bf16", 16, 24), ("avx512", 16, 24), ("avx2", 8, 12), ("scalar", 1, 12),
 ])
 def test_peak_loop_source_per_isa(isa: str, lanes: int, accumulators: int) -> None:
     source, got_lanes, got_accs, _ = bench.peak_source(isa)

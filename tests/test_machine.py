@@ -10,6 +10,8 @@ from polydl.machine import Machine, current_machine, isa_from_flags
 @pytest.mark.parametrize(
     "flags, isa",
     [
+        ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"}, "avx512amx"),
+        ({"avx512f", "avx512bw", "avx512vl", "amx_tile", "amx_bf16"}, "avx512"),  # AMX needs BF16
         ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx2", "fma"}, "avx512bf16"),
         ({"avx512f", "avx512bw", "avx512vl", "avx2", "fma"}, "avx512"),
         ({"avx512f", "avx2", "fma"}, "avx2"),  # AVX-512 without BW/VL is not used

@@ -53,6 +53,7 @@ RUNNABLE = {
     "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= FLAGS,
 }
 RUNNABLE["avx512bf16"] = RUNNABLE["avx512"] and "avx512_bf16" in FLAGS
+RUNNABLE["avx512amx"] = RUNNABLE["avx512bf16"] and {"amx_tile", "amx_bf16"} <= FLAGS
 
 NUMPY_TYPES = {"float32": (np.float32, np.float32), "float64": (np.float64, np.float64),
                "bfloat16": (np.uint16, np.float32)}
@@ -291,6 +292,18 @@ BF16_DOT_CASES = [
     for shape in ((3, 5, 7), (17, 31, 20), (28, 64, 9)) for lay in ("dense", "padded", "m-major", "strided")
     for batch, beta in (("none", 0.0), ("two", 1.0))
 ] + [pytest.param(Case(replace(CONV, dtype="bfloat16"), "avx512bf16"), id="conv")]
+# AMX tile kernels (ragged tile rows and columns, k chunks of 32, 24, 20 and 2, both
+# orientations, batches, beta 0 and 1; odd k falls back to vdpbf16ps): run where the CPU has
+# AMX-BF16, compiled only elsewhere.
+AMX_LAYOUTS = ("dense", "padded", "negative", "col-major")
+AMX_CASES = [
+    pytest.param(Case(spec_for(shape, lay, batch, dtype="bfloat16", beta=beta), "avx512amx"),
+                 id=f"{label(shape)}-{lay}-{batch}-beta{beta:g}")
+    for shape in ((17, 31, 20), (50, 16, 64), (40, 33, 48), (5, 16, 2), (28, 64, 9))
+    for lay in AMX_LAYOUTS
+    for batch, beta in (("none", 0.0), ("two", 1.0), ("into-k", 1.0), ("empty", 1.0))
+] + [pytest.param(Case(replace(spec, dtype="bfloat16"), "avx512amx"), id=name)
+     for name, spec in (("conv", CONV), ("gemm", GEMM))]
 BLOCK_CASES = [
     pytest.param(Case(spec, isa), id=f"{name}-{isa}")
     for name, spec in (("conv", CONV), ("gemm", GEMM)) for isa in VECTOR_ISAS
@@ -310,7 +323,7 @@ LIBXSMM_CASES = [
 
 
 def all_cases() -> list[Case]:
-    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES, *BF16_DOT_CASES]
+    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES, *BF16_DOT_CASES, *AMX_CASES]
     if libxsmm_available():
         params += LIBXSMM_CASES
     return [p.values[0] for p in params]  # type: ignore[misc]
@@ -341,6 +354,30 @@ def test_avx512_bf16_dot_products(library: KernelLibrary, case: Case) -> None:
     mk = check(library, case)
     if mk.form.startswith("outer"):
         assert "_mm512_dpbf16_ps(" in mk.source
+
+
+@pytest.mark.parametrize("case", AMX_CASES)
+def test_amx_tile_kernels(library: KernelLibrary, case: Case) -> None:
+    mk = check(library, case)
+    if case.spec.normalized().k % 2 == 0:  # an "into-k" batch can make k even
+        assert "_tile_dpbf16ps(" in mk.source and mk.isa == "avx512amx"
+    else:  # no whole k pairs for the tiles: the vdpbf16ps kernel
+        assert "_tile_dpbf16ps(" not in mk.source and "_mm512_dpbf16_ps(" in mk.source
+
+
+def test_amx_kernel_builds_with_mamx(tmp_path: Path) -> None:
+    """The whole kernel, compiled for a CPU with AMX, issues tile loads, products and stores
+    and keeps the vdpbf16ps kernel as its fallback."""
+    mk = choose_microkernel(replace(CONV, dtype="bfloat16"), "avx512amx", "_pd_amx")
+    c_file = tmp_path / "k.c"
+    c_file.write_text(entry_source(mk, "entry"))
+    asm = tmp_path / "k.s"
+    subprocess.run([GCC, "-O3", "-march=sapphirerapids", "-Wall", "-Werror", "-S", str(c_file),
+                    "-o", str(asm)], check=True)
+    text = asm.read_text()
+    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease",
+                        "vdpbf16ps"):
+        assert instruction in text, instruction
 
 
 def test_bf16_dot_product_kernel_builds_with_mavx512bf16(tmp_path: Path) -> None:

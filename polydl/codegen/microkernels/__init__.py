@@ -11,7 +11,7 @@ strides have no BLAS form); "auto" is polydl's own unless LIBXSMM is known to be
 
 from __future__ import annotations
 
-from polydl.codegen.microkernels import dpbf16
+from polydl.codegen.microkernels import amx, dpbf16
 from polydl.codegen.microkernels.blocking import (
     VECTOR_UNITS,
     Blocking,
@@ -64,6 +64,10 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
     """polydl's generated kernel: the form and register blocking with the fewest estimated
     cycles among those the strides allow, portable C if none does (or for isa "scalar")."""
     s = spec.normalized()
+    if isa == "avx512amx" and s.dtype == "bfloat16":
+        for view in (s, s.transposed()):
+            if amx.supports(view):
+                return _amx_kernel(spec, view, view is not s, name)
     unit = VECTOR_UNITS.get(isa)
     candidates: list[tuple[float, str, BrgemmSpec, Blocking]] = []
     if unit is not None:
@@ -89,7 +93,7 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
         f"{blocking.rows} x {blocking.vectors}{' vectors' if blocking.form == 'outer' else ''}"
         f"{' of C^T' if swapped else ''}"
     )
-    if isa == "avx512bf16" and blocking.form == "outer" and dpbf16.supports(view):
+    if isa in ("avx512amx", "avx512bf16") and blocking.form == "outer" and dpbf16.supports(view):
         description += "; vdpbf16ps on k pairs"
         source, unroll = dpbf16.render_dpbf16_kernel(view, blocking, inner, description), 1
     else:
@@ -113,6 +117,37 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
         nr=tile_n,
         unroll=unroll,
         estimated_cycles=cycles,
+    )
+
+
+def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str) -> Microkernel:
+    """The AMX tile kernel of `view` (`spec` itself or its transpose), with the vdpbf16ps
+    kernel of the same view as its fallback where the OS refuses the tile state."""
+    inner = f"{name}_t" if swapped else name
+    fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni")
+    rows, columns = amx.tile_shape(view)
+    description = (
+        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
+        f"{spec.dtype} beta={spec.beta:g}; AMX tiles, C blocks of {rows} x {columns} tiles, "
+        f"k chunks of {amx.k_chunk(view.k)}, B packed in k pairs{' (of C^T)' if swapped else ''}"
+    )
+    source = amx.render_amx_kernel(view, inner, description, fallback.source, fallback.name)
+    if swapped:
+        source = _swap_wrapper(spec, name, inner, source, description)
+    tile_m = min(rows * amx.TILE_ROWS, view.m)
+    tile_n = min(columns * amx.TILE_COLUMNS, view.n)
+    if swapped:
+        tile_m, tile_n = tile_n, tile_m
+    return Microkernel(
+        name=name,
+        source=source,
+        spec=spec,
+        backend="polydl",
+        isa="avx512amx",
+        form="outer-m" if swapped else "outer-n",
+        mr=tile_m,
+        nr=tile_n,
+        estimated_cycles=amx.estimated_cycles(view),
     )
 
 

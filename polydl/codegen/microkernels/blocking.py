@@ -37,7 +37,7 @@ VECTOR_UNITS: dict[str, VectorUnit] = {
     "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
                          target="avx512f,avx512bw,avx512vl,avx512dq,fma"),
 }
-VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512"]
+VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512amx"] = VECTOR_UNITS["avx512"]
 
 # Cycles to load and store one accumulator and to enter a tile (pointer set-up, loop exits).
 _ACCUMULATOR_CYCLES = 1.0
