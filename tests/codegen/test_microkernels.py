@@ -266,6 +266,11 @@ VECTOR_ISAS = ["avx2", "avx512"]
 CONV = BrgemmSpec(m=28, n=64, k=64, a_m=64, a_k=1, b_k=64, b_n=1, c_m=64, c_n=1,
                   batch=(BatchDim(3, 30 * 64, 3 * 64 * 64), BatchDim(3, 64, 64 * 64)))
 GEMM = BrgemmSpec(m=64, n=256, k=256, a_m=256, a_k=1, b_k=256, b_n=1, c_m=256, c_n=1)
+# The blocked-layout (nchw16c) conv call: 56 output pixels x 16 channels, 16 input channels,
+# batch over 4 channel blocks and the 3 x 3 window; B's k rows are adjacent 16-wide rows.
+CONV16 = BrgemmSpec(m=56, n=16, k=16, a_m=16, a_k=1, b_k=16, b_n=1, c_m=16, c_n=1,
+                    batch=(BatchDim(4, 58 * 58 * 16, 9 * 256), BatchDim(3, 58 * 16, 3 * 256),
+                           BatchDim(3, 16, 256)))
 
 LAYOUT_CASES = [
     pytest.param(Case(spec_for(shape, lay, "one", beta=float(sum(shape) % 2)), isa),
@@ -303,7 +308,7 @@ AMX_CASES = [
     for lay in AMX_LAYOUTS
     for batch, beta in (("none", 0.0), ("two", 1.0), ("into-k", 1.0), ("empty", 1.0))
 ] + [pytest.param(Case(replace(spec, dtype="bfloat16"), "avx512amx"), id=name)
-     for name, spec in (("conv", CONV), ("gemm", GEMM))]
+     for name, spec in (("conv", CONV), ("gemm", GEMM), ("conv16", CONV16))]
 BLOCK_CASES = [
     pytest.param(Case(spec, isa), id=f"{name}-{isa}")
     for name, spec in (("conv", CONV), ("gemm", GEMM)) for isa in VECTOR_ISAS
