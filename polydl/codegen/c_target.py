@@ -57,7 +57,8 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         for a in model.nest.arrays
     }
     printer = StatementPrinter(layouts)
-    calls = CallPrinter(printer, current_machine().isa)
+    constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
+    calls = CallPrinter(printer, current_machine().isa, constant)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
@@ -107,6 +108,8 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,
         body=body,
+        # microkernels that reuse a packed constant input across calls count the calls
+        tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
     )
     header = render("c/kernel.h.j2", **values, arguments=arguments)
     return GeneratedCode(

@@ -60,15 +60,18 @@ def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
 
 
 class CallPrinter:
-    def __init__(self, printer: StatementPrinter, isa: str) -> None:
+    def __init__(self, printer: StatementPrinter, isa: str,
+                 constant: frozenset[str] = frozenset()) -> None:
         self.printer = printer
         self.isa = isa
+        self.constant = constant  # arrays no statement writes (the function's const inputs)
         self.microkernels: dict[str, Microkernel] = {}
 
-    def _kernel(self, spec: BrgemmSpec, backend: str) -> str:
-        name = microkernel_name(spec, self.isa + backend)
+    def _kernel(self, spec: BrgemmSpec, backend: str, b_constant: bool = False) -> str:
+        name = microkernel_name(spec, self.isa + backend + ("+const-b" if b_constant else ""))
         if name not in self.microkernels:
-            self.microkernels[name] = choose_microkernel(spec, self.isa, name=name, backend=backend)
+            self.microkernels[name] = choose_microkernel(spec, self.isa, name=name, backend=backend,
+                                                         b_constant=b_constant)
         return name
 
     def lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
@@ -101,7 +104,8 @@ class CallPrinter:
         n_sizes = call.extent_variants(binding.n)
         k_sizes = call.extent_variants(binding.k)
         for m, n, k in product(m_sizes, n_sizes, k_sizes):
-            name = self._kernel(brgemm_spec(call, m, n, dtype, k), binding.backend)
+            b_constant = call.pack is None and call.b.array in self.constant
+            name = self._kernel(brgemm_spec(call, m, n, dtype, k), binding.backend, b_constant)
             conds = []
             variants = ((binding.m, m_sizes, m), (binding.n, n_sizes, n), (binding.k, k_sizes, k))
             for var, sizes, size in variants:

@@ -88,3 +88,23 @@ def test_bf16_kernels_use_the_machines_bf16_path() -> None:
     elif isa == "avx2":
         # bf16 -> fp32 by a 16-bit shift on load, then FMA
         assert "_mm256_slli_epi32" in kern.source and "_mm256_fmadd_ps" in kern.source
+
+
+def test_bf16_conv_sees_weights_changed_in_place_between_calls() -> None:
+    """Where a microkernel keeps a packed copy of the weights across calls (AMX), each call of
+    the generated function packs them anew: new values at the same address are used."""
+    n, c, k, h, w = 2, 32, 16, 7, 7
+    kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=3, S=3, padding=1, dtype="bfloat16",
+                         layout="nchw16c")
+    if current_machine().isa == "avx512amx":
+        assert "_tile_dpbf16ps(" in kern.source and "_pd_tile_generation" in kern.source
+    rng = np.random.default_rng(5)
+    x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
+    xb = layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)
+    wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+    for _ in range(2):
+        got = layouts.from_nchw16c(kern(xb, wb), k)
+        want = conv2d_numpy(f32(x), f32(wt), 1, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        wt = bf16(rng, k, c, 3, 3)
+        wb[...] = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)  # same buffer

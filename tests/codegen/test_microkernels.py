@@ -373,7 +373,9 @@ def test_amx_tile_kernels(library: KernelLibrary, case: Case) -> None:
 def test_amx_kernel_builds_with_mamx(tmp_path: Path) -> None:
     """The whole kernel, compiled for a CPU with AMX, issues tile loads, products and stores
     and keeps the vdpbf16ps kernel as its fallback."""
-    mk = choose_microkernel(replace(CONV, dtype="bfloat16"), "avx512amx", "_pd_amx")
+    mk = choose_microkernel(replace(CONV16, dtype="bfloat16"), "avx512amx", "_pd_amx",
+                            b_constant=True)
+    assert "_pd_tile_generation" in mk.source  # one block of n: B packed once per generation
     c_file = tmp_path / "k.c"
     c_file.write_text(entry_source(mk, "entry"))
     asm = tmp_path / "k.s"

@@ -44,14 +44,17 @@ __all__ = [
 BACKENDS = ("auto", "polydl", "libxsmm")
 
 
-def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "auto") -> Microkernel:
+def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "auto",
+                       b_constant: bool = False) -> Microkernel:
+    """`b_constant`: B is a constant input of the generated function, which then counts its
+    calls in `_pd_tile_generation` (kernels that reuse a packed B across calls need it)."""
     if isa not in ISAS:
         raise ValueError(f"unknown ISA '{isa}'; known: {', '.join(ISAS)}")
     if backend not in BACKENDS:
         raise ScheduleError(f"unknown microkernel backend '{backend}'; known: {', '.join(BACKENDS)}")
     if backend == "libxsmm" or (backend == "auto" and _libxsmm_preferred(spec, isa)):
         return libxsmm_kernel(spec, isa, name)
-    return own_kernel(spec, isa, name)
+    return own_kernel(spec, isa, name, b_constant)
 
 
 def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:
@@ -60,14 +63,14 @@ def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:
     return False
 
 
-def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
+def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) -> Microkernel:
     """polydl's generated kernel: the form and register blocking with the fewest estimated
     cycles among those the strides allow, portable C if none does (or for isa "scalar")."""
     s = spec.normalized()
     if isa == "avx512amx" and s.dtype == "bfloat16":
         for view in (s, s.transposed()):
             if amx.supports(view):
-                return _amx_kernel(spec, view, view is not s, name)
+                return _amx_kernel(spec, view, view is not s, name, b_constant)
     unit = VECTOR_UNITS.get(isa)
     candidates: list[tuple[float, str, BrgemmSpec, Blocking]] = []
     if unit is not None:
@@ -120,7 +123,8 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
     )
 
 
-def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str) -> Microkernel:
+def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
+                b_constant: bool) -> Microkernel:
     """The AMX tile kernel of `view` (`spec` itself or its transpose), with the vdpbf16ps
     kernel of the same view as its fallback where the OS refuses the tile state."""
     inner = f"{name}_t" if swapped else name
@@ -131,7 +135,9 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str) ->
         f"{spec.dtype} beta={spec.beta:g}; AMX tiles, C blocks of {rows} x {columns} tiles, "
         f"k chunks of {amx.k_chunk(view.k)}, B packed in k pairs{' (of C^T)' if swapped else ''}"
     )
-    source = amx.render_amx_kernel(view, inner, description, fallback.source, fallback.name)
+    # the packed operand is the view's B: the spec's A where the view is swapped
+    source = amx.render_amx_kernel(view, inner, description, fallback.source, fallback.name,
+                                   b_constant=b_constant and not swapped)
     if swapped:
         source = _swap_wrapper(spec, name, inner, source, description)
     tile_m = min(rows * amx.TILE_ROWS, view.m)

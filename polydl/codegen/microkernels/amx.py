@@ -6,7 +6,8 @@ tile state); returns C source. A tile multiplies up to 16 rows of A (k pairs adj
 place at stride a_m) by a tile of B in pair-interleaved (VNNI) order: row p of it holds
 (B[2p][n], B[2p+1][n]) for 16 columns n. Each block of n columns of B is copied once per call
 into that order, for every batch element and k, into a per-thread buffer; every block of m
-rows then reads it. A block of C is up to 3 x 1 or 2 x 2 tiles of 16 x 16 fp32 (the 8 tile
+rows then reads it (and, where B is a constant input, the thread's next calls on the same B
+within one call of the generated function). A block of C is up to 3 x 1 or 2 x 2 tiles of 16 x 16 fp32 (the 8 tile
 registers also hold one A tile per tile row and one B tile per tile column); ragged edges are
 tiles with fewer rows or columns, under their own tile configuration.
 """
@@ -118,9 +119,13 @@ def estimated_cycles(spec: BrgemmSpec) -> float:
 
 
 def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_source: str,
-                      fallback_name: str) -> str:
+                      fallback_name: str, b_constant: bool = False) -> str:
+    """`b_constant`: B is a constant input of the generated function, which bumps
+    `_pd_tile_generation` on entry; a call then reuses the packed B of the thread's previous
+    call on the same B (where one block of n holds all of it)."""
     assert supports(spec)
     groups = column_groups(spec)
+    single_block = len(groups) == 1 and groups[0].n.stop - groups[0].n.start == groups[0].n.step
     pitch = max(len(g.columns) for g in groups) * 2 * TILE_COLUMNS  # bf16 per packed row
     return render(
         "c/microkernels/amx.c.j2",
@@ -137,4 +142,5 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
         tile_rows=TILE_ROWS,
         fallback_source=fallback_source,
         fallback_name=fallback_name,
+        cache_b=b_constant and single_block,
     )
