@@ -39,11 +39,15 @@ def arguments(postops: PostOps | None) -> str:
 
 
 def operand_bases(postops: PostOps, ctype: str) -> list[str]:
-    """Each operand's pointer at the tile's origin (m0, n0)."""
-    return [
-        f"const {ctype} *restrict ep{i} = e{i} + m0 * {o.m}L + n0 * {o.n}L;"
-        for i, o in enumerate(postops.operands)
-    ]
+    """Each operand's pointer at the tile's origin (m0, n0). The empty volatile asm keeps
+    the loads here, after the reduction: an operand that does not vary along m would
+    otherwise be loaded before the tile's loops and held in registers through the
+    reduction, spilling an accumulator from its inner loop."""
+    lines = []
+    for i, o in enumerate(postops.operands):
+        lines.append(f"{ctype} const *ep{i} = e{i} + m0 * {o.m}L + n0 * {o.n}L;")
+        lines.append(f'__asm__ volatile("" : "+r"(ep{i}));')
+    return lines
 
 
 def literal(value: float, ctype: str) -> str:
