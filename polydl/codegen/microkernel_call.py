@@ -16,7 +16,7 @@ from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choos
 from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
-from polydl.schedules.postops import PostOpPlan, offset_c
+from polydl.schedules.postops import PostOpPlan, condition_c, offset_c
 from polydl.schedules.schedule import is_tile_loop, loop_var, tile_loop
 
 
@@ -112,7 +112,7 @@ class CallPrinter:
         k_sizes = call.extent_variants(binding.k)
         for m, n, k in product(m_sizes, n_sizes, k_sizes):
             spec = brgemm_spec(call, m, n, dtype, k)
-            if post is not None:
+            if post is not None and post.last_call is None:
                 spec = replace(spec, postops=post.ops)
             name = self._kernel(spec, binding.backend)
             conds = []
@@ -124,7 +124,12 @@ class CallPrinter:
                     op = ">=" if size == sizes[0] else "<"
                     conds.append(f"{end} - {var} {op} {sizes[0]}")
             test = " && ".join(conds)
-            line = f"{name}(_pd_a, _pd_b, _pd_c{extra});"
+            line = f"{name}(_pd_a, _pd_b, _pd_c{extra if post and post.last_call is None else ''});"
+            if post is not None and post.last_call is not None:
+                # a reduction split over calls: the post-ops run on the call that finishes it
+                last = self._kernel(replace(spec, postops=post.ops), binding.backend)
+                finish = condition_c(post.last_call, args)
+                line = f"{{ if ({finish}) {last}(_pd_a, _pd_b, _pd_c{extra}); else {line} }}"
             out.append(f"  if ({test}) {line}" if test else f"  {line}")
         out.append("}")
         return out

@@ -116,10 +116,15 @@ class PostOpPlan:
     epilogues: tuple[str, ...]
     ops: PostOps
     operands: tuple[PostOpOperand, ...] = field(default=())
+    # where the reduction of a tile is split over several calls: the calls that finish it
+    last_call: Condition | None = None
 
     def describe(self) -> str:
         arrays = ", ".join(f"e{i} = {o.array}" for i, o in enumerate(self.operands))
-        return self.ops.describe() + (f" ({arrays})" if arrays else "")
+        text = self.ops.describe() + (f" ({arrays})" if arrays else "")
+        if self.last_call is not None:
+            text += "; on the last of the calls that reduce each tile"
+        return text
 
 
 def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
@@ -129,11 +134,6 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
     if len(plan.calls) != 1:
         return "the fused nest has no microkernel call"
     (call,) = plan.calls.values()
-    if plan.fusion_level != len(call.outer):
-        return (
-            f"the epilogue runs at level {plan.fusion_level}, outside the loops around the call "
-            f"({len(call.outer)}): the reduction of a tile is split over several calls"
-        )
     c_array = call.c.array
     if c_array in (call.a.array, call.b.array):
         return f"the call reads {c_array}, which the epilogue writes"
@@ -145,6 +145,13 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
         if acc.is_write
     }
     cell_of = _write_relation(producer, c_array)
+    last: Condition | None = None
+    if plan.fusion_level != len(call.outer):
+        # the reduction of a tile is split over several calls: apply them on the last one
+        found_last = _last_calls(plan, call, cell_of)
+        if isinstance(found_last, str):
+            return found_last
+        last = found_last
     operands: list[tuple[str, isl.Map]] = []  # (array, producer instance -> operand cell)
     steps: list[PostExpr] = []
     for s in plan.epilogues:
@@ -162,7 +169,55 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
         strides.append(OperandStrides(_coefficient(offset, d_m), _coefficient(offset, d_n)))
         offsets.append(PostOpOperand(array, offset))
     ops = PostOps(tuple(strides), tuple(steps))
-    return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets))
+    return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets), last)
+
+
+# A set of the call's outer loop values, as a union of conjunctions of affine constraints
+# `sum(coefficients[d] * t_d) + constant (== | >=) 0`.
+Constraint = tuple[tuple[int, ...], int, bool]  # (coefficients, constant, is_equality)
+Condition = tuple[tuple[Constraint, ...], ...]
+
+
+def _last_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map) -> Condition | str:
+    """The calls after which no later call writes any of their cells (the calls that finish
+    their tile's reduction), as constraints on the call's outer loops; or why there are none
+    that finish whole tiles."""
+    assert plan.instance_map is not None
+    producer = call.statement
+    outer = len(call.outer)
+    timed = isl.Map.from_union_map(
+        plan.instance_map.intersect_domain(isl.UnionSet.from_set(producer.domain))
+    )
+    to_call = timed.project_out(isl.dim_type.out, outer, timed.dim(isl.dim_type.out) - outer)
+    cells = to_call.reverse().apply_range(cell_of)  # call -> the cells it writes
+    later = cells.apply_range(cells.reverse()).intersect(isl.Map.lex_lt(cells.domain().get_space()))
+    final = cells.subtract(later.apply_range(cells).intersect(cells))
+    last = final.domain()
+    if not final.is_equal(cells.intersect_domain(last)):
+        return "the reduction is split over calls, and some call finishes only part of its tile"
+    out: list[tuple[Constraint, ...]] = []
+    for bset in last.gist(cells.domain()).get_basic_sets():
+        if bset.dim(isl.dim_type.div):
+            return "the reduction is split over calls whose last one has no affine test"
+        conj = []
+        for c in bset.get_constraints():
+            coeffs = tuple(int(c.get_coefficient_val(isl.dim_type.set, d).to_python()) for d in range(outer))
+            conj.append((coeffs, int(c.get_constant_val().to_python()), bool(c.is_equality())))
+        out.append(tuple(conj))
+    return tuple(out)
+
+
+def condition_c(condition: Condition, values: list[str]) -> str:
+    """The condition as C text over the C expressions of the call's outer loop values."""
+    disjuncts = []
+    for conj in condition:
+        parts = []
+        for coeffs, const, equality in conj:
+            terms = [v if c == 1 else f"{c} * ({v})" for c, v in zip(coeffs, values, strict=True) if c]
+            lhs = " + ".join(terms) or "0"
+            parts.append(f"{lhs} {'==' if equality else '>='} {-const}")
+        disjuncts.append(" && ".join(parts) or "1")
+    return " || ".join(f"({d})" for d in disjuncts) or "0"
 
 
 def _write_relation(s: StatementModel, array: str) -> isl.Map:

@@ -83,19 +83,40 @@ def _split_reduction(kernel):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
-def test_a_reduction_split_over_calls_keeps_the_epilogue_loop(layout: str) -> None:
-    sizes = dict(N=1, C=32, K=32, H=6, W=6, R=3, S=3, stride=1, padding=1)
-    chain = ("bias", "scale_shift", "relu")
+def test_a_reduction_split_over_calls_applies_postops_on_the_last(layout: str) -> None:
+    sizes = dict(N=1, C=32, K=20, H=6, W=5, R=3, S=3, stride=1, padding=1)
+    chain = ("bias", "scale_shift", "residual", "relu")
     auto = polydl.conv2d(**sizes, layout=layout, fuse=chain)
     nest, params = builders.conv2d(**sizes, layout=layout, fuse=chain)
     split = build_kernel(nest, params, schedule=_split_reduction(auto))
     assert split.schedule.epilogues
-    assert POSTOPS not in split.source and RELU_LOOP in split.source
+    assert _uses_postops(split)
+    body = split.source[split.source.index("int conv2d("):]
+    assert " else _pd_brgemm_" in body  # the other calls of a tile store plain sums
     _check_conv(split, sizes, chain, layout == "nchw16c")
     compilation = lower(nest, params, schedule=split.schedule)
-    reason = postop_plan(compilation.model, compilation.scheduled.main)
-    assert isinstance(reason, str) and "split over several calls" in reason
-    assert "after the call: " in explain(compilation, ranking=0)
+    plan = postop_plan(compilation.model, compilation.scheduled.main)
+    assert not isinstance(plan, str) and plan.last_call is not None
+    assert "on the last of the calls" in explain(compilation, ranking=0)
+
+
+def test_the_libxsmm_backend_keeps_the_epilogue_loop() -> None:
+    from polydl.codegen.microkernels import libxsmm_available
+
+    if not libxsmm_available():
+        pytest.skip("needs LIBXSMM")
+    sizes = dict(N=1, C=32, K=32, H=6, W=6, R=3, S=3, stride=1, padding=1)
+    chain = ("bias", "relu")
+    auto = polydl.conv2d(**sizes, layout="nchw16c", fuse=chain)
+    mk = auto.schedule.microkernel
+    assert mk is not None
+    nest, params = builders.conv2d(**sizes, layout="nchw16c", fuse=chain)
+    schedule = replace(auto.schedule, microkernel=replace(mk, backend="libxsmm"))
+    kernel = build_kernel(nest, params, schedule=schedule)
+    assert POSTOPS not in kernel.source and RELU_LOOP in kernel.source
+    _check_conv(kernel, sizes, chain, True)
+    text = explain(lower(nest, params, schedule=schedule), ranking=0)
+    assert "after the call: its microkernel applies no post-ops" in text
 
 
 def test_explain_says_the_epilogue_runs_as_postops() -> None:

@@ -104,28 +104,33 @@ class VectorOps:
             return f"_mm512_maskz_loadu_{self.sfx}(tail, {address})"
         return f"_mm256_maskload_{self.sfx}({address}, tail)"
 
-    def apply(self, op: str, args: list[str]) -> str:
+    def apply(self, op: str, args: list[str], constant: Callable[[float], str]) -> str:
         p = f"_mm{self.w}"
         names = {"+": "add", "-": "sub", "*": "mul", "/": "div", "max": "max", "min": "min"}
         if op in names:
             return f"{p}_{names[op]}_{self.sfx}({args[0]}, {args[1]})"
         if op == "neg":  # flip the sign bit: 0 - x would turn -0 into +0
-            return f"{p}_xor_{self.sfx}({args[0]}, {self.set1(literal(-0.0, self.ctype))})"
+            return f"{p}_xor_{self.sfx}({args[0]}, {constant(-0.0)})"
         a, b, t, f = args
         pred = PREDICATES[op[6:]]
         if self.wide:
             return f"_mm512_mask_blend_{self.sfx}(_mm512_cmp_{self.sfx}_mask({a}, {b}, {pred}), {f}, {t})"
         return f"_mm256_blendv_{self.sfx}({f}, {t}, _mm256_cmp_{self.sfx}({a}, {b}, {pred}))"
 
-    def expr(self, e: PostExpr, acc: str, operand: Callable[[int], str]) -> str:
+    @property
+    def vtype(self) -> str:
+        return f"__m{self.w}" + ("d" if self.double else "")
+
+    def expr(self, e: PostExpr, acc: str, operand: Callable[[int], str],
+             constant: Callable[[float], str]) -> str:
         if isinstance(e, Acc):
             return acc
         if isinstance(e, Operand):
             return operand(e.index)
         if isinstance(e, Literal):
-            return self.set1(literal(e.value, self.ctype))
+            return constant(e.value)
         assert isinstance(e, Apply)
-        return self.apply(e.op, [self.expr(a, acc, operand) for a in e.args])
+        return self.apply(e.op, [self.expr(a, acc, operand, constant) for a in e.args], constant)
 
 
 def vector_lines(postops: PostOps, ops: VectorOps, cells: list[tuple[str, int, int, bool]],
@@ -133,6 +138,22 @@ def vector_lines(postops: PostOps, ops: VectorOps, cells: list[tuple[str, int, i
     """Post-ops on the vector cells of an outer-product tile. `cells`: (name, row, first
     column, masked); the vector runs along n. Each operand vector is loaded once per tile."""
     lines = operand_bases(postops, ops.ctype)
+    values = _literals(postops)
+    if values:
+        # literals, too, come through a pointer the compiler cannot see through: as
+        # constants they would be kept in registers through the reduction
+        table = ", ".join(literal(v, ops.ctype) for v in values)
+        lines += [f"static const {ops.ctype} pl[{len(values)}] = {{{table}}};",
+                  f"{ops.ctype} const *plp = pl;", '__asm__ volatile("" : "+r"(plp));']
+    constants: dict[int, str] = {}
+
+    def constant(value: float) -> str:
+        key = next(i for i, v in enumerate(values) if _same(v, value))
+        if key not in constants:
+            constants[key] = f"lv{key}"
+            lines.append(f"const {ops.vtype} lv{key} = {ops.set1(f'plp[{key}]')};")
+        return constants[key]
+
     loaded: dict[tuple[int, int, bool], str] = {}
     for o, strides in enumerate(postops.operands):
         if strides.n not in (0, 1):
@@ -147,10 +168,35 @@ def vector_lines(postops: PostOps, ops: VectorOps, cells: list[tuple[str, int, i
                 var = f"ev{index}_{len(loaded)}"
                 address = f"ep{index} + {at}" if at else f"ep{index}"
                 value = ops.set1(f"*({address})") if broadcast else ops.load(address, key[2])
-                lines.append(f"const {'__m' + ops.w + ('d' if ops.double else '')} {var} = {value};")
+                lines.append(f"const {ops.vtype} {var} = {value};")
                 loaded[key] = var
             return loaded[key]
         for step in postops.steps:
-            value = ops.expr(step, name, operand)
+            value = ops.expr(step, name, operand, constant)
             lines.append(f"{name} = {value};")
     return lines
+
+
+def _literals(postops: PostOps) -> list[float]:
+    """The distinct constants of the steps (with -0.0, which a negation flips signs with)."""
+    out: list[float] = []
+
+    def visit(e: PostExpr) -> None:
+        if isinstance(e, Literal):
+            value = e.value
+        elif isinstance(e, Apply) and e.op == "neg":
+            value = -0.0
+        else:
+            value = None
+        if value is not None and not any(_same(value, v) for v in out):
+            out.append(value)
+        for a in getattr(e, "args", ()):
+            visit(a)
+
+    for step in postops.steps:
+        visit(step)
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
