@@ -6,12 +6,15 @@ a small expression over the accumulator and per-cell operands, with each operand
 strides along the call's m and n and its offset as an affine function of the producer's
 iterators), or the reason the fused epilogue loop stays.
 
-Legality rests on the fusion check (`fusion.fuse_at`): the chain must be fused at the level of
-the call's outer loops, i.e. every cell of C is reduced by one call and the chain runs right
-after that call on exactly its cells. Moving an epilogue instance from after the call into it,
-right after its own cell is final, is legal when it touches no other cell of C and reads only
-arrays nothing in the nest writes (then nothing the rest of the call does can observe or
-change it) and the call's A and B are not C. Each of these is checked here.
+Legality rests on the fusion check (`fusion.fuse_at`): the chain is fused into the loops
+around the call, so every dependence with the rest of the nest is already kept. Moving an
+epilogue instance from there into the call that makes its cell final is legal when it updates
+exactly the cells the producer writes, each once, touches no other cell of C, reads only arrays
+nothing in the nest writes (then nothing between that call and its old place can observe or
+change it), and the call's A and B are not C. Where one call reduces each tile, that call
+applies the post-ops; where the reduction is split over several calls (a reduction loop outside
+the call), isl finds the calls after which none of their cells is written again, and only
+those apply them (a test on the outer loops at the call). Each of these is checked here.
 """
 
 from __future__ import annotations
@@ -101,6 +104,12 @@ def expr_text(e: PostExpr) -> str:
 
 # ----------------------------------------------------------------------------- the plan
 
+# A set of the call's outer loop values, as a union of conjunctions of affine constraints
+# `sum(coefficients[d] * t_d) + constant (== | >=) 0`.
+Constraint = tuple[tuple[int, ...], int, bool]  # (coefficients, constant, is_equality)
+Condition = tuple[tuple[Constraint, ...], ...]
+
+
 
 @dataclass(frozen=True, eq=False)
 class PostOpOperand:
@@ -170,12 +179,6 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
         offsets.append(PostOpOperand(array, offset))
     ops = PostOps(tuple(strides), tuple(steps))
     return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets), last)
-
-
-# A set of the call's outer loop values, as a union of conjunctions of affine constraints
-# `sum(coefficients[d] * t_d) + constant (== | >=) 0`.
-Constraint = tuple[tuple[int, ...], int, bool]  # (coefficients, constant, is_equality)
-Condition = tuple[tuple[Constraint, ...], ...]
 
 
 def _last_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map) -> Condition | str:
@@ -332,10 +335,6 @@ def offset_c(aff: isl.Aff, names: tuple[str, ...]) -> str:
     if const or not terms:
         terms.append(f"{const}L")
     return " + ".join(terms)
-
-
-def call_of(plan: GroupPlan) -> MicrokernelCall | None:
-    return next(iter(plan.calls.values()), None)
 
 
 def without_epilogues(plan: GroupPlan) -> GroupPlan:

@@ -228,3 +228,69 @@ def test_postop_kernels_compile_for_every_isa(isa: str, monkeypatch: pytest.Monk
     finally:
         monkeypatch.delenv("POLYDL_ISA", raising=False)
         current_machine.cache_clear()
+
+
+# B read along k in both operands: only the dot-product form fits, whose cells are summed
+# horizontally and then take the post-ops as scalars.
+DOT = """
+void mm(int M, int N, int K, float C[M][N], const float A[M][K], const float B[N][K],
+        const float b[N], const float r[M][N]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[j][k];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = (C[i][j] + b[j]) * 0.5f + r[i][j];
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_dot_product_kernels_apply_postops_to_summed_cells(dtype: str) -> None:
+    from polydl.schedules.schedule import MicrokernelBinding, Schedule
+
+    schedule = Schedule(order=("i.t", "i", "j", "k"), tiles=(("i", 4),), parallel=("i.t",),
+                        epilogues=("S1",),
+                        microkernel=MicrokernelBinding("S0", m="i", n="j", k="k"))
+    kernel = polydl.compile(DOT.replace("float", dtype), {"M": 7, "N": 5, "K": 37}, schedule=schedule)
+    assert POSTOPS in kernel.source and " dot-k," in kernel.source
+    run_and_check(kernel, expected=lambda a, bt, b, r: (a.astype(np.float64) @ bt.T + b) * 0.5 + r)
+
+
+def test_bfloat16_conv_applies_postops_in_fp32() -> None:
+    kernel = polydl.conv2d(N=1, C=16, K=24, H=5, W=5, R=3, S=3, padding=1, dtype="bfloat16",
+                           fuse=("bias", "residual", "relu"))
+    assert POSTOPS in kernel.source or "vdpbf16ps" in kernel.source
+    run_and_check(kernel)
+
+
+# C's rows along the call's n: the kernel vectorises along m (A and B swapped), so the
+# post-op operands, too, are read along m.
+SWAPPED = """
+void mm(int M, int N, int K, float C[M][N], const float A[M][K], const float B[K][N],
+        const float b[N], const float s[M]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[k][j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = C[i][j] * s[i] + b[j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = C[i][j] > 0.0f ? C[i][j] : 0.0f;
+}
+"""
+
+
+def test_swapped_kernels_apply_postops_along_m() -> None:
+    from polydl.schedules.schedule import MicrokernelBinding, Schedule
+
+    schedule = Schedule(order=("i.t", "i", "j", "k"), tiles=(("i", 5),), parallel=("i.t",),
+                        epilogues=("S1", "S2"),
+                        microkernel=MicrokernelBinding("S0", m="j", n="i", k="k"))
+    kernel = polydl.compile(SWAPPED, {"M": 13, "N": 19, "K": 6}, schedule=schedule)
+    assert POSTOPS in kernel.source and "A and B swapped" in kernel.source
+    run_and_check(kernel, expected=lambda a, bm, b, s: np.maximum(
+        (a.astype(np.float64) @ bm) * s[:, None] + b[None, :], 0))
