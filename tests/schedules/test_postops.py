@@ -130,7 +130,7 @@ def test_explain_says_the_epilogue_runs_as_postops() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_linear_epilogues_run_as_postops(chain: tuple[str, ...], dtype: str) -> None:
     kernel = polydl.linear(N=13, C=19, K=37, dtype=dtype, fuse=chain)
-    assert _uses_postops(kernel) or (POSTOPS in kernel.source), kernel.source
+    assert kernel.schedule.epilogues and POSTOPS in kernel.source, kernel.source
     inputs = random_inputs(kernel.arguments, seed=1)
     got = kernel(*inputs)
     x, w, *extra = inputs
@@ -164,6 +164,17 @@ void mm(int M, int N, int K, float C[M][N], const float A[M][K], const float B[K
 """
 
 
+def _gemm_schedule(epilogues: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """i tiled by 4 around a microkernel over (i, j, k): the epilogues fuse into the i tiles."""
+    from polydl.schedules.schedule import MicrokernelBinding, Schedule
+
+    return Schedule(order=("i.t", "i", "j", "k"), tiles=(("i", 4),), parallel=("i.t",),
+                    epilogues=epilogues, microkernel=MicrokernelBinding("S0", m="i", n="j", k="k"))
+
+
+SELECT_SCHEDULE = _gemm_schedule(("S1", "S2"))
+
+
 def _select_numpy(a, b, s, t):  # type: ignore[no-untyped-def]
     c = a.astype(np.float64) @ b.astype(np.float64)
     c = np.where(c <= s[None, :], -c / 2.0, c - t[:, None])
@@ -176,7 +187,7 @@ def test_general_consumers_run_as_postops(isa: str, monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("POLYDL_ISA", isa)
     current_machine.cache_clear()
     try:
-        kernel = polydl.compile(SELECT, {"M": 11, "N": 21, "K": 9})
+        kernel = polydl.compile(SELECT, {"M": 11, "N": 21, "K": 9}, schedule=SELECT_SCHEDULE)
         assert POSTOPS in kernel.source
         assert "C[(i) * 21L + j] <=" not in kernel.source  # no epilogue loop
         run_and_check(kernel, expected=lambda a, b, s, t: _select_numpy(a, b, s, t))
@@ -220,7 +231,8 @@ def test_postop_kernels_compile_for_every_isa(isa: str, monkeypatch: pytest.Monk
             done = subprocess.run(["cc", "-O1", "-fopenmp", "-c", str(path), "-o", str(tmp_path / "k.o")],
                                   capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
-        compiled = lower(*_nest(SELECT, {"M": 11, "N": 21, "K": 9})).code.source
+        compiled = lower(*_nest(SELECT, {"M": 11, "N": 21, "K": 9}), schedule=SELECT_SCHEDULE).code.source
+        assert POSTOPS in compiled
         (tmp_path / "select.c").write_text(compiled)
         done = subprocess.run(["cc", "-O1", "-c", str(tmp_path / "select.c"), "-o", str(tmp_path / "s.o")],
                               capture_output=True, text=True)
@@ -248,11 +260,7 @@ void mm(int M, int N, int K, float C[M][N], const float A[M][K], const float B[N
 
 @pytest.mark.parametrize("dtype", ["float", "double"])
 def test_dot_product_kernels_apply_postops_to_summed_cells(dtype: str) -> None:
-    from polydl.schedules.schedule import MicrokernelBinding, Schedule
-
-    schedule = Schedule(order=("i.t", "i", "j", "k"), tiles=(("i", 4),), parallel=("i.t",),
-                        epilogues=("S1",),
-                        microkernel=MicrokernelBinding("S0", m="i", n="j", k="k"))
+    schedule = _gemm_schedule(("S1",))
     kernel = polydl.compile(DOT.replace("float", dtype), {"M": 7, "N": 5, "K": 37}, schedule=schedule)
     assert POSTOPS in kernel.source and " dot-k," in kernel.source
     run_and_check(kernel, expected=lambda a, bt, b, r: (a.astype(np.float64) @ bt.T + b) * 0.5 + r)
