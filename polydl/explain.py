@@ -9,6 +9,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polydl.api import Compilation
+from polydl.codegen.c_target import epilogue_placement
 from polydl.machine import current_machine
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
@@ -77,6 +78,9 @@ def _fusion(c: Compilation) -> list[str]:
         names = ", ".join(s.name for s in main.epilogues)
         loop = main.order[main.fusion_level - 1] if main.fusion_level else "-"
         lines.append(f"  this kernel: {names} run inside loop {loop} (level {main.fusion_level})")
+        placement = epilogue_placement(c.scheduled) if c.code.target == "c" else ""
+        if placement:
+            lines.append(f"  this kernel: {placement}")
     else:
         lines.append("  this kernel: nothing fused")
     lines += [f"  {d.describe()}" for d in decisions]

@@ -16,9 +16,10 @@ from polydl.codegen.templating import render
 from polydl.ir import DTYPES
 from polydl.machine import current_machine
 from polydl.poly.model import StatementModel
-from polydl.schedules.apply import ScheduledNest
+from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import epilogue_vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
+from polydl.schedules.postops import postop_plan, without_epilogues
 from polydl.version import __version__
 
 
@@ -49,16 +50,45 @@ def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
     ]
 
 
-def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
+def place_epilogues(
+    scheduled: ScheduledNest, plan: GroupPlan, calls: CallPrinter
+) -> tuple[GroupPlan, str]:
+    """The plan to print and where its fused epilogues run: as post-ops inside the
+    microkernels where `postop_plan` finds that legal and every kernel of the call can apply
+    them (the epilogue loop then leaves the plan), else as the loop after the call."""
+    if not plan.epilogues:
+        return plan, ""
+    names = ", ".join(s.name for s in plan.epilogues)
+    post = postop_plan(scheduled.model, plan)
+    if isinstance(post, str):
+        return plan, f"epilogue {names} after the call: {post}"
+    call = plan.calls[post.statement]
+    if not calls.use_postops(call, post):
+        return plan, f"epilogue {names} after the call: its microkernel applies no post-ops"
+    return without_epilogues(plan), f"epilogue {names} as post-ops in the microkernel: {post.describe()}"
+
+
+def epilogue_placement(scheduled: ScheduledNest) -> str:
+    """Where the main nest's fused epilogues run (for `polydl explain`); empty if none."""
+    _, _, calls = _printers(scheduled)
+    return place_epilogues(scheduled, scheduled.main, calls)[1]
+
+
+def _printers(scheduled: ScheduledNest) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
     model = scheduled.model
-    arguments = kernel_arguments(scheduled)
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params))
         for a in model.nest.arrays
     }
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
-    calls = CallPrinter(printer, current_machine().isa, constant)
+    return layouts, printer, CallPrinter(printer, current_machine().isa, constant)
+
+
+def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
+    model = scheduled.model
+    arguments = kernel_arguments(scheduled)
+    layouts, printer, calls = _printers(scheduled)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
@@ -77,7 +107,10 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         for call in plan.calls.values()
         if call.pack is not None
     }
+    placements = []
     for plan in scheduled.groups:
+        plan, placement = place_epilogues(scheduled, plan, calls)
+        placements += [placement] if placement else []
         plan_calls = plan.calls
         simd_dims = epilogue_vector_dims(model, plan.epilogues, plan.schedule_map)
         body += LoopPrinter(plan, instance, simd_dims=simd_dims).lines()
@@ -101,7 +134,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
     source = render(
         "c/kernel.c.j2",
         **values,
-        schedule=scheduled.schedule.describe(),
+        schedule="; ".join([scheduled.schedule.describe(), *placements]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS,
         microkernels=[mk.source for mk in calls.microkernels.values()],

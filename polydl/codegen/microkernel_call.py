@@ -8,12 +8,15 @@ full tiles, and the remainder tile where an extent is not a multiple of the tile
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from itertools import product
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
+from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
+from polydl.schedules.postops import PostOpPlan, condition_c, offset_c
 from polydl.schedules.schedule import is_tile_loop, loop_var, tile_loop
 
 
@@ -66,9 +69,17 @@ class CallPrinter:
         self.isa = isa
         self.constant = constant  # arrays no statement writes (the function's const inputs)
         self.microkernels: dict[str, Microkernel] = {}
+        # the fused epilogue of a call's statement, applied inside its microkernels
+        self.postops: dict[str, PostOpPlan] = {}
+
+    def _b_constant(self, call: MicrokernelCall) -> bool:
+        return call.pack is None and call.b.array in self.constant
+
+    def _name_isa(self, backend: str, b_constant: bool) -> str:
+        return self.isa + backend + ("+const-b" if b_constant else "")
 
     def _kernel(self, spec: BrgemmSpec, backend: str, b_constant: bool = False) -> str:
-        name = microkernel_name(spec, self.isa + backend + ("+const-b" if b_constant else ""))
+        name = microkernel_name(spec, self._name_isa(backend, b_constant))
         if name not in self.microkernels:
             self.microkernels[name] = choose_microkernel(spec, self.isa, name=name, backend=backend,
                                                          b_constant=b_constant)
@@ -99,13 +110,21 @@ class CallPrinter:
         else:
             out.append(f"  const {ctype[call.b.array]} *_pd_b = &{p.element(call.b)};")
         out.append(f"  {ctype[call.c.array]} *_pd_c = &{p.element(call.c)};")
+        post = self.postops.get(call.statement.name)
+        extra = ""
+        if post is not None:
+            out += postop_pointers(post, call, ctype[call.c.array])
+            extra = "".join(f", _pd_e{i}" for i in range(len(post.operands)))
         dtype = microkernel_dtype(p, call)
         m_sizes = call.extent_variants(binding.m)
         n_sizes = call.extent_variants(binding.n)
         k_sizes = call.extent_variants(binding.k)
         for m, n, k in product(m_sizes, n_sizes, k_sizes):
-            b_constant = call.pack is None and call.b.array in self.constant
-            name = self._kernel(brgemm_spec(call, m, n, dtype, k), binding.backend, b_constant)
+            b_constant = self._b_constant(call)
+            spec = brgemm_spec(call, m, n, dtype, k)
+            if post is not None and post.last_call is None:
+                spec = replace(spec, postops=post.ops)
+            name = self._kernel(spec, binding.backend, b_constant)
             conds = []
             variants = ((binding.m, m_sizes, m), (binding.n, n_sizes, n), (binding.k, k_sizes, k))
             for var, sizes, size in variants:
@@ -115,10 +134,34 @@ class CallPrinter:
                     op = ">=" if size == sizes[0] else "<"
                     conds.append(f"{end} - {var} {op} {sizes[0]}")
             test = " && ".join(conds)
-            line = f"{name}(_pd_a, _pd_b, _pd_c);"
+            line = f"{name}(_pd_a, _pd_b, _pd_c{extra if post and post.last_call is None else ''});"
+            if post is not None and post.last_call is not None:
+                # a reduction split over calls: the post-ops run on the call that finishes it
+                last = self._kernel(replace(spec, postops=post.ops), binding.backend, b_constant)
+                finish = condition_c(post.last_call, args)
+                line = f"{{ if ({finish}) {last}(_pd_a, _pd_b, _pd_c{extra}); else {line} }}"
             out.append(f"  if ({test}) {line}" if test else f"  {line}")
         out.append("}")
         return out
+
+    def use_postops(self, call: MicrokernelCall, post: PostOpPlan) -> bool:
+        """Apply `post` inside every microkernel of `call` if they all can (then the caller
+        drops the epilogue loop); False leaves the calls plain."""
+        dtype = microkernel_dtype(self.printer, call)
+        binding = call.binding
+        made: dict[str, Microkernel] = {}
+        for m, n, k in product(*(call.extent_variants(v) for v in (binding.m, binding.n, binding.k))):
+            spec = replace(brgemm_spec(call, m, n, dtype, k), postops=post.ops)
+            b_constant = self._b_constant(call)
+            name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
+            try:
+                made[name] = choose_microkernel(spec, self.isa, name=name, backend=binding.backend,
+                                                b_constant=b_constant)
+            except PostOpsUnsupported:
+                return False
+        self.microkernels.update(made)
+        self.postops[call.statement.name] = post
+        return True
 
     def pack_lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
         """Copy the slot(s) of B that the following calls read: one slot for each value of
@@ -203,3 +246,13 @@ class CallPrinter:
         out.append(f"{pad}}}")
         out.append("}")
         return out
+
+
+def postop_pointers(post: PostOpPlan, call: MicrokernelCall, ctype: str) -> list[str]:
+    """Each post-op operand's address at the call's first C cell (the call's loops are bound
+    to their starts), as `_pd_e<i>`."""
+    names = call.statement.iterators
+    return [
+        f"  const {ctype} *_pd_e{i} = {o.array} + ({offset_c(o.offset, names)});"
+        for i, o in enumerate(post.operands)
+    ]

@@ -11,7 +11,7 @@ strides have no BLAS form); "auto" is polydl's own unless LIBXSMM is known to be
 
 from __future__ import annotations
 
-from polydl.codegen.microkernels import amx, dpbf16
+from polydl.codegen.microkernels import amx, dpbf16, postops
 from polydl.codegen.microkernels.blocking import (
     VECTOR_UNITS,
     Blocking,
@@ -70,6 +70,8 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
     if isa == "avx512amx" and s.dtype == "bfloat16":
         for view in (s, s.transposed()):
             if amx.supports(view):
+                if spec.postops is not None:
+                    raise postops.PostOpsUnsupported("the AMX kernel applies no post-ops")
                 return _amx_kernel(spec, view, view is not s, name, b_constant)
     unit = VECTOR_UNITS.get(isa)
     candidates: list[tuple[float, str, BrgemmSpec, Blocking]] = []
@@ -84,6 +86,8 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
         if s.a_k == 1 and s.b_k == 1:
             b = choose_dot_product(s, unit)
             candidates.append((b.cycles, "dot-k", s, b))
+    # post-op operands must be broadcast or unit-stride along the vector of an outer form
+    candidates = [c for c in candidates if c[1] == "dot-k" or _vector_operands(c[2])]
     if not candidates:
         return _portable(spec, s, isa, name)
     assert unit is not None
@@ -96,7 +100,11 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
         f"{blocking.rows} x {blocking.vectors}{' vectors' if blocking.form == 'outer' else ''}"
         f"{' of C^T' if swapped else ''}"
     )
+    if spec.postops is not None:
+        description += f"; post-ops before the store: {spec.postops.describe()}"
     if isa in ("avx512amx", "avx512bf16") and blocking.form == "outer" and dpbf16.supports(view):
+        if spec.postops is not None:
+            raise postops.PostOpsUnsupported("the vdpbf16ps kernel applies no post-ops")
         description += "; vdpbf16ps on k pairs"
         source, unroll = dpbf16.render_dpbf16_kernel(view, blocking, inner, description), 1
     else:
@@ -157,6 +165,10 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
     )
 
 
+def _vector_operands(view: BrgemmSpec) -> bool:
+    return view.postops is None or all(o.n in (0, 1) for o in view.postops.operands)
+
+
 def _swap_wrapper(spec: BrgemmSpec, name: str, inner_name: str, inner: str, description: str) -> str:
     return render(
         "c/microkernels/swapped.c.j2",
@@ -166,6 +178,8 @@ def _swap_wrapper(spec: BrgemmSpec, name: str, inner_name: str, inner: str, desc
         description=description + " (A and B swapped: C^T = B^T A^T)",
         in_t=spec.input_ctype,
         out_t=spec.output_ctype,
+        postop_params=postops.parameters(spec.postops, spec.output_ctype),
+        postop_args=postops.arguments(spec.postops),
     )
 
 
@@ -180,6 +194,8 @@ def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkern
         f"{spec.dtype} beta={spec.beta:g}; portable C, register tile {rows} x {cols}"
         f"{' of C^T' if swapped else ''}"
     )
+    if spec.postops is not None:
+        description += f"; post-ops before the store: {spec.postops.describe()}"
     source = render_portable_kernel(view, inner, description)
     if swapped:
         source = _swap_wrapper(spec, name, inner, source, description)
@@ -199,6 +215,8 @@ def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkern
 
 def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
     """LIBXSMM's JIT kernel, with polydl's own as the fallback where the JIT refuses."""
+    if spec.postops is not None:
+        raise postops.PostOpsUnsupported("the LIBXSMM kernel applies no post-ops")
     if not libxsmm_available():
         raise ScheduleError("the LIBXSMM backend needs libxsmm (Debian: apt-get install libxsmm-dev)")
     plan = libxsmm_plan(spec)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polydl.codegen.microkernels import postops
 from polydl.codegen.microkernels.spec import BrgemmSpec
 
 
@@ -59,6 +60,8 @@ def spec_values(spec: BrgemmSpec) -> dict[str, object]:
         beta=spec.beta != 0.0,
         a_m=spec.a_m, a_k=spec.a_k, b_k=spec.b_k, b_n=spec.b_n, c_m=spec.c_m, c_n=spec.c_n,
         batch=batch, a_batch=a_batch, b_batch=b_batch,
+        postop_params=postops.parameters(spec.postops, spec.output_ctype),
+        postop_args=postops.arguments(spec.postops),
     )
 
 

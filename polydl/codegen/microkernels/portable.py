@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polydl.codegen.microkernels import postops
 from polydl.codegen.microkernels.loops import BlockLoop, block_loops, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
@@ -46,6 +47,14 @@ def render_portable_kernel(spec: BrgemmSpec, name: str, description: str) -> str
         return f"{name}_bf16({text})" if spec.dtype == "bfloat16" else text
 
     c_cell = f"cp[i * {spec.c_m}L + j * {spec.c_n}L]"
+    post: list[str] = []
+    post_bases: list[str] = []
+    if spec.postops is not None:
+        ops = spec.postops
+        post_bases = postops.operand_bases(ops, spec.output_ctype)
+        post = postops.scalar_lines(
+            ops, "v", lambda o: f"ep{o}[i * {ops.operands[o].m}L + j * {ops.operands[o].n}L]",
+            spec.output_ctype)
     return render(
         "c/microkernels/portable.c.j2",
         **spec_values(spec),
@@ -57,4 +66,6 @@ def render_portable_kernel(spec: BrgemmSpec, name: str, description: str) -> str
         a_value=value(f"ak[kk * {spec.a_k}L + i * {spec.a_m}L]"),
         b_value=value(f"bk[kk * {spec.b_k}L + j * {spec.b_n}L]"),
         tiles=tiles,
+        post=post,
+        post_bases=post_bases,
     )

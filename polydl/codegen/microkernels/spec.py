@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from polydl.schedules.postops import PostOps
+
 # dtype -> (C type of A and B elements, C type of C elements and of the arithmetic)
 ELEMENT_TYPES: dict[str, tuple[str, str]] = {
     "float32": ("float", "float"),
@@ -45,6 +47,8 @@ class BrgemmSpec:
     batch: tuple[BatchDim, ...] = ()
     dtype: str = "float32"
     beta: float = 1.0
+    # The fused epilogue, applied to each C cell right before its store (None: plain store).
+    postops: PostOps | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, tuple):
@@ -96,6 +100,7 @@ class BrgemmSpec:
             c_m=self.c_n,
             c_n=self.c_m,
             batch=tuple(BatchDim(d.extent, d.b_stride, d.a_stride) for d in self.batch),
+            postops=self.postops.transposed() if self.postops else None,
         )
 
     def normalized(self, merge_k: bool = True) -> BrgemmSpec:

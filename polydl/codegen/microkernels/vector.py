@@ -13,8 +13,9 @@ The m-vectorised case is the outer form of the transposed spec (see `spec.transp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from polydl.codegen.microkernels import postops
 from polydl.codegen.microkernels.blocking import Blocking, VectorUnit
 from polydl.codegen.microkernels.loops import BlockLoop, block_loops, offset, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
@@ -60,6 +61,8 @@ class Tile:
     m: BlockLoop
     cells: tuple[Cell, ...]
     k_loops: tuple[KLoop, ...]
+    post: tuple[str, ...] = ()  # lines between the reduction and the stores (post-ops)
+    post_stores: bool = False  # whether `post` also stores the cells
 
 
 def unroll_factor(k_steps: int) -> int:
@@ -149,6 +152,9 @@ def render_vector_kernel(spec: BrgemmSpec, unit: VectorUnit, blocking: Blocking,
         tiles, tail, unroll = outer_tiles(spec, blocking)
     else:
         tiles, tail, unroll = dot_tiles(spec, blocking)
+    if spec.postops is not None:
+        family = "avx512" if unit.isa.startswith("avx512") else unit.isa
+        tiles = [_with_postops(spec, t, blocking, family, name) for t in tiles]
     source = render(
         "c/microkernels/vector.c.j2",
         **spec_values(spec),
@@ -162,3 +168,30 @@ def render_vector_kernel(spec: BrgemmSpec, unit: VectorUnit, blocking: Blocking,
         tiles=tiles,
     )
     return source, unroll
+
+
+def _with_postops(spec: BrgemmSpec, tile: Tile, blocking: Blocking, family: str, name: str) -> Tile:
+    """The tile with its post-ops: on the vectors before the stores (outer form), or on each
+    summed cell, which they then store (dot form)."""
+    assert spec.postops is not None
+    ops = postops.VectorOps(family, spec.dtype)
+    cells = []
+    for cell in tile.cells:  # named c{row}_{column block}
+        row, block = (int(x) for x in cell.name[1:].split("_"))
+        cells.append((cell, row, block))
+    if blocking.form == "outer":
+        lines = postops.vector_lines(
+            spec.postops, ops, [(c.name, r, j * blocking.lanes, c.masked) for c, r, j in cells],
+            blocking.lanes)
+        return replace(tile, post=tuple(lines))
+    lines = postops.operand_bases(spec.postops, ops.ctype)
+    at = spec.postops.operands
+    for cell, row, col in cells:
+        total = (f"_mm512_reduce_add_{ops.sfx}({cell.name})" if family == "avx512"
+                 else f"{name}_hsum({cell.name})")
+        if spec.beta:
+            total = f"*({cell.address}) + {total}"
+        body = postops.scalar_lines(
+            spec.postops, "v", lambda o, r=row, j=col: f"ep{o}[{r * at[o].m + j * at[o].n}]", ops.ctype)
+        lines.append(f"{{ {ops.ctype} v = {total}; {' '.join(body)} *({cell.address}) = v; }}")
+    return replace(tile, post=tuple(lines), post_stores=True)

@@ -1,0 +1,345 @@
+"""Fused epilogues as post-ops: applied to the accumulators inside the microkernel, in
+registers, right before the C tile is stored (as LIBXSMM and oneDNN apply theirs).
+
+Takes a `PolyModel` and the main `GroupPlan`; returns a `PostOpPlan` (the element-wise chain as
+a small expression over the accumulator and per-cell operands, with each operand's element
+strides along the call's m and n and its offset as an affine function of the producer's
+iterators), or the reason the fused epilogue loop stays.
+
+Legality rests on the fusion check (`fusion.fuse_at`): the chain is fused into the loops
+around the call, so every dependence with the rest of the nest is already kept. Moving an
+epilogue instance from there into the call that makes its cell final is legal when it updates
+exactly the cells the producer writes, each once, touches no other cell of C, reads only arrays
+nothing in the nest writes (then nothing between that call and its old place can observe or
+change it), and the call's A and B are not C. Where one call reduces each tile, that call
+applies the post-ops; where the reduction is split over several calls (a reduction loop outside
+the call), isl finds the calls after which none of their cells is written again, and only
+those apply them (a test on the outer loops at the call). Each of these is checked here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import islpy as isl
+
+from polydl.ir import Binary, Const, Expr, Load, Select, Unary
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.apply import GroupPlan
+from polydl.schedules.microkernel import MicrokernelCall
+
+# -------------------------------------------------------------------------- the post-op IR
+
+
+@dataclass(frozen=True)
+class Acc:
+    """The accumulator: the value of the C cell so far."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """The cell of operand `index` that belongs to the current C cell."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Literal:
+    value: float
+
+
+@dataclass(frozen=True)
+class Apply:
+    """`op` over `args`: "+", "-", "*", "/" (two), "neg" (one), "max"/"min" (two: exactly
+    `a > b ? a : b` / `a < b ? a : b`), or "select<" .. "select!=" (four: `a OP b ? t : f`)."""
+
+    op: str
+    args: tuple[PostExpr, ...]
+
+
+PostExpr = Acc | Operand | Literal | Apply
+
+CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass(frozen=True)
+class OperandStrides:
+    """Element strides of one operand along the call's m and n."""
+
+    m: int
+    n: int
+
+
+@dataclass(frozen=True)
+class PostOps:
+    """What a microkernel applies to each C cell before storing it: `acc = step(acc)` for each
+    step in order. A value (part of the microkernel's spec and of its name)."""
+
+    operands: tuple[OperandStrides, ...]
+    steps: tuple[PostExpr, ...]
+
+    def transposed(self) -> PostOps:
+        return PostOps(tuple(OperandStrides(o.n, o.m) for o in self.operands), self.steps)
+
+    def describe(self) -> str:
+        return "; ".join(f"acc = {expr_text(s)}" for s in self.steps)
+
+
+def expr_text(e: PostExpr) -> str:
+    if isinstance(e, Acc):
+        return "acc"
+    if isinstance(e, Operand):
+        return f"e{e.index}"
+    if isinstance(e, Literal):
+        return repr(e.value)
+    if e.op == "neg":
+        return f"-{expr_text(e.args[0])}"
+    if e.op in ("max", "min"):
+        return f"{e.op}({expr_text(e.args[0])}, {expr_text(e.args[1])})"
+    if e.op.startswith("select"):
+        a, b, t, f = (expr_text(x) for x in e.args)
+        return f"({a} {e.op[6:]} {b} ? {t} : {f})"
+    return f"({expr_text(e.args[0])} {e.op} {expr_text(e.args[1])})"
+
+
+# ----------------------------------------------------------------------------- the plan
+
+# A set of the call's outer loop values, as a union of conjunctions of affine constraints
+# `sum(coefficients[d] * t_d) + constant (== | >=) 0`.
+Constraint = tuple[tuple[int, ...], int, bool]  # (coefficients, constant, is_equality)
+Condition = tuple[tuple[Constraint, ...], ...]
+
+
+
+@dataclass(frozen=True, eq=False)
+class PostOpOperand:
+    array: str
+    offset: isl.Aff  # producer instance -> element offset of the operand cell in `array`
+
+
+@dataclass(frozen=True, eq=False)
+class PostOpPlan:
+    """The fused chain of `statement`'s call as post-ops."""
+
+    statement: str  # the producer (the microkernel's statement)
+    epilogues: tuple[str, ...]
+    ops: PostOps
+    operands: tuple[PostOpOperand, ...] = field(default=())
+    # where the reduction of a tile is split over several calls: the calls that finish it
+    last_call: Condition | None = None
+
+    def describe(self) -> str:
+        arrays = ", ".join(f"e{i} = {o.array}" for i, o in enumerate(self.operands))
+        text = self.ops.describe() + (f" ({arrays})" if arrays else "")
+        if self.last_call is not None:
+            text += "; on the last of the calls that reduce each tile"
+        return text
+
+
+def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
+    """The plan's fused epilogues as post-ops of its microkernel call, or why not."""
+    if not plan.epilogues:
+        return "nothing is fused"
+    if len(plan.calls) != 1:
+        return "the fused nest has no microkernel call"
+    (call,) = plan.calls.values()
+    c_array = call.c.array
+    if c_array in (call.a.array, call.b.array):
+        return f"the call reads {c_array}, which the epilogue writes"
+    producer = call.statement
+    written = {
+        acc.access.array
+        for s in (*plan.statements, *plan.epilogues)
+        for acc in s.accesses
+        if acc.is_write
+    }
+    cell_of = _write_relation(producer, c_array)
+    last: Condition | None = None
+    if plan.fusion_level != len(call.outer):
+        # the reduction of a tile is split over several calls: apply them on the last one
+        found_last = _last_calls(plan, call, cell_of)
+        if isinstance(found_last, str):
+            return found_last
+        last = found_last
+    operands: list[tuple[str, isl.Map]] = []  # (array, producer instance -> operand cell)
+    steps: list[PostExpr] = []
+    for s in plan.epilogues:
+        found = _epilogue_steps(model, s, producer, cell_of, c_array, written, operands)
+        if isinstance(found, str):
+            return f"{s.name}: {found}"
+        steps.append(found)
+    strides, offsets = [], []
+    for array, relation in operands:
+        offset = _flat_offset(model, array, relation)
+        if offset is None:
+            return f"the cells of {array} read are not an affine function of the call's loops"
+        d_m = producer.iterators.index(call.binding.m)
+        d_n = producer.iterators.index(call.binding.n)
+        strides.append(OperandStrides(_coefficient(offset, d_m), _coefficient(offset, d_n)))
+        offsets.append(PostOpOperand(array, offset))
+    ops = PostOps(tuple(strides), tuple(steps))
+    return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets), last)
+
+
+def _last_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map) -> Condition | str:
+    """The calls after which no later call writes any of their cells (the calls that finish
+    their tile's reduction), as constraints on the call's outer loops; or why there are none
+    that finish whole tiles."""
+    assert plan.instance_map is not None
+    producer = call.statement
+    outer = len(call.outer)
+    timed = isl.Map.from_union_map(
+        plan.instance_map.intersect_domain(isl.UnionSet.from_set(producer.domain))
+    )
+    to_call = timed.project_out(isl.dim_type.out, outer, timed.dim(isl.dim_type.out) - outer)
+    cells = to_call.reverse().apply_range(cell_of)  # call -> the cells it writes
+    later = cells.apply_range(cells.reverse()).intersect(isl.Map.lex_lt(cells.domain().get_space()))
+    final = cells.subtract(later.apply_range(cells).intersect(cells))
+    last = final.domain()
+    if not final.is_equal(cells.intersect_domain(last)):
+        return "the reduction is split over calls, and some call finishes only part of its tile"
+    out: list[tuple[Constraint, ...]] = []
+    for bset in last.gist(cells.domain()).get_basic_sets():
+        if bset.dim(isl.dim_type.div):
+            return "the reduction is split over calls whose last one has no affine test"
+        conj = []
+        for c in bset.get_constraints():
+            coeffs = tuple(int(c.get_coefficient_val(isl.dim_type.set, d).to_python()) for d in range(outer))
+            conj.append((coeffs, int(c.get_constant_val().to_python()), bool(c.is_equality())))
+        out.append(tuple(conj))
+    return tuple(out)
+
+
+def condition_c(condition: Condition, values: list[str]) -> str:
+    """The condition as C text over the C expressions of the call's outer loop values."""
+    disjuncts = []
+    for conj in condition:
+        parts = []
+        for coeffs, const, equality in conj:
+            terms = [v if c == 1 else f"{c} * ({v})" for c, v in zip(coeffs, values, strict=True) if c]
+            lhs = " + ".join(terms) or "0"
+            parts.append(f"{lhs} {'==' if equality else '>='} {-const}")
+        disjuncts.append(" && ".join(parts) or "1")
+    return " || ".join(f"({d})" for d in disjuncts) or "0"
+
+
+def _write_relation(s: StatementModel, array: str) -> isl.Map:
+    return next(acc.relation for acc in s.accesses if acc.is_write and acc.access.array == array)
+
+
+def _epilogue_steps(
+    model: PolyModel,
+    s: StatementModel,
+    producer: StatementModel,
+    cell_of: isl.Map,
+    c_array: str,
+    written: set[str],
+    operands: list[tuple[str, isl.Map]],
+) -> PostExpr | str:
+    """The new accumulator value that `s` computes, with its operands appended to
+    `operands`; or why `s` is not an element-wise update of the producer's cells."""
+    target = s.statement.target
+    if target.array != c_array:
+        return f"it writes {target.array}, not the call's output {c_array}"
+    write = _write_relation(s, c_array)
+    if not write.is_injective():
+        return f"it writes a cell of {c_array} more than once"
+    if not write.range().is_equal(cell_of.range()):
+        return f"it does not update exactly the cells of {c_array} the call computes"
+    # producer instance -> the epilogue instance at the same cell (one, by injectivity)
+    to_epilogue = cell_of.apply_range(write.reverse())
+    relations = {id(acc.access): acc.relation for acc in s.accesses}
+
+    def convert(e: Expr) -> PostExpr | str:
+        if isinstance(e, Const):
+            return Literal(e.value)
+        if isinstance(e, Load):
+            rel = relations[id(e.access)]
+            if e.access.array == c_array:
+                return Acc() if rel.is_equal(write) else f"it reads another cell of {c_array}"
+            if e.access.array in written:
+                return f"it reads {e.access.array}, which the nest writes"
+            if model.nest.array(e.access.array).dtype != model.nest.array(c_array).dtype:
+                return f"{e.access.array} is not of {c_array}'s type"
+            operands.append((e.access.array, to_epilogue.apply_range(rel)))
+            return Operand(len(operands) - 1)
+        if isinstance(e, Unary) and e.op == "-":
+            inner = convert(e.operand)
+            return inner if isinstance(inner, str) else Apply("neg", (inner,))
+        if isinstance(e, Binary) and e.op in ("+", "-", "*", "/"):
+            return _apply(e.op, [convert(e.left), convert(e.right)])
+        if isinstance(e, Select) and e.op in CMP_OPS:
+            parts = [convert(x) for x in (e.left, e.right, e.if_true, e.if_false)]
+            if any(isinstance(p, str) for p in parts):
+                return next(p for p in parts if isinstance(p, str))
+            a, b, t, f = parts
+            # `a > b ? a : b` is exactly the vector max (which returns b on NaN), and so on
+            if (e.op == ">" and (t, f) == (a, b)) or (e.op == "<" and (t, f) == (b, a)):
+                return Apply("max", (a, b) if e.op == ">" else (b, a))  # type: ignore[arg-type]
+            if (e.op == "<" and (t, f) == (a, b)) or (e.op == ">" and (t, f) == (b, a)):
+                return Apply("min", (a, b) if e.op == "<" else (b, a))  # type: ignore[arg-type]
+            return Apply("select" + e.op, (a, b, t, f))  # type: ignore[arg-type]
+        return f"its expression uses {type(e).__name__.lower()} {getattr(e, 'op', '') or getattr(e, 'function', '')}".rstrip()
+
+    value = convert(s.statement.value)
+    if isinstance(value, str):
+        return value
+    op = s.statement.op
+    if op == "=":
+        return value
+    if op in ("+=", "-=", "*="):
+        return _apply(op[0], [Acc(), value])
+    return f"its update `{op}` has no post-op form"
+
+
+def _apply(op: str, parts: list[PostExpr | str]) -> PostExpr | str:
+    for p in parts:
+        if isinstance(p, str):
+            return p
+    return Apply(op, tuple(parts))  # type: ignore[arg-type]
+
+
+def _flat_offset(model: PolyModel, array: str, relation: isl.Map) -> isl.Aff | None:
+    """producer instance -> element offset of the cell, if one affine piece without divisions."""
+    shape = model.nest.array(array).concrete_shape(model.params)
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    strides.reverse()
+    names = [f"i{d}" for d in range(len(shape))]
+    flat = " + ".join(f"{st}*{v}" for st, v in zip(strides, names, strict=True)) or "0"
+    linear = isl.Map(f"{{ {array}[{', '.join(names)}] -> [{flat}] }}")
+    mapped = relation.apply_range(linear)
+    if not mapped.is_single_valued():
+        return None
+    pieces: list[isl.Aff] = []
+    isl.PwMultiAff.from_map(mapped).get_pw_aff(0).foreach_piece(lambda _, aff: pieces.append(aff))
+    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) != 0:
+        return None
+    return pieces[0]
+
+
+def _coefficient(aff: isl.Aff, dim: int) -> int:
+    return int(aff.get_coefficient_val(isl.dim_type.in_, dim).to_python())
+
+
+def offset_c(aff: isl.Aff, names: tuple[str, ...]) -> str:
+    """The offset as C text over the producer's iterator names."""
+    terms = []
+    for d, name in enumerate(names):
+        coeff = _coefficient(aff, d)
+        if coeff:
+            terms.append(name if coeff == 1 else f"{coeff}L * {name}")
+    const = int(aff.get_constant_val().to_python())
+    if const or not terms:
+        terms.append(f"{const}L")
+    return " + ".join(terms)
+
+
+def without_epilogues(plan: GroupPlan) -> GroupPlan:
+    """The plan with its fused epilogues left out of the loops (they run as post-ops)."""
+    domains = isl.UnionSet("{ }")
+    for s in plan.epilogues:
+        domains = domains.union(isl.UnionSet.from_set(s.domain))
+    return replace(plan, schedule_map=plan.schedule_map.subtract_domain(domains), epilogues=())
