@@ -14,6 +14,7 @@ from polydl.machine import current_machine
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.fusion import level_loop
 from polydl.schedules.rank import rank
 
 
@@ -76,7 +77,7 @@ def _fusion(c: Compilation) -> list[str]:
     lines = ["fusion of the nests after the main one:"]
     if main.epilogues:
         names = ", ".join(s.name for s in main.epilogues)
-        loop = main.order[main.fusion_level - 1] if main.fusion_level else "-"
+        loop = level_loop(main.order, main.fusion_level) if main.fusion_level is not None else "-"
         lines.append(f"  this kernel: {names} run inside loop {loop} (level {main.fusion_level})")
         placement = epilogue_placement(c.scheduled) if c.code.target == "c" else ""
         if placement:

@@ -24,6 +24,7 @@ from polydl.schedules.fusion import (
     fuse_at,
     fused_working_set,
     fusion_levels,
+    level_loop,
 )
 from polydl.schedules.schedule import Schedule
 
@@ -66,10 +67,12 @@ def choose_fusion(
             decisions.append(FusionDecision(names, False, None, None, None, why))
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
-        loop = plan.order[found.level - 1]
+        loop = level_loop(plan.order, found.level)
         nbytes = fused_working_set(model, [*chain, *group], found, machine.cache_line_bytes)
         budget = int(machine.l2_bytes * L2_SHARE)
-        if not fits_cache(machine, nbytes):
+        # at level 0 the one call is the whole nest: the epilogue pays only as its post-ops,
+        # which read the output from registers however large it is
+        if found.level and not fits_cache(machine, nbytes):
             why = (
                 f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
                 f"{nbytes} B, more than {budget} B of L2: the tile would leave the cache anyway"
@@ -91,7 +94,7 @@ def choose_fusion(
     fused = replace(
         schedule,
         epilogues=tuple(s.name for s in chain),
-        notes=tuple(schedule.notes) + (("fused_at", f"{plan.order[level - 1]} (level {level})"),),
+        notes=tuple(schedule.notes) + (("fused_at", f"{level_loop(plan.order, level)} (level {level})"),),
     )
     return fused, tuple(decisions)
 

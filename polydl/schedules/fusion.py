@@ -66,9 +66,18 @@ class FusedMaps:
 
 
 def fusion_levels(max_level: int, parallel_dims: Sequence[int]) -> range:
-    """Candidate levels, deepest first: inside every parallel loop, at least one loop deep."""
+    """Candidate levels, deepest first: inside every parallel loop, at least one loop deep;
+    level 0 (after the whole nest) only where one microkernel call is the whole nest
+    (`max_level` 0), where the epilogue can still run inside that call as post-ops."""
+    if max_level == 0 and not parallel_dims:
+        return range(0, -1, -1)
     lowest = max(max(parallel_dims, default=-1) + 1, 1)
     return range(max_level, lowest - 1, -1)
+
+
+def level_loop(order: Sequence[str], level: int) -> str:
+    """The producer loop a consumer is fused inside at `level`."""
+    return order[level - 1] if level else "(the whole nest: one microkernel call)"
 
 
 def fuse_at(

@@ -13,10 +13,13 @@ import pytest
 import polydl
 from polydl.api import build_kernel, lower
 from polydl.explain import explain
-from polydl.frontends import builders
+from polydl.frontends import builders, layers
 from polydl.inputs import random_inputs
 from polydl.machine import current_machine
+from polydl.poly.model import build_model
+from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.postops import postop_plan
+from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from tests.kernels import run_and_check
 from tests.schedules.test_fusion import CHAINS, _conv_numpy, _epilogue_numpy
 
@@ -302,3 +305,25 @@ def test_swapped_kernels_apply_postops_along_m() -> None:
     assert POSTOPS in kernel.source and "A and B swapped" in kernel.source
     run_and_check(kernel, expected=lambda a, bm, b, s: np.maximum(
         (a.astype(np.float64) @ bm) * s[:, None] + b[None, :], 0))
+
+
+def test_a_nest_that_is_one_call_fuses_its_epilogue_as_postops() -> None:
+    """With no loop outside the microkernel call (a small GEMM kept on one core), the epilogue
+    fuses at level 0 and runs inside that one call."""
+    nest, params = layers.linear(N=13, C=19, K=37, fuse=("bias", "relu"))
+    model = build_model(nest, params)
+    one_call = Schedule(
+        order=("n", "k", "c"),
+        microkernel=MicrokernelBinding(statement="S1", m="n", n="k", k="c"),
+    )
+    schedule, decisions = choose_fusion(model, one_call, current_machine())
+    assert schedule.epilogues == ("S2", "S3")
+    assert [d.level for d in decisions] == [0, 0]
+    kernel = build_kernel(nest, params, schedule=schedule)
+    assert _uses_postops(kernel), kernel.source
+    x, w, b = random_inputs(kernel.arguments, seed=2)
+    want = np.maximum(x.astype(np.float64) @ w.astype(np.float64).T + b, 0.0)
+    np.testing.assert_allclose(kernel(x, w, b), want, rtol=1e-5, atol=1e-5)
+    text = explain(lower(nest, params, schedule=schedule), ranking=0)
+    assert "the whole nest: one microkernel call" in text
+    assert "as post-ops in the microkernel" in text
