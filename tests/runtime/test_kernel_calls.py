@@ -23,6 +23,16 @@ def test_inputs_positional_or_by_name(mm: polydl.Kernel) -> None:
     np.testing.assert_allclose(mm(a, B=b), a @ b)
 
 
+def test_outputs_it_allocates_start_on_a_cache_line(mm: polydl.Kernel) -> None:
+    a = np.ones((5, 3), dtype=np.float32)
+    b = np.ones((3, 7), dtype=np.float32)
+    for _ in range(4):
+        c = mm(a, b)
+        assert c.ctypes.data % 64 == 0
+        assert c.flags.c_contiguous and c.flags.writeable and c.shape == (5, 7)
+        np.testing.assert_allclose(c, 3.0)
+
+
 def test_output_passed_by_name_accumulates_in_place(mm: polydl.Kernel) -> None:
     a = np.ones((5, 3), dtype=np.float32)
     b = np.ones((3, 7), dtype=np.float32)
