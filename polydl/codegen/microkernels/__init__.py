@@ -57,6 +57,14 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
     return own_kernel(spec, isa, name, b_constant)
 
 
+def _headline(spec: BrgemmSpec, name: str) -> str:
+    """The first words of every kernel's description: what it computes."""
+    return (
+        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
+        f"{spec.dtype} beta={spec.beta:g}"
+    )
+
+
 def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:
     """Where LIBXSMM is measured to beat polydl's own kernel. No such shape is known yet:
     the hook stays so that "auto" can learn one from benchmarks."""
@@ -95,8 +103,7 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
     swapped = form == "outer-m"
     inner = f"{name}_t" if swapped else name
     description = (
-        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
-        f"{spec.dtype} beta={spec.beta:g}; {unit.isa} {form}, register tile "
+        f"{_headline(spec, name)}; {unit.isa} {form}, register tile "
         f"{blocking.rows} x {blocking.vectors}{' vectors' if blocking.form == 'outer' else ''}"
         f"{' of C^T' if swapped else ''}"
     )
@@ -139,8 +146,7 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
     fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni")
     rows, columns = amx.tile_shape(view)
     description = (
-        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
-        f"{spec.dtype} beta={spec.beta:g}; AMX tiles, C blocks of {rows} x {columns} tiles, "
+        f"{_headline(spec, name)}; AMX tiles, C blocks of {rows} x {columns} tiles, "
         f"k chunks of {amx.k_chunk(view.k)}, B packed in k pairs{' (of C^T)' if swapped else ''}"
     )
     # the packed operand is the view's B: the spec's A where the view is swapped
@@ -190,8 +196,7 @@ def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkern
     inner = f"{name}_t" if swapped else name
     rows, cols = portable_blocking(view)
     description = (
-        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
-        f"{spec.dtype} beta={spec.beta:g}; portable C, register tile {rows} x {cols}"
+        f"{_headline(spec, name)}; portable C, register tile {rows} x {cols}"
         f"{' of C^T' if swapped else ''}"
     )
     if spec.postops is not None:
@@ -222,8 +227,7 @@ def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
     plan = libxsmm_plan(spec)
     fallback = own_kernel(spec, isa, f"{name}_own")
     description = (
-        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
-        f"{spec.dtype} beta={spec.beta:g}; LIBXSMM {'offset' if plan.first_offsets else 'stride'}"
+        f"{_headline(spec, name)}; LIBXSMM {'offset' if plan.first_offsets else 'stride'}"
         f"-based batch reduce"
     )
     source = render_libxsmm_kernel(spec, plan, name, fallback.source, fallback.name, description)
