@@ -147,7 +147,8 @@ class CallPrinter:
             inc = f"{var}++" if step == "1" else f"{var} += {step}"
             out.append(f"{pad}for (long {var} = {start}; {var} < {stop}; {inc}) {{")
             depth += 1
-        out += ["  " * depth + line for line in self._pack_slot(call, n_start)]
+        k_start = fixed.get(tile_loop(binding.k)) if pack.k_blocked else None
+        out += ["  " * depth + line for line in self._pack_slot(call, n_start, k_start)]
         for d in reversed(range(1, depth)):
             out.append("  " * d + "}")
         return out + ["}"]
@@ -160,7 +161,8 @@ class CallPrinter:
         terms.append(f"({n_start} / {pack.block}) * {pack.block_elements}L")
         return " + ".join(terms)
 
-    def _pack_slot(self, call: MicrokernelCall, n_start: str) -> list[str]:
+    def _pack_slot(self, call: MicrokernelCall, n_start: str, k_start: str | None = None) -> list[str]:
+        """The copy of one slot; with `k_start`, only the rows of the k tile starting there."""
         pack = call.pack
         assert pack is not None
         binding = call.binding
@@ -185,8 +187,14 @@ class CallPrinter:
             dst.append(f"_pd_b{depth} * {stride}L")
             depth += 1
         pad = "  " * (depth + 1)
-        k_extent = call.ranges[binding.k].extent
-        out.append(f"{pad}for (long _pd_k = 0; _pd_k < {k_extent}; ++_pd_k) {{")
+        k_range = call.ranges[binding.k]
+        first, stop = "0", str(k_range.extent)
+        if k_start is not None and k_range.tile is not None:
+            out.insert(2, f"  const long _pd_k0 = {k_start} - {k_range.lower};")
+            first = "_pd_k0"
+            stop = (f"(_pd_k0 + {k_range.tile} < {k_range.extent} ? _pd_k0 + {k_range.tile} : "
+                    f"{k_range.extent})")
+        out.append(f"{pad}for (long _pd_k = {first}; _pd_k < {stop}; ++_pd_k) {{")
         src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
         dst.append(f"_pd_k * {pack.k_stride}L")
         out.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")

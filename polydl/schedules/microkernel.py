@@ -216,6 +216,9 @@ class PackedB:
     level: int
     outer: tuple[LoopRange, ...] = ()  # loops outside the call that B depends on
     outer_strides: tuple[int, ...] = ()  # B's element stride along each of them
+    # The k tile loop is among the first `level` loops: each copy fills only the rows of one
+    # k tile, just before the calls that read them (the slot part stays in L2 until read).
+    k_blocked: bool = False
 
     @property
     def k_stride(self) -> int:
@@ -395,11 +398,19 @@ def _pack_b(
     block = n.tile if n.tile is not None and n.tile < n.extent else -(-n.extent // 16) * 16
     slot_loops = [r.var for r in deps] + [tile_loop(binding.n)] * (tile_loop(binding.n) in outer)
     level = max((outer.index(name) + 1 for name in slot_loops), default=0)
+    k_blocked = False
+    k_tile = tile_loop(binding.k)
+    if k_tile in outer:
+        # copy per k tile where that repeats no copy: every loop outside it picks the slot
+        with_k = max(level, outer.index(k_tile) + 1)
+        if all(outer[d] in slot_loops or outer[d] == k_tile for d in range(with_k)):
+            level, k_blocked = with_k, True
     # Loops outside the copy that do not choose its slot repeat it; run in parallel, two
     # threads would write one slot at once: then copy all of B before the nest.
     if any(d < level and outer[d] not in slot_loops and loop_var(outer[d]) not in
-           [r.var for r in deps] for d in parallel_dims):
-        level = 0
+           [r.var for r in deps] and not (k_blocked and outer[d] == k_tile)
+           for d in parallel_dims):
+        level, k_blocked = 0, False
     return PackedB(
         name=f"_pd_packed_{b.array}",
         block=block,
@@ -409,6 +420,7 @@ def _pack_b(
         level=level,
         outer=tuple(deps),
         outer_strides=tuple(dep_strides),
+        k_blocked=k_blocked,
     )
 
 
