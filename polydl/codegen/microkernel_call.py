@@ -141,8 +141,8 @@ class CallPrinter:
         depth = 1
         for d, (var, start, stop, step) in enumerate(loops):
             pad = "  " * depth
-            if d == 0 and pack.level == 0:
-                # the copy before the nest: its slots are independent
+            if d == 0 and (pack.level == 0 or pack.parallel_copy):
+                # a copy outside the parallel loops: its slots are independent
                 out.append(f"{pad}#pragma omp parallel for schedule(static)")
             inc = f"{var}++" if step == "1" else f"{var} += {step}"
             out.append(f"{pad}for (long {var} = {start}; {var} < {stop}; {inc}) {{")

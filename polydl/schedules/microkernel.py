@@ -219,6 +219,7 @@ class PackedB:
     # The k tile loop is among the first `level` loops: each copy fills only the rows of one
     # k tile, just before the calls that read them (the slot part stays in L2 until read).
     k_blocked: bool = False
+    parallel_copy: bool = False  # no parallel loop encloses the copy: it runs on the threads
 
     @property
     def k_stride(self) -> int:
@@ -401,16 +402,24 @@ def _pack_b(
     k_blocked = False
     k_tile = tile_loop(binding.k)
     if k_tile in outer:
-        # copy per k tile where that repeats no copy: every loop outside it picks the slot
+        # Copy per k tile where that repeats no copy: every loop outside it picks the slot.
+        # With a loop that would repeat it between k's and n's tile loops (BLIS's m blocks),
+        # copy the k tile of every n block right inside k's tile loop instead.
         with_k = max(level, outer.index(k_tile) + 1)
+        dep_vars = {r.var for r in deps}
         if all(outer[d] in slot_loops or outer[d] == k_tile for d in range(with_k)):
             level, k_blocked = with_k, True
+        elif all(outer[d] in dep_vars or outer[d] == k_tile
+                 for d in range(outer.index(k_tile) + 1)):
+            level, k_blocked = outer.index(k_tile) + 1, True
     # Loops outside the copy that do not choose its slot repeat it; run in parallel, two
     # threads would write one slot at once: then copy all of B before the nest.
     if any(d < level and outer[d] not in slot_loops and loop_var(outer[d]) not in
            [r.var for r in deps] and not (k_blocked and outer[d] == k_tile)
            for d in parallel_dims):
         level, k_blocked = 0, False
+    # outside every parallel loop, the copy's own loop over slots runs on the threads
+    parallel_copy = not any(d < level for d in parallel_dims)
     return PackedB(
         name=f"_pd_packed_{b.array}",
         block=block,
@@ -421,6 +430,7 @@ def _pack_b(
         outer=tuple(deps),
         outer_strides=tuple(dep_strides),
         k_blocked=k_blocked,
+        parallel_copy=parallel_copy,
     )
 
 
