@@ -35,12 +35,15 @@ def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None
     st = call.strides
     pack = call.pack
     b_batch = pack.batch_strides if pack else tuple(st[("b", v)] for v in b.batch)
+    panels = call.pack_a
     return BrgemmSpec(
         m=m,
         n=n,
         k=call.ranges[b.k].extent if k is None else k,
-        a_m=st[("a", b.m)],
-        a_k=st[("a", b.k)],
+        a_m=1 if panels else st[("a", b.m)],
+        a_k=panels.rows if panels else st[("a", b.k)],
+        a_panel_rows=panels.rows if panels else 0,
+        a_panel_m=panels.k_extent if panels else 0,
         b_k=pack.k_stride if pack else st[("b", b.k)],
         b_n=1 if pack else st[("b", b.n)],
         c_m=st[("c", b.m)],
@@ -86,7 +89,13 @@ class CallPrinter:
             out.append(f"  const long {var} = {starts.get(var, str(call.ranges[var].lower))};")
         p = self.printer
         ctype = {acc.array: p.layouts[acc.array].c_type for acc in (call.a, call.b, call.c)}
-        out.append(f"  const {ctype[call.a.array]} *_pd_a = &{p.element(call.a)};")
+        if call.pack_a is not None:
+            # panel of row m, step k: m * K + k * rows (m is a multiple of the panel rows)
+            panels = call.pack_a
+            out.append(f"  const {ctype[call.a.array]} *_pd_a = {panels.name} + "
+                       f"{binding.m} * {panels.k_extent}L + {binding.k} * {panels.rows}L;")
+        else:
+            out.append(f"  const {ctype[call.a.array]} *_pd_a = &{p.element(call.a)};")
         if call.pack is not None:
             pack = call.pack
             out.append(
@@ -151,6 +160,42 @@ class CallPrinter:
         out += ["  " * depth + line for line in self._pack_slot(call, n_start, k_start)]
         for d in reversed(range(1, depth)):
             out.append("  " * d + "}")
+        return out + ["}"]
+
+    def pack_a_lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
+        """Copy the block of A the following calls read (their m tile x k tile, or all of
+        A) into panels of `rows` rows: `panels[m / rows][k][m % rows]`."""
+        panels = call.pack_a
+        assert panels is not None
+        binding = call.binding
+        fixed = dict(zip(call.outer[: panels.level], args, strict=True))
+        m_range, k_range = call.ranges[binding.m], call.ranges[binding.k]
+        bounds = []
+        for var, tile, extent in ((binding.m, panels.m_tile, m_range.extent),
+                                  (binding.k, panels.k_tile, k_range.extent)):
+            start = fixed.get(tile_loop(var), "0") if tile is not None else "0"
+            stop = f"_pd_min({start} + {tile}, {extent})" if tile is not None else str(extent)
+            bounds.append((start, stop))
+        (m0, m1), (k0, k1) = bounds
+        p = self.printer
+        ctype = p.layouts[call.a.array].c_type
+        a_m, a_k = call.strides[("a", binding.m)], call.strides[("a", binding.k)]
+        rows = panels.rows
+        out = ["{"]
+        # A's element at the call loops' lower bounds (0 for m and k)
+        out += [f"  const long {var} = {call.ranges[var].lower};" for var in binding.loops]
+        out.append(f"  const {ctype} *restrict _pd_src = &{p.element(call.a)};")
+        out.append(f"  const long _pd_m1 = {m1}, _pd_k0 = {k0}, _pd_k1 = {k1};")
+        if panels.parallel_copy:
+            out.append("  #pragma omp parallel for schedule(static)")
+        out.append(f"  for (long _pd_p = {m0}; _pd_p < _pd_m1; _pd_p += {rows}) {{")
+        out.append(f"    {ctype} *restrict _pd_dst = {panels.name} + _pd_p * {panels.k_extent}L;")
+        out.append(f"    const long _pd_rows = _pd_m1 - _pd_p < {rows} ? _pd_m1 - _pd_p : {rows};")
+        out.append("    for (long _pd_k = _pd_k0; _pd_k < _pd_k1; ++_pd_k)")
+        out.append("      for (long _pd_r = 0; _pd_r < _pd_rows; ++_pd_r)")
+        out.append(f"        _pd_dst[_pd_k * {rows}L + _pd_r] = "
+                   f"_pd_src[(_pd_p + _pd_r) * {a_m}L + _pd_k * {a_k}L];")
+        out.append("  }")
         return out + ["}"]
 
     def _slot_offset(self, call: MicrokernelCall, n_start: str) -> str:

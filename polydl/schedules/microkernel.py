@@ -18,6 +18,7 @@ import islpy as isl
 from polydl.errors import ScheduleError
 from polydl.ir import Access, Binary, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar, Load
 from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.pack_a import PackedA, plan_pack_a
 from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var, tile_loop
 
 
@@ -270,10 +271,15 @@ class MicrokernelCall:
     ranges: dict[str, LoopRange]  # for m, n, k and batch loops
     strides: dict[tuple[str, str], int]  # (operand "a"|"b"|"c", var) -> element stride
     pack: PackedB | None = None
+    pack_a: PackedA | None = None
 
     @property
     def pack_statement(self) -> str:
         return f"_pd_pack_{self.statement.name}"
+
+    @property
+    def pack_a_statement(self) -> str:
+        return f"_pd_pack_a_{self.statement.name}"
 
     def extent_variants(self, var: str) -> tuple[int, ...]:
         """Full tile, and the remainder tile if the extent is not a multiple of the tile."""
@@ -348,16 +354,22 @@ def bind_microkernel(
     pack = None
     if binding.pack_b:
         pack = _pack_b(model, s, binding, b_access, ranges, outer, parallel_dims)
+    a_access = x if a_name == "x" else y
+    pack_a = None
+    if binding.pack_a:
+        pack_a = plan_pack_a(model, s, binding, a_access, ranges, outer, parallel_dims,
+                             _written(model, s, a_access.array))
     return MicrokernelCall(
         binding=binding,
         statement=s,
         c=c,
-        a=x if a_name == "x" else y,
+        a=a_access,
         b=y if b_name == "y" else x,
         outer=outer,
         ranges=ranges,
         strides=renamed,
         pack=pack,
+        pack_a=pack_a,
     )
 
 

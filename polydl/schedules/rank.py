@@ -175,7 +175,8 @@ def micro_panel_candidates(
     m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
     if binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None:
         return []
-    packed = replace(binding, pack_b=True)
+    # A in panels of register rows too (BLIS's packed A), where a SIMD microkernel reads it
+    packed = replace(binding, pack_b=True, pack_a=machine.isa != "scalar")
     cores = max(machine.cores, 1)
     # whole register rows, A blocks of at most 16 register tiles, and sizes that split m
     # evenly over the cores
@@ -327,6 +328,8 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> fl
     if not mk.pack_b and _strided_b(model, mk):
         # every k step of a register tile reads B from another page: TLB and prefetch misses
         efficiency *= 0.6
+    if mk.batch:
+        return efficiency  # convolutions: blockings measured without the micro-panel terms
     return efficiency * _micro_panel_factor(schedule, model, machine, k)
 
 
@@ -460,7 +463,7 @@ def evaluate(
         else:
             inner = ws[-1] if ws else None
             traffic[name] = inner.bytes(machine.cache_line_bytes) * inner.executions if inner else 0
-        if final.microkernel is not None and ws:
+        if final.microkernel is not None and not final.microkernel.batch and ws:
             traffic[name] = _call_traffic(model, machine, final, ws[-1], capacity, traffic[name])
         traffic[name] = max(traffic[name], total_lines_once * machine.cache_line_bytes)
     flops = sum(s.flops for s in plan.statements)

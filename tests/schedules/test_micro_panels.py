@@ -9,6 +9,7 @@ import pytest
 
 import polydl
 from polydl.codegen.microkernels import BrgemmSpec, choose_microkernel
+from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
 from polydl.machine import Machine
 from polydl.poly.model import build_model
@@ -102,3 +103,87 @@ def test_outer_product_kernel_prefetches_its_c_tile_and_adds_it_at_the_end() -> 
     assert "_mm256_add_ps(_mm256_loadu_ps(cp + 500)" in source
     overwrite = choose_microkernel(BrgemmSpec(**{**spec.__dict__, "beta": 0.0}), "avx2", name="mk")
     assert "_mm_prefetch" not in overwrite.source and "_mm256_add_ps" not in overwrite.source
+
+
+PANELS = MicrokernelBinding("S0", m="i", n="j", k="k", pack_a=True, pack_b=True)
+
+
+@pytest.mark.parametrize(
+    "order, tiles, parallel",
+    [
+        # the block of one (m tile, k tile), copied inside both tile loops, on each thread
+        (("k.t", "i.t", "j.t", "i", "j", "k"), (("i", 12), ("j", 16), ("k", 8)), ("i.t",)),
+        (("i.t", "k.t", "j.t", "i", "j", "k"), (("i", 18), ("j", 16), ("k", 16)), ("i.t",)),
+        # no m or k tile loop: all of A before the nest
+        (("j.t", "i", "j", "k"), (("j", 16),), ("j.t",)),
+    ],
+)
+def test_packed_a_panels_match_numpy(order: tuple[str, ...], tiles: tuple[tuple[str, int], ...],
+                                     parallel: tuple[str, ...]) -> None:
+    # m 37 leaves a 1-row panel, n 45 a 13-wide tile, k 19 a 3-step block
+    schedule = Schedule(order=order, tiles=tiles, parallel=parallel, microkernel=PANELS)
+    kernel = polydl.compile(MATMUL, {"M": 37, "N": 45, "K": 19}, schedule=schedule)
+    assert "_pd_panels_A" in kernel.source and "A packed" in kernel.schedule.describe()
+    run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
+
+
+def test_packed_a_kernel_reads_register_tiles_from_panels() -> None:
+    spec = BrgemmSpec(m=14, n=16, k=8, a_m=1, a_k=6, b_k=16, b_n=1, c_m=16, c_n=1,
+                      a_panel_rows=6, a_panel_m=8)
+    kernel = choose_microkernel(spec, "avx2", name="mk")
+    assert (kernel.mr, kernel.form) == (6, "outer-n")
+    assert "ap = a + m0 * 8;" in kernel.source  # panel p at p * 6 rows * k 8
+    # 14 rows: two full panels and a remainder tile of 2 rows, all at unit row stride
+    assert "2 x 16 block of C" in kernel.source and "ak + 7" in kernel.source
+
+
+@pytest.mark.parametrize(
+    "order, tiles, message",
+    [
+        (("j.t", "i.t", "k.t", "i", "j", "k"), (("i", 12), ("j", 16), ("k", 8)), "would repeat"),
+        (("k.t", "i.t", "j.t", "i", "j", "k"), (("i", 10), ("j", 16), ("k", 8)), "no multiple"),
+    ],
+)
+def test_packing_a_is_refused_where_the_copy_would_repeat_or_split_a_panel(
+    order: tuple[str, ...], tiles: tuple[tuple[str, int], ...], message: str
+) -> None:
+    model = build_model(*load_spec(MATMUL, {"M": 37, "N": 45, "K": 19}))
+    with pytest.raises(ScheduleError, match=message):
+        apply_schedule(model, Schedule(order=order, tiles=tiles, microkernel=PANELS))
+
+
+def test_packing_a_is_refused_where_the_nest_writes_it() -> None:
+    spec = """
+    void acc(int N, float A[N][N], const float B[N][N]) {
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+          for (int k = 0; k < N; k++)
+            A[i][j] += A[i][k] * B[k][j];
+    }"""
+    model = build_model(*load_spec(spec, {"N": 8}))
+    binding = MicrokernelBinding("S0", m="i", n="j", k="k", pack_a=True)
+    with pytest.raises(ScheduleError):
+        apply_schedule(model, Schedule(order=("i", "j", "k"), microkernel=binding))
+
+
+def test_packed_a_needs_polydls_simd_kernel() -> None:
+    spec = BrgemmSpec(m=12, n=16, k=8, a_m=1, a_k=6, b_k=16, b_n=1, c_m=16, c_n=1,
+                      a_panel_rows=6, a_panel_m=8)
+    with pytest.raises(ScheduleError, match="LIBXSMM"):
+        choose_microkernel(spec, "avx2", name="mk", backend="libxsmm")
+    with pytest.raises(ScheduleError, match="SIMD"):
+        choose_microkernel(spec, "scalar", name="mk")
+
+
+def test_ranking_packs_a_only_with_simd() -> None:
+    model = build_model(*builders.matmul(M=1024, N=1024, K=1024))
+    assert rank(model, AVX2_2)[0].schedule.microkernel.pack_a  # type: ignore[union-attr]
+    scalar = Machine(isa="scalar", cores=2)
+    binding = MicrokernelBinding("S0", m="i", n="j", k="k")
+    assert not any(s.microkernel.pack_a  # type: ignore[union-attr]
+                   for s in micro_panel_candidates(model, scalar, ("i", "j", "k"), binding))
+
+
+def test_pack_a_flag_survives_json() -> None:
+    schedule = Schedule(order=("j.t", "i", "j", "k"), tiles=(("j", 16),), microkernel=PANELS)
+    assert Schedule.from_json(schedule.to_json()) == schedule
