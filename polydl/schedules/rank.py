@@ -473,6 +473,14 @@ def evaluate(
     units = _trip(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
     balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
+    if final.parallel and final.parallel[0].endswith(".t"):
+        # the static schedule gives each thread ceil(tiles / cores) whole tiles; with a ragged
+        # last tile the busiest thread does more than an even share of the extent
+        var = final.parallel[0][:-2]
+        extent, tile = _extent(model, var), final.tile_sizes.get(var)
+        if tile:
+            busiest = min(math.ceil(units / cores) * tile, extent)
+            balance = max(balance, busiest * cores / extent)
     memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
