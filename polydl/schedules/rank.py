@@ -191,7 +191,9 @@ def micro_panel_candidates(
         tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nr), (binding.k, k_tile))
                  if t is not None and t < _extent(model, v)}
         j, i, k = (tile_loop(v) if v in tiles else None for v in (binding.n, binding.m, binding.k))
-        for order in ([k, i, j], [i, k, j]):
+        # m blocks outermost first: one parallel loop around all the k blocks (a
+        # k loop outside it forks and joins the threads once per k block)
+        for order in ([i, k, j], [k, i, j]):
             loops = outer_vars + [name for name in order if name is not None]
             out.append(Schedule(order=tuple(loops + inner), tiles=tuple(sorted(tiles.items())),
                                 microkernel=packed))
