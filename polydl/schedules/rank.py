@@ -30,6 +30,8 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
 MAX_CANDIDATES = 32
+# Cycles of one fork and join of the OpenMP threads (~5 us at 2.6 GHz, barrier included)
+FORK_CYCLES = 13000.0
 
 
 @dataclass(frozen=True)
@@ -488,6 +490,14 @@ def evaluate(
         strides = _b_strides(model, final.microkernel)
         memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
     cost = (compute + memory) * balance / cores
+    if final.parallel and cores > 1:
+        # every entry into the parallel loop forks and joins the threads (and a packed copy
+        # inside the loops around it is one more parallel loop): a few microseconds each
+        order = plan.order
+        first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
+        around = math.prod(_trip(model, final, loop) for loop in order[:first])
+        copies = final.microkernel is not None and final.microkernel.pack_b
+        cost += FORK_CYCLES * around * (1 + int(copies))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
