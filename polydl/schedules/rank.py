@@ -490,14 +490,14 @@ def evaluate(
         strides = _b_strides(model, final.microkernel)
         memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
     cost = (compute + memory) * balance / cores
-    if final.parallel and cores > 1:
+    mk = final.microkernel
+    if final.parallel and cores > 1 and mk is not None and not mk.batch:
         # every entry into the parallel loop forks and joins the threads (and a packed copy
         # inside the loops around it is one more parallel loop): a few microseconds each
         order = plan.order
         first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
         around = math.prod(_trip(model, final, loop) for loop in order[:first])
-        copies = final.microkernel is not None and final.microkernel.pack_b
-        cost += FORK_CYCLES * around * (1 + int(copies))
+        cost += FORK_CYCLES * around * (1 + int(mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
