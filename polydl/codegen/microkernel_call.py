@@ -223,32 +223,44 @@ class CallPrinter:
         n_extent = call.ranges[binding.n].extent
         out.append(f"  const long _pd_width = {n_extent} - _pd_n0 < {pack.block} ? "
                    f"{n_extent} - _pd_n0 : {pack.block};")
-        src, dst, depth = [], [], 0
-        for var, stride in zip(binding.batch, pack.batch_strides, strict=True):
-            pad = "  " * (depth + 1)
-            out.append(f"{pad}for (long _pd_b{depth} = 0; _pd_b{depth} < {call.ranges[var].extent}; "
-                       f"++_pd_b{depth})")
-            src.append(f"_pd_b{depth} * {call.strides[('b', var)]}L")
-            dst.append(f"_pd_b{depth} * {stride}L")
-            depth += 1
-        pad = "  " * (depth + 1)
         k_range = call.ranges[binding.k]
         first, stop = "0", str(k_range.extent)
         if k_start is not None and k_range.tile is not None:
-            out.insert(2, f"  const long _pd_k0 = {k_start} - {k_range.lower};")
+            out.append(f"  const long _pd_k0 = {k_start} - {k_range.lower};")
             first = "_pd_k0"
             stop = (f"(_pd_k0 + {k_range.tile} < {k_range.extent} ? _pd_k0 + {k_range.tile} : "
                     f"{k_range.extent})")
-        out.append(f"{pad}for (long _pd_k = {first}; _pd_k < {stop}; ++_pd_k) {{")
-        src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
-        dst.append(f"_pd_k * {pack.k_stride}L")
-        out.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")
-        out.append(f"{pad}  {ctype} *restrict _pd_d = _pd_dst + {' + '.join(dst)};")
         b_n = call.strides[("b", binding.n)]
-        out.append(f"{pad}  for (long _pd_j = 0; _pd_j < _pd_width; ++_pd_j) "
-                   f"_pd_d[_pd_j] = _pd_s[_pd_j * {b_n}L];")
-        out.append(f"{pad}  for (long _pd_j = _pd_width; _pd_j < {pack.block}; ++_pd_j) "
-                   f"_pd_d[_pd_j] = 0;")
-        out.append(f"{pad}}}")
+
+        def copy(full: bool) -> list[str]:
+            src, dst, depth, lines = [], [], 1, []
+            for var, stride in zip(binding.batch, pack.batch_strides, strict=True):
+                d = depth - 1
+                lines.append("  " * (depth + 1) + f"for (long _pd_b{d} = 0; "
+                             f"_pd_b{d} < {call.ranges[var].extent}; ++_pd_b{d})")
+                src.append(f"_pd_b{d} * {call.strides[('b', var)]}L")
+                dst.append(f"_pd_b{d} * {stride}L")
+                depth += 1
+            pad = "  " * (depth + 1)
+            lines.append(f"{pad}for (long _pd_k = {first}; _pd_k < {stop}; ++_pd_k) {{")
+            src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
+            dst.append(f"_pd_k * {pack.k_stride}L")
+            lines.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")
+            lines.append(f"{pad}  {ctype} *restrict _pd_d = _pd_dst + {' + '.join(dst)};")
+            width = str(pack.block) if full else "_pd_width"
+            lines.append(f"{pad}  for (long _pd_j = 0; _pd_j < {width}; ++_pd_j) "
+                         f"_pd_d[_pd_j] = _pd_s[_pd_j * {b_n}L];")
+            if not full:
+                lines.append(f"{pad}  for (long _pd_j = _pd_width; _pd_j < {pack.block}; ++_pd_j) "
+                             f"_pd_d[_pd_j] = 0;")
+            lines.append(f"{pad}}}")
+            return lines
+
+        # a full block copies rows of a constant width, which gcc turns into whole vectors
+        out.append(f"  if (_pd_width == {pack.block}) {{")
+        out += copy(full=True)
+        out.append("  } else {")
+        out += copy(full=False)
+        out.append("  }")
         out.append("}")
         return out
