@@ -433,6 +433,25 @@ def _call_traffic(model: PolyModel, machine: Machine, schedule: Schedule,
     return traffic
 
 
+def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3: int) -> int:
+    """Bytes of the packed B (a local array the reuse model does not see) read again from
+    memory: every iteration of m's tile loop reads all of it (or all of one k block's part,
+    when k's tile loop is outside), and a part larger than the cache is evicted before the
+    next iteration reads it."""
+    mk = schedule.microkernel
+    assert mk is not None
+    order = list(schedule.order)
+    m_tile, k_tile = tile_loop(mk.m), tile_loop(mk.k)
+    if m_tile not in order:
+        return 0
+    part = packed_bytes
+    if k_tile in order and order.index(k_tile) < order.index(m_tile):
+        part = packed_bytes // max(_trip(model, schedule, k_tile), 1)
+    if part <= 0.75 * l3:
+        return 0
+    return (_trip(model, schedule, m_tile) - 1) * packed_bytes
+
+
 def evaluate(
     model: PolyModel, machine: Machine, schedule: Schedule, memo: _Memo | None = None
 ) -> RankedSchedule | None:
@@ -490,6 +509,8 @@ def evaluate(
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
         memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
+        if strides and not final.microkernel.batch:
+            memory += _packed_rereads(model, final, 4 * strides[2], caches["l3"]) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     mk = final.microkernel
     if final.parallel and cores > 1 and mk is not None and not mk.batch:
