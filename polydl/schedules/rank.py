@@ -513,13 +513,13 @@ def evaluate(
             memory += _packed_rereads(model, final, 4 * strides[2], caches["l3"]) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     mk = final.microkernel
-    if final.parallel and cores > 1 and mk is not None and not mk.batch:
+    if final.parallel and cores > 1 and not (mk is not None and mk.batch):
         # every entry into the parallel loop forks and joins the threads (and a packed copy
         # inside the loops around it is one more parallel loop): a few microseconds each
         order = plan.order
         first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
         around = math.prod(_trip(model, final, loop) for loop in order[:first])
-        cost += FORK_CYCLES * around * (1 + int(mk.pack_b))
+        cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
