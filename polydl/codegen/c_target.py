@@ -92,6 +92,8 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
+            if s in a_packs:
+                return calls.pack_a_lines(a_packs[s], args)
             return calls.pack_lines(packs[s], args)
         call = plan_calls.get(s.name)
         if call is not None:
@@ -108,6 +110,12 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         if call.pack is not None
     }
     placements = []
+    a_packs = {
+        call.pack_a_statement: call
+        for plan in scheduled.groups
+        for call in plan.calls.values()
+        if call.pack_a is not None
+    }
     for plan in scheduled.groups:
         plan, placement = place_epilogues(scheduled, plan, calls)
         placements += [placement] if placement else []
@@ -125,6 +133,12 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
          "count": call.pack.elements, "zeroed": False}
         for call in packs.values()
         if call.pack is not None
+    ]
+    locals_ += [
+        {"name": call.pack_a.name, "c_type": layouts[call.a.array].c_type,
+         "count": call.pack_a.elements, "zeroed": False}
+        for call in a_packs.values()
+        if call.pack_a is not None
     ]
 
     name = model.nest.name

@@ -38,12 +38,15 @@ def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None
     st = call.strides
     pack = call.pack
     b_batch = pack.batch_strides if pack else tuple(st[("b", v)] for v in b.batch)
+    panels = call.pack_a
     return BrgemmSpec(
         m=m,
         n=n,
         k=call.ranges[b.k].extent if k is None else k,
-        a_m=st[("a", b.m)],
-        a_k=st[("a", b.k)],
+        a_m=1 if panels else st[("a", b.m)],
+        a_k=panels.rows if panels else st[("a", b.k)],
+        a_panel_rows=panels.rows if panels else 0,
+        a_panel_m=panels.k_extent if panels else 0,
         b_k=pack.k_stride if pack else st[("b", b.k)],
         b_n=1 if pack else st[("b", b.n)],
         c_m=st[("c", b.m)],
@@ -100,7 +103,13 @@ class CallPrinter:
             out.append(f"  const long {var} = {starts.get(var, str(call.ranges[var].lower))};")
         p = self.printer
         ctype = {acc.array: p.layouts[acc.array].c_type for acc in (call.a, call.b, call.c)}
-        out.append(f"  const {ctype[call.a.array]} *_pd_a = &{p.element(call.a)};")
+        if call.pack_a is not None:
+            # panel of row m, step k: m * K + k * rows (m is a multiple of the panel rows)
+            panels = call.pack_a
+            out.append(f"  const {ctype[call.a.array]} *_pd_a = {panels.name} + "
+                       f"{binding.m} * {panels.k_extent}L + {binding.k} * {panels.rows}L;")
+        else:
+            out.append(f"  const {ctype[call.a.array]} *_pd_a = &{p.element(call.a)};")
         if call.pack is not None:
             pack = call.pack
             out.append(
@@ -188,15 +197,52 @@ class CallPrinter:
         depth = 1
         for d, (var, start, stop, step) in enumerate(loops):
             pad = "  " * depth
-            if d == 0 and pack.level == 0:
-                # the copy before the nest: its slots are independent
+            if d == 0 and (pack.level == 0 or pack.parallel_copy):
+                # a copy outside the parallel loops: its slots are independent
                 out.append(f"{pad}#pragma omp parallel for schedule(static)")
             inc = f"{var}++" if step == "1" else f"{var} += {step}"
             out.append(f"{pad}for (long {var} = {start}; {var} < {stop}; {inc}) {{")
             depth += 1
-        out += ["  " * depth + line for line in self._pack_slot(call, n_start)]
+        k_start = fixed.get(tile_loop(binding.k)) if pack.k_blocked else None
+        out += ["  " * depth + line for line in self._pack_slot(call, n_start, k_start)]
         for d in reversed(range(1, depth)):
             out.append("  " * d + "}")
+        return out + ["}"]
+
+    def pack_a_lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
+        """Copy the block of A the following calls read (their m tile x k tile, or all of
+        A) into panels of `rows` rows: `panels[m / rows][k][m % rows]`."""
+        panels = call.pack_a
+        assert panels is not None
+        binding = call.binding
+        fixed = dict(zip(call.outer[: panels.level], args, strict=True))
+        m_range, k_range = call.ranges[binding.m], call.ranges[binding.k]
+        bounds = []
+        for var, tile, extent in ((binding.m, panels.m_tile, m_range.extent),
+                                  (binding.k, panels.k_tile, k_range.extent)):
+            start = fixed.get(tile_loop(var), "0") if tile is not None else "0"
+            stop = f"_pd_min({start} + {tile}, {extent})" if tile is not None else str(extent)
+            bounds.append((start, stop))
+        (m0, m1), (k0, k1) = bounds
+        p = self.printer
+        ctype = p.layouts[call.a.array].c_type
+        a_m, a_k = call.strides[("a", binding.m)], call.strides[("a", binding.k)]
+        rows = panels.rows
+        out = ["{"]
+        # A's element at the call loops' lower bounds (0 for m and k)
+        out += [f"  const long {var} = {call.ranges[var].lower};" for var in binding.loops]
+        out.append(f"  const {ctype} *restrict _pd_src = &{p.element(call.a)};")
+        out.append(f"  const long _pd_m1 = {m1}, _pd_k0 = {k0}, _pd_k1 = {k1};")
+        if panels.parallel_copy:
+            out.append("  #pragma omp parallel for schedule(static)")
+        out.append(f"  for (long _pd_p = {m0}; _pd_p < _pd_m1; _pd_p += {rows}) {{")
+        out.append(f"    {ctype} *restrict _pd_dst = {panels.name} + _pd_p * {panels.k_extent}L;")
+        out.append(f"    const long _pd_rows = _pd_m1 - _pd_p < {rows} ? _pd_m1 - _pd_p : {rows};")
+        out.append("    for (long _pd_k = _pd_k0; _pd_k < _pd_k1; ++_pd_k)")
+        out.append("      for (long _pd_r = 0; _pd_r < _pd_rows; ++_pd_r)")
+        out.append(f"        _pd_dst[_pd_k * {rows}L + _pd_r] = "
+                   f"_pd_src[(_pd_p + _pd_r) * {a_m}L + _pd_k * {a_k}L];")
+        out.append("  }")
         return out + ["}"]
 
     def _slot_offset(self, call: MicrokernelCall, n_start: str) -> str:
@@ -207,7 +253,8 @@ class CallPrinter:
         terms.append(f"({n_start} / {pack.block}) * {pack.block_elements}L")
         return " + ".join(terms)
 
-    def _pack_slot(self, call: MicrokernelCall, n_start: str) -> list[str]:
+    def _pack_slot(self, call: MicrokernelCall, n_start: str, k_start: str | None = None) -> list[str]:
+        """The copy of one slot; with `k_start`, only the rows of the k tile starting there."""
         pack = call.pack
         assert pack is not None
         binding = call.binding
@@ -223,27 +270,45 @@ class CallPrinter:
         n_extent = call.ranges[binding.n].extent
         out.append(f"  const long _pd_width = {n_extent} - _pd_n0 < {pack.block} ? "
                    f"{n_extent} - _pd_n0 : {pack.block};")
-        src, dst, depth = [], [], 0
-        for var, stride in zip(binding.batch, pack.batch_strides, strict=True):
-            pad = "  " * (depth + 1)
-            out.append(f"{pad}for (long _pd_b{depth} = 0; _pd_b{depth} < {call.ranges[var].extent}; "
-                       f"++_pd_b{depth})")
-            src.append(f"_pd_b{depth} * {call.strides[('b', var)]}L")
-            dst.append(f"_pd_b{depth} * {stride}L")
-            depth += 1
-        pad = "  " * (depth + 1)
-        k_extent = call.ranges[binding.k].extent
-        out.append(f"{pad}for (long _pd_k = 0; _pd_k < {k_extent}; ++_pd_k) {{")
-        src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
-        dst.append(f"_pd_k * {pack.k_stride}L")
-        out.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")
-        out.append(f"{pad}  {ctype} *restrict _pd_d = _pd_dst + {' + '.join(dst)};")
+        k_range = call.ranges[binding.k]
+        first, stop = "0", str(k_range.extent)
+        if k_start is not None and k_range.tile is not None:
+            out.append(f"  const long _pd_k0 = {k_start} - {k_range.lower};")
+            first = "_pd_k0"
+            stop = (f"(_pd_k0 + {k_range.tile} < {k_range.extent} ? _pd_k0 + {k_range.tile} : "
+                    f"{k_range.extent})")
         b_n = call.strides[("b", binding.n)]
-        out.append(f"{pad}  for (long _pd_j = 0; _pd_j < _pd_width; ++_pd_j) "
-                   f"_pd_d[_pd_j] = _pd_s[_pd_j * {b_n}L];")
-        out.append(f"{pad}  for (long _pd_j = _pd_width; _pd_j < {pack.block}; ++_pd_j) "
-                   f"_pd_d[_pd_j] = 0;")
-        out.append(f"{pad}}}")
+
+        def copy(full: bool) -> list[str]:
+            src, dst, depth, lines = [], [], 1, []
+            for var, stride in zip(binding.batch, pack.batch_strides, strict=True):
+                d = depth - 1
+                lines.append("  " * (depth + 1) + f"for (long _pd_b{d} = 0; "
+                             f"_pd_b{d} < {call.ranges[var].extent}; ++_pd_b{d})")
+                src.append(f"_pd_b{d} * {call.strides[('b', var)]}L")
+                dst.append(f"_pd_b{d} * {stride}L")
+                depth += 1
+            pad = "  " * (depth + 1)
+            lines.append(f"{pad}for (long _pd_k = {first}; _pd_k < {stop}; ++_pd_k) {{")
+            src.append(f"_pd_k * {call.strides[('b', binding.k)]}L")
+            dst.append(f"_pd_k * {pack.k_stride}L")
+            lines.append(f"{pad}  const {ctype} *restrict _pd_s = _pd_src + {' + '.join(src)};")
+            lines.append(f"{pad}  {ctype} *restrict _pd_d = _pd_dst + {' + '.join(dst)};")
+            width = str(pack.block) if full else "_pd_width"
+            lines.append(f"{pad}  for (long _pd_j = 0; _pd_j < {width}; ++_pd_j) "
+                         f"_pd_d[_pd_j] = _pd_s[_pd_j * {b_n}L];")
+            if not full:
+                lines.append(f"{pad}  for (long _pd_j = _pd_width; _pd_j < {pack.block}; ++_pd_j) "
+                             f"_pd_d[_pd_j] = 0;")
+            lines.append(f"{pad}}}")
+            return lines
+
+        # a full block copies rows of a constant width, which gcc turns into whole vectors
+        out.append(f"  if (_pd_width == {pack.block}) {{")
+        out += copy(full=True)
+        out.append("  } else {")
+        out += copy(full=False)
+        out.append("  }")
         out.append("}")
         return out
 

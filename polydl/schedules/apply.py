@@ -230,6 +230,9 @@ def _bind_call(
     result = isl.UnionMap.from_map(call_map)
     if call.pack is not None:
         result = result.union(_pack_map(call.pack_statement, points, call.pack.level, outer, width))
+    if call.pack_a is not None:
+        result = result.union(
+            _pack_map(call.pack_a_statement, points, call.pack_a.level, outer, width))
     return result, {target.name: call}
 
 

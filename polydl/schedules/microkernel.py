@@ -18,6 +18,7 @@ import islpy as isl
 from polydl.errors import ScheduleError
 from polydl.ir import Access, Binary, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar, Load
 from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.pack_a import PackedA, plan_pack_a
 from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var, tile_loop
 
 
@@ -216,6 +217,10 @@ class PackedB:
     level: int
     outer: tuple[LoopRange, ...] = ()  # loops outside the call that B depends on
     outer_strides: tuple[int, ...] = ()  # B's element stride along each of them
+    # The k tile loop is among the first `level` loops: each copy fills only the rows of one
+    # k tile, just before the calls that read them (the slot part stays in L2 until read).
+    k_blocked: bool = False
+    parallel_copy: bool = False  # no parallel loop encloses the copy: it runs on the threads
 
     @property
     def k_stride(self) -> int:
@@ -266,10 +271,15 @@ class MicrokernelCall:
     ranges: dict[str, LoopRange]  # for m, n, k and batch loops
     strides: dict[tuple[str, str], int]  # (operand "a"|"b"|"c", var) -> element stride
     pack: PackedB | None = None
+    pack_a: PackedA | None = None
 
     @property
     def pack_statement(self) -> str:
         return f"_pd_pack_{self.statement.name}"
+
+    @property
+    def pack_a_statement(self) -> str:
+        return f"_pd_pack_a_{self.statement.name}"
 
     def extent_variants(self, var: str) -> tuple[int, ...]:
         """Full tile, and the remainder tile if the extent is not a multiple of the tile."""
@@ -344,16 +354,22 @@ def bind_microkernel(
     pack = None
     if binding.pack_b:
         pack = _pack_b(model, s, binding, b_access, ranges, outer, parallel_dims)
+    a_access = x if a_name == "x" else y
+    pack_a = None
+    if binding.pack_a:
+        pack_a = plan_pack_a(model, s, binding, a_access, ranges, outer, parallel_dims,
+                             _written(model, s, a_access.array))
     return MicrokernelCall(
         binding=binding,
         statement=s,
         c=c,
-        a=x if a_name == "x" else y,
+        a=a_access,
         b=y if b_name == "y" else x,
         outer=outer,
         ranges=ranges,
         strides=renamed,
         pack=pack,
+        pack_a=pack_a,
     )
 
 
@@ -395,11 +411,27 @@ def _pack_b(
     block = n.tile if n.tile is not None and n.tile < n.extent else -(-n.extent // 16) * 16
     slot_loops = [r.var for r in deps] + [tile_loop(binding.n)] * (tile_loop(binding.n) in outer)
     level = max((outer.index(name) + 1 for name in slot_loops), default=0)
+    k_blocked = False
+    k_tile = tile_loop(binding.k)
+    if k_tile in outer:
+        # Copy per k tile where that repeats no copy: every loop outside it picks the slot.
+        # With a loop that would repeat it between k's and n's tile loops (BLIS's m blocks),
+        # copy the k tile of every n block right inside k's tile loop instead.
+        with_k = max(level, outer.index(k_tile) + 1)
+        dep_vars = {r.var for r in deps}
+        if all(outer[d] in slot_loops or outer[d] == k_tile for d in range(with_k)):
+            level, k_blocked = with_k, True
+        elif all(outer[d] in dep_vars or outer[d] == k_tile
+                 for d in range(outer.index(k_tile) + 1)):
+            level, k_blocked = outer.index(k_tile) + 1, True
     # Loops outside the copy that do not choose its slot repeat it; run in parallel, two
     # threads would write one slot at once: then copy all of B before the nest.
     if any(d < level and outer[d] not in slot_loops and loop_var(outer[d]) not in
-           [r.var for r in deps] for d in parallel_dims):
-        level = 0
+           [r.var for r in deps] and not (k_blocked and outer[d] == k_tile)
+           for d in parallel_dims):
+        level, k_blocked = 0, False
+    # outside every parallel loop, the copy's own loop over slots runs on the threads
+    parallel_copy = not any(d < level for d in parallel_dims)
     return PackedB(
         name=f"_pd_packed_{b.array}",
         block=block,
@@ -409,6 +441,8 @@ def _pack_b(
         level=level,
         outer=tuple(deps),
         outer_strides=tuple(dep_strides),
+        k_blocked=k_blocked,
+        parallel_copy=parallel_copy,
     )
 
 

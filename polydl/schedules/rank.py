@@ -33,6 +33,8 @@ BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
 # for 16 threads): on many cores a small nest runs faster on one core than split over all.
 FORK_JOIN_CYCLES_PER_THREAD = 500.0
 MAX_CANDIDATES = 32
+# Cycles of one fork and join of the OpenMP threads (~5 us at 2.6 GHz, barrier included)
+FORK_CYCLES = 13000.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,43 @@ def packed_candidates(
     return out
 
 
+def micro_panel_candidates(
+    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+) -> list[Schedule]:
+    """BLIS's loop nest over a packed B: each call is one register tile wide along n, so its
+    packed B (`[n/nr][k][nr]`) is one contiguous micro-panel that stays in L1 while the call's
+    register tiles walk down m; an m block of A (m tile x k tile) stays in L2 across the
+    calls of the n loop inside it; k is blocked near K_TILE so that the micro-panel fits L1."""
+    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
+    if binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None:
+        return []
+    # A stays in place: its packed panels (`pack_a`) measured 0-11% slower in these blockings
+    # on one and two threads (the copy costs more than the strided broadcasts it saves)
+    packed = replace(binding, pack_b=True)
+    cores = max(machine.cores, 1)
+    # whole register rows, A blocks of at most 16 register tiles, and sizes that split m
+    # evenly over the cores
+    even = {MICRO_ROWS * math.ceil(m_ext / (cores * q * MICRO_ROWS)) for q in (1, 2, 4)}
+    sizes = {16 * MICRO_ROWS, 8 * MICRO_ROWS} | {t for t in even if 4 * MICRO_ROWS <= t <= 16 * MICRO_ROWS}
+    m_tiles = sorted((t for t in sizes if t < m_ext), reverse=True)[:3] or [m_ext]
+    k_tile = math.ceil(k_ext / math.ceil(k_ext / K_TILE)) if k_ext > K_TILE else None
+    outer_vars = [v for v in band_vars if v not in binding.loops]
+    inner = [binding.m, binding.n, binding.k]
+    out = []
+    for mt in m_tiles:
+        tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nr), (binding.k, k_tile))
+                 if t is not None and t < _extent(model, v)}
+        j, i, k = (tile_loop(v) if v in tiles else None for v in (binding.n, binding.m, binding.k))
+        # m blocks outermost first: one parallel loop around all the k blocks (a
+        # k loop outside it forks and joins the threads once per k block)
+        for order in ([i, k, j], [k, i, j]):
+            loops = outer_vars + [name for name in order if name is not None]
+            out.append(Schedule(order=tuple(loops + inner), tiles=tuple(sorted(tiles.items())),
+                                microkernel=packed))
+    return list(dict.fromkeys(out))
+
+
 def _outer_orders(outer: list[str]) -> list[list[str]]:
     """The written order, and each loop moved outermost or innermost: the moves that change
     which operand stays in cache, without the factorial of all permutations."""
@@ -199,6 +238,7 @@ def candidates(model: PolyModel, machine: Machine) -> list[Schedule]:
     out: list[Schedule] = []
     if len(statements) == 1:
         for binding in candidate_bindings(model, statements[0], band_vars)[:1]:
+            out += micro_panel_candidates(model, machine, band_vars, binding)
             out += packed_candidates(model, machine, band_vars, binding)
             out += microkernel_candidates(model, machine, band_vars, binding)
     return out + loop_candidates(model, machine, band_vars)
@@ -296,7 +336,29 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> fl
     if not mk.pack_b and _strided_b(model, mk):
         # every k step of a register tile reads B from another page: TLB and prefetch misses
         efficiency *= 0.6
-    return efficiency
+    if mk.batch:
+        return efficiency  # convolutions: blockings measured without the micro-panel terms
+    return efficiency * _micro_panel_factor(schedule, model, machine, k)
+
+
+def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: Machine, k: int) -> float:
+    """The register tiles of a call down m reuse one micro-panel of B (k x nr) from L1.
+    Contiguous (packed one register tile wide, or B's rows already nr apart), it streams
+    through few pages and every L1 set; rows further apart fall into fewer sets (a 512-byte
+    stride into one set in eight) and pages; a panel larger than half of L1 is evicted
+    before the next register tile reads it. (Measured on a 2-core AVX2 machine: 0.93 and
+    0.75 of the contiguous panel's speed.)"""
+    mk = schedule.microkernel
+    assert mk is not None
+    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    strides = _b_strides(model, mk)
+    n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
+    contiguous = (mk.pack_b and n <= nr) or (strides is not None and strides[:2] == (1, nr))
+    if contiguous:
+        return 1.0
+    if k * machine.cache_line_bytes > machine.l1_bytes // 2:
+        return 0.75
+    return 0.93
 
 
 def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int] | None:
@@ -318,6 +380,79 @@ def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int]
 def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
     strides = _b_strides(model, mk)
     return strides is not None and (strides[0] != 1 or abs(strides[1]) * 4 >= 1024)
+
+
+def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int | None:
+    """Cache lines of one call's block of A (m x k), None if A's strides are not constant."""
+    from polydl.schedules.microkernel import element_stride, multiply_accumulate
+
+    mk = schedule.microkernel
+    assert mk is not None
+    s = next(st for st in model.statements if st.name == mk.statement)
+    mac = multiply_accumulate(s)
+    if mac is None:
+        return None
+    _, x, y = mac
+    a = x if element_stride(model, x, mk.m) != 0 else y
+    a_m, a_k = element_stride(model, a, mk.m), element_stride(model, a, mk.k)
+    if a_m is None or a_k is None:
+        return None
+    m = min(schedule.tile_sizes.get(mk.m, _extent(model, mk.m)), _extent(model, mk.m))
+    k = min(schedule.tile_sizes.get(mk.k, _extent(model, mk.k)), _extent(model, mk.k))
+    k *= math.prod(_trip(model, schedule, b) for b in mk.batch)
+    per_line = line_bytes // 4
+    if a_k == 1:
+        return m * math.ceil(k / per_line)
+    if a_m == 1:
+        return k * math.ceil(m / per_line)
+    return m * k
+
+
+def _call_traffic(model: PolyModel, machine: Machine, schedule: Schedule,
+                  call: LevelWorkingSet, capacity: int, traffic: int) -> int:
+    """Two effects of a microkernel call on the traffic into a cache of `capacity` bytes that
+    the whole-level rule does not see. A block of A larger than half the cache is read once
+    per register-tile column of the call (the call walks n outside m), not once. And where
+    the loop right around the call is n's tile loop, the call's A block is the same in all
+    its iterations: if it fits half the cache it is read once, and only B's panels and C's
+    tiles stream."""
+    mk = schedule.microkernel
+    assert mk is not None
+    line = machine.cache_line_bytes
+    a_lines = _a_block_lines(model, schedule, line)
+    if a_lines is None:
+        return traffic
+    a_bytes = a_lines * line
+    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
+    strips = math.ceil(n / nr)
+    if a_bytes > capacity // 2 and strips > 1:
+        traffic += (strips - 1) * a_bytes * call.executions
+    calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
+    if calls_loop == tile_loop(mk.n) and a_bytes <= capacity // 2:
+        trip = _trip(model, schedule, calls_loop)
+        streamed = (call.lines - a_lines) * line * call.executions
+        traffic = min(traffic, streamed + a_bytes * call.executions // max(trip, 1))
+    return traffic
+
+
+def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3: int) -> int:
+    """Bytes of the packed B (a local array the reuse model does not see) read again from
+    memory: every iteration of m's tile loop reads all of it (or all of one k block's part,
+    when k's tile loop is outside), and a part larger than the cache is evicted before the
+    next iteration reads it."""
+    mk = schedule.microkernel
+    assert mk is not None
+    order = list(schedule.order)
+    m_tile, k_tile = tile_loop(mk.m), tile_loop(mk.k)
+    if m_tile not in order:
+        return 0
+    part = packed_bytes
+    if k_tile in order and order.index(k_tile) < order.index(m_tile):
+        part = packed_bytes // max(_trip(model, schedule, k_tile), 1)
+    if part <= 0.75 * l3:
+        return 0
+    return (_trip(model, schedule, m_tile) - 1) * packed_bytes
 
 
 def evaluate(
@@ -355,6 +490,8 @@ def evaluate(
         else:
             inner = ws[-1] if ws else None
             traffic[name] = inner.bytes(machine.cache_line_bytes) * inner.executions if inner else 0
+        if final.microkernel is not None and not final.microkernel.batch and ws:
+            traffic[name] = _call_traffic(model, machine, final, ws[-1], capacity, traffic[name])
         traffic[name] = max(traffic[name], total_lines_once * machine.cache_line_bytes)
     flops = sum(s.flops for s in plan.statements)
     peak_per_cycle = 2 * 2 * machine.vector_lanes("float32")  # 2 FMA pipes x lanes x 2 flops
@@ -363,13 +500,31 @@ def evaluate(
     units = _trip(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
     balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
+    if final.parallel and final.parallel[0].endswith(".t"):
+        # the static schedule gives each thread ceil(tiles / cores) whole tiles; with a ragged
+        # last tile the busiest thread does more than an even share of the extent
+        var = final.parallel[0][:-2]
+        extent, tile = _extent(model, var), final.tile_sizes.get(var)
+        if tile:
+            busiest = min(math.ceil(units / cores) * tile, extent)
+            balance = max(balance, busiest * cores / extent)
     memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
         memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
+        if strides and not final.microkernel.batch:
+            memory += _packed_rereads(model, final, 4 * strides[2], caches["l3"]) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:
         cost += FORK_JOIN_CYCLES_PER_THREAD * cores
+    mk = final.microkernel
+    if final.parallel and cores > 1 and not (mk is not None and mk.batch):
+        # every entry into the parallel loop forks and joins the threads (and a packed copy
+        # inside the loops around it is one more parallel loop): a few microseconds each
+        order = plan.order
+        first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
+        around = math.prod(_trip(model, final, loop) for loop in order[:first])
+        cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 

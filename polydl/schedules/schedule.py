@@ -44,6 +44,9 @@ class MicrokernelBinding:
     # Copy B into a local array blocked by the n tile (`Bp[n/nb][batch...][k][nb]`) just
     # before the first call of each n tile, so that every call reads it contiguously.
     pack_b: bool = False
+    # Copy each m tile x k tile block of A into panels of register-tile rows
+    # (`Ap[m/mr][k][mr]`) before the calls that read it: every call streams A contiguously.
+    pack_a: bool = False
 
     @property
     def loops(self) -> tuple[str, ...]:
@@ -88,6 +91,7 @@ class Schedule:
                 batch=tuple(mk.get("batch", ())),
                 backend=mk.get("backend", "auto"),
                 pack_b=bool(mk.get("pack_b", False)),
+                pack_a=bool(mk.get("pack_a", False)),
             )
             if mk
             else None,
@@ -107,7 +111,7 @@ class Schedule:
         if self.microkernel:
             mk = self.microkernel
             batch = f" batch({', '.join(mk.batch)})" if mk.batch else ""
-            packed = ", B packed" if mk.pack_b else ""
+            packed = ", A packed" * mk.pack_a + (", B packed" if mk.pack_b else "")
             parts.append(
                 f"microkernel brgemm(m={mk.m}, n={mk.n}, k={mk.k}){batch}{packed} [{mk.backend}]"
             )

@@ -52,6 +52,11 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
         raise ValueError(f"unknown ISA '{isa}'; known: {', '.join(ISAS)}")
     if backend not in BACKENDS:
         raise ScheduleError(f"unknown microkernel backend '{backend}'; known: {', '.join(BACKENDS)}")
+    if spec.a_panel_rows:
+        if backend == "libxsmm":
+            raise ScheduleError("LIBXSMM takes A as a matrix, not packed in panels: pack_a needs "
+                                "backend 'polydl' or 'auto'")
+        return panel_kernel(spec, isa, name)
     if backend == "libxsmm" or (backend == "auto" and _libxsmm_preferred(spec, isa)):
         return libxsmm_kernel(spec, isa, name)
     return own_kernel(spec, isa, name, b_constant)
@@ -63,6 +68,27 @@ def _headline(spec: BrgemmSpec, name: str) -> str:
         f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
         f"{spec.dtype} beta={spec.beta:g}"
     )
+
+
+def panel_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
+    """The outer-product SIMD kernel over an A packed in panels of register-tile rows."""
+    s = spec.normalized()
+    unit = VECTOR_UNITS.get(isa)
+    if unit is None or not (s.b_n == 1 and s.c_n == 1) or s.dtype == "bfloat16":
+        raise ScheduleError(
+            f"A packed in panels needs a SIMD outer-product microkernel (vectors along n) in "
+            f"float32 or float64; ISA {isa}, dtype {s.dtype}, B's n stride {s.b_n}, C's {s.c_n}"
+        )
+    blocking = choose_outer_product(s, unit)
+    description = (
+        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} {spec.dtype} beta={spec.beta:g}; "
+        f"{unit.isa} outer-n over A panels of {spec.a_panel_rows} rows, register tile "
+        f"{blocking.rows} x {blocking.vectors} vectors"
+    )
+    source, unroll = render_vector_kernel(s, unit, blocking, name, description)
+    return Microkernel(name=name, source=source, spec=spec, backend="polydl", isa=unit.isa,
+                       form="outer-n", mr=blocking.rows, nr=blocking.vectors * blocking.lanes,
+                       unroll=unroll, estimated_cycles=blocking.cycles)
 
 
 def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from polydl.codegen.microkernels.spec import BrgemmSpec
+from polydl.errors import ScheduleError
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,18 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     max_vectors = math.ceil(spec.n / lanes)
     for vectors in range(1, max_vectors + 1):
         max_rows = (unit.registers - vectors - 2) // vectors
-        for rows in range(1, min(max_rows, spec.m) + 1):
+        row_options = range(1, min(max_rows, spec.m) + 1)
+        if spec.a_panel_rows:  # a packed A fixes the rows of a register tile
+            if spec.a_panel_rows > max_rows:
+                continue
+            row_options = range(min(spec.a_panel_rows, spec.m), min(spec.a_panel_rows, spec.m) + 1)
+        for rows in row_options:
             cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, spec.n, steps)
             cand = Blocking("outer", rows, vectors, lanes, cycles)
             if best is None or (cycles, -cand.accumulators) < (best.cycles, -best.accumulators):
                 best = cand
-    assert best is not None
+    if best is None:
+        raise ScheduleError(f"no register tile of {spec.a_panel_rows} rows fits {unit.isa}'s registers")
     return best
 
 

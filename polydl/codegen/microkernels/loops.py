@@ -59,6 +59,7 @@ def spec_values(spec: BrgemmSpec) -> dict[str, object]:
         dtype=spec.dtype, in_t=spec.input_ctype, out_t=spec.output_ctype,
         beta=spec.beta != 0.0,
         a_m=spec.a_m, a_k=spec.a_k, b_k=spec.b_k, b_n=spec.b_n, c_m=spec.c_m, c_n=spec.c_n,
+        a_tile_m=spec.a_panel_m if spec.a_panel_rows else spec.a_m,
         batch=batch, a_batch=a_batch, b_batch=b_batch,
         postop_params=postops.parameters(spec.postops, spec.output_ctype),
         postop_args=postops.arguments(spec.postops),

@@ -49,6 +49,11 @@ class BrgemmSpec:
     beta: float = 1.0
     # The fused epilogue, applied to each C cell right before its store (None: plain store).
     postops: PostOps | None = None
+    # A packed in panels of `a_panel_rows` rows (0: not packed): register tiles are exactly
+    # that many rows (the last fewer), and the tile of rows m0.. starts at a + m0 * a_panel_m
+    # (within it row i, step kk at i * a_m + kk * a_k).
+    a_panel_rows: int = 0
+    a_panel_m: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, tuple):
@@ -62,6 +67,8 @@ class BrgemmSpec:
                 raise ValueError(f"brgemm size {name}={getattr(self, name)} must be at least 1")
         if any(d.extent < 0 for d in self.batch):
             raise ValueError("batch extents must not be negative")
+        if self.a_panel_rows < 0 or (self.a_panel_rows and self.batch):
+            raise ValueError("A panels need a positive row count and no batch")
         if not _distinct_cells(self.m, self.c_m, self.n, self.c_n):
             raise ValueError(
                 f"C strides c_m={self.c_m}, c_n={self.c_n} map two (m, n) cells to one element"
