@@ -124,7 +124,7 @@ def outer_tiles(spec: BrgemmSpec, blocking: Blocking) -> tuple[list[Tile], int, 
             # tile's lines, prefetched here, arrive during the k loop instead of stalling
             # its first FMAs (a tile is ~1500 cycles; a C line from L3 or memory 50-300).
             prefetch = c_tile_lines(spec, rows, width) if spec.beta else ()
-            tiles.append(Tile(comment, n_loop, m_loop, cells, tuple(k_loops), prefetch))
+            tiles.append(Tile(comment, n_loop, m_loop, cells, tuple(k_loops), prefetch=prefetch))
     return tiles, tail, unroll
 
 
