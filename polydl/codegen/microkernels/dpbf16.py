@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polydl.codegen.microkernels.blocking import Blocking
-from polydl.codegen.microkernels.loops import BlockLoop, block_loops, offset, spec_values
+from polydl.codegen.microkernels.loops import BlockLoop, Cell, block_loops, outer_cells, spec_values
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
@@ -23,13 +23,6 @@ TARGET = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma"
 class Part:
     count: int  # iterations over k pairs
     pair: bool  # False: the last, odd k alone
-
-
-@dataclass(frozen=True)
-class Cell:
-    name: str
-    address: str
-    masked: bool
 
 
 @dataclass(frozen=True)
@@ -60,10 +53,7 @@ def render_dpbf16_kernel(spec: BrgemmSpec, blocking: Blocking, name: str, descri
         vectors = -(-width // LANES)
         masked = width % LANES != 0
         for m_loop, rows in block_loops(spec.m, blocking.rows):
-            cells = tuple(
-                Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * LANES), masked and j == vectors - 1)
-                for i in range(rows) for j in range(vectors)
-            )
+            cells = outer_cells(spec, rows, vectors, LANES, masked)
             comment = f"{rows} x {width} block of C: {rows} rows x {vectors} vectors, k in pairs"
             tiles.append(PairTile(comment, n_loop, m_loop, rows, vectors, masked, cells, tuple(parts)))
     tail = spec.n % LANES

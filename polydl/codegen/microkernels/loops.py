@@ -71,3 +71,22 @@ def offset(base: str, value: int) -> str:
     if value == 0:
         return base
     return f"{base} + {value}" if value > 0 else f"{base} - {-value}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One accumulator of a register tile: its variable and the address of its C vector."""
+
+    name: str
+    address: str
+    masked: bool
+
+
+def outer_cells(spec: BrgemmSpec, rows: int, vectors: int, lanes: int, masked: bool) -> tuple[Cell, ...]:
+    """The accumulators of an outer-product tile, `c{row}_{vector}`; with `masked` the last
+    vector of each row is the ragged n edge."""
+    return tuple(
+        Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * lanes), masked and j == vectors - 1)
+        for i in range(rows) for j in range(vectors)
+    )
+

@@ -17,7 +17,14 @@ from dataclasses import dataclass, replace
 
 from polydl.codegen.microkernels import postops
 from polydl.codegen.microkernels.blocking import Blocking, VectorUnit
-from polydl.codegen.microkernels.loops import BlockLoop, block_loops, offset, spec_values
+from polydl.codegen.microkernels.loops import (
+    BlockLoop,
+    Cell,
+    block_loops,
+    offset,
+    outer_cells,
+    spec_values,
+)
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
@@ -45,13 +52,6 @@ class KLoop:
     a_step: int
     b_step: int
     steps: tuple[tuple[Op, ...], ...]
-
-
-@dataclass(frozen=True)
-class Cell:
-    name: str
-    address: str
-    masked: bool
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,7 @@ def outer_tiles(spec: BrgemmSpec, blocking: Blocking) -> tuple[list[Tile], int, 
         vectors = -(-width // lanes)
         masked = width % lanes != 0
         for m_loop, rows in block_loops(spec.m, blocking.rows):
-            cells = tuple(
-                Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * lanes),
-                     masked and j == vectors - 1)
-                for i in range(rows) for j in range(vectors)
-            )
+            cells = outer_cells(spec, rows, vectors, lanes, masked)
             k_loops = []
             if spec.k // unroll:
                 steps = tuple(_outer_step(spec, rows, vectors, lanes, masked, u) for u in range(unroll))
