@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass, replace
 
 from polydl.errors import ScheduleError
+from polydl.ir import Access
 from polydl.machine import Machine
-from polydl.poly.model import PolyModel
+from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules.apply import (
     GroupPlan,
@@ -24,7 +25,7 @@ from polydl.schedules.apply import (
     loop_is_parallel,
     main_group,
 )
-from polydl.schedules.microkernel import candidate_bindings
+from polydl.schedules.microkernel import candidate_bindings, element_stride, multiply_accumulate
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
@@ -107,17 +108,28 @@ def _micro_vectors(machine: Machine) -> int:
     return 4 if machine.has_avx512 else 2
 
 
+def _bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel:
+    return next(st for st in model.statements if st.name == mk.statement)
+
+
+def _gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Access, Access] | None:
+    """(C, A, B) of the bound statement: A varies along the call's m, B does not."""
+    mac = multiply_accumulate(_bound_statement(model, mk))
+    if mac is None:
+        return None
+    c, x, y = mac
+    a = x if element_stride(model, x, mk.m) != 0 else y
+    b = y if element_stride(model, y, mk.m) == 0 else x
+    return c, a, b
+
+
 def packing_pays(model: PolyModel, machine: Machine, binding: MicrokernelBinding) -> bool:
     """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
     or its k rows are longer than a block) and enough rows of C reuse every block."""
-    from polydl.schedules.microkernel import element_stride, multiply_accumulate
-
-    s = next(st for st in model.statements if st.name == binding.statement)
-    mac = multiply_accumulate(s)
-    if mac is None:
+    operands = _gemm_operands(model, binding)
+    if operands is None:
         return False
-    c, x, y = mac
-    b = y if element_stride(model, y, binding.m) == 0 else x
+    c, _, b = operands
     b_n, b_k = element_stride(model, b, binding.n), element_stride(model, b, binding.k)
     c_n = element_stride(model, c, binding.n)
     lanes = machine.vector_lanes("float32")
@@ -363,14 +375,10 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: Machine, 
 
 def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int] | None:
     """(n stride, k stride, elements) of the B operand of a bound statement."""
-    from polydl.schedules.microkernel import element_stride, multiply_accumulate
-
-    s = next(st for st in model.statements if st.name == mk.statement)
-    mac = multiply_accumulate(s)
-    if mac is None:
+    operands = _gemm_operands(model, mk)
+    if operands is None:
         return None
-    _, x, y = mac
-    b = y if element_stride(model, y, mk.m) == 0 else x
+    _, _, b = operands
     b_n, b_k = element_stride(model, b, mk.n), element_stride(model, b, mk.k)
     if b_n is None or b_k is None:
         return None
@@ -384,16 +392,12 @@ def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
 
 def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int | None:
     """Cache lines of one call's block of A (m x k), None if A's strides are not constant."""
-    from polydl.schedules.microkernel import element_stride, multiply_accumulate
-
     mk = schedule.microkernel
     assert mk is not None
-    s = next(st for st in model.statements if st.name == mk.statement)
-    mac = multiply_accumulate(s)
-    if mac is None:
+    operands = _gemm_operands(model, mk)
+    if operands is None:
         return None
-    _, x, y = mac
-    a = x if element_stride(model, x, mk.m) != 0 else y
+    _, a, _ = operands
     a_m, a_k = element_stride(model, a, mk.m), element_stride(model, a, mk.k)
     if a_m is None or a_k is None:
         return None
@@ -534,23 +538,20 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     tile loop stays in place and its point loop moves in, next to the call, so that a block of
     B (the weights) stays in cache across the loops in between. (Tiling the loops B does not
     index instead measured slower.)"""
-    from polydl.schedules.microkernel import element_stride, multiply_accumulate
-
     mk = schedule.microkernel
     if mk is None:
         return []
-    s = next(st for st in model.statements if st.name == mk.statement)
-    mac = multiply_accumulate(s)
-    if mac is None:
+    operands = _gemm_operands(model, mk)
+    if operands is None:
         return []
-    _, x, y = mac
+    _, a, _ = operands
+    s = _bound_statement(model, mk)
     calls = len(mk.loops)
     outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
     out = []
     for var in outer:
         if var not in s.iterators or var in schedule.tile_sizes or _extent(model, var) < 8:
             continue
-        a = x if element_stride(model, x, mk.m) != 0 else y
         if element_stride(model, a, var) != 0:
             continue
         for size in (4, 8):
