@@ -9,6 +9,7 @@ otherwise they are allocated zero-filled. The call returns the output, or a tupl
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -164,7 +165,7 @@ def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A zero-filled C-order array whose data starts on a cache line. (A large numpy array
     starts 16 bytes past one, so every row of a tile straddles an extra line.)"""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.zeros(nbytes + OUTPUT_ALIGNMENT, dtype=np.uint8)
     skip = -raw.ctypes.data % OUTPUT_ALIGNMENT
     return raw[skip : skip + nbytes].view(dtype).reshape(shape)

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import polydl
+from polydl.codegen.artifact import KernelArgument
 from polydl.errors import PolyDLError, ShapeError
+from polydl.runtime.kernel import bind_host
 from tests.kernels import TWO_OUTPUTS, run_and_check
 
 
@@ -119,3 +121,9 @@ def test_kernel_reports_what_it_is(mm: polydl.Kernel) -> None:
     assert [a.name for a in mm.arguments] == ["C", "A", "B"]
     assert mm.params == {"M": 5, "N": 7, "K": 3}
     assert mm.schedule.order  # an explicit, resolved schedule
+
+
+def test_an_output_too_large_to_allocate_is_a_shape_error() -> None:
+    huge = KernelArgument("C", "float32", (2**31, 2**31), False, "float")
+    with pytest.raises(ShapeError, match="cannot allocate the output"):
+        bind_host((huge,), {})
