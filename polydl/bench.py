@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from polydl.errors import PolyDLError
-from polydl.machine import Machine, current_machine
+from polydl.target.cpu import CpuTarget as Machine
+from polydl.target.host import host_target as current_machine
 from polydl.version import __version__
 
 SUITE_FILES = {

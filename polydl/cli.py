@@ -1,4 +1,4 @@
-"""The `polydl` command line: compile, run, explain, tune, bench, cache.
+"""The `polydl` command line: compile, run, explain, tune, machine, bench, cache.
 
 Every failure exits non-zero with one line on stderr (`--debug` shows the traceback).
 """
@@ -17,6 +17,7 @@ import numpy as np
 
 from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError
+from polydl.target.presets import PRESET_NAMES
 
 
 class UsageError(PolyDLError):
@@ -55,9 +56,16 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return load_spec(Path(args.spec), _params(args.param) or None)
 
 
-def _lower(args: argparse.Namespace, target: str = "c"):  # type: ignore[no-untyped-def]
-    from polydl.api import lower
+def _target(args: argparse.Namespace, kind: str = "c"):  # type: ignore[no-untyped-def]
+    from polydl.target import resolve_target
 
+    return resolve_target(kind, args.machine)
+
+
+def _lower(args: argparse.Namespace, kind: str = "c"):  # type: ignore[no-untyped-def]
+    from polydl.driver.pipeline import lower
+
+    target = _target(args, kind)
     nest, params = _load(args)
     return lower(nest, params, target, getattr(args, "schedule", "auto"))
 
@@ -76,12 +84,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from polydl.api import build_kernel
+    from polydl.driver.pipeline import build_kernel
     from polydl.inputs import random_inputs
+    from polydl.target.host import cannot_run_here
     from polydl.verify import compare
 
+    target = _target(args)
+    reason = cannot_run_here(target)  # type: ignore[arg-type]
+    if reason:
+        raise PolyDLError(f"cannot run here: {reason}; `polydl compile --machine "
+                          f"{args.machine} -o DIR` builds it for that machine")
     nest, params = _load(args)
-    kernel = build_kernel(nest, params)
+    kernel = build_kernel(nest, params, target)
     inputs = random_inputs(kernel.arguments, seed=args.seed)
     outputs = kernel(*inputs)
     samples = []
@@ -100,6 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         worst_err = max(worst_err, err)
     gflops = kernel.flops / seconds / 1e9 if seconds > 0 else float("inf")
     print(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})")
+    print(f"target   {target.describe()}")
     print(f"schedule {kernel.schedule.describe()}")
     print(f"verify   {'ok' if worst_ok else 'FAILED'} (max relative error {worst_err:.2e} vs numpy reference)")
     print(f"time     {seconds * 1e3:.3f} ms (median of {len(samples)})")
@@ -110,21 +125,39 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from polydl.explain import explain
+    from polydl.driver.explain import explain
 
     print(explain(_lower(args), ranking=args.top))
     return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from polydl.driver.tuning import tune
     from polydl.schedules.database import TuningDatabase
-    from polydl.tuning import tune
 
+    target = _target(args)
     nest, params = _load(args)
     db = TuningDatabase(args.db) if args.db else None
-    result = tune(nest, params, trials=args.trials, db=db)
+    result = tune(nest, params, target=target, trials=args.trials, db=db)  # type: ignore[arg-type]
     print(f"best     {result.best.seconds * 1e3:.3f} ms  {result.best.schedule.describe()}")
     print(f"stored   {result.stored_in}")
+    return 0
+
+
+def cmd_machine(args: argparse.Namespace) -> int:
+    import json
+
+    from polydl.target import resolve_target
+
+    name = args.name or "native"
+    kind = "c" if name not in ("hopper", "cdna") else ("cuda" if name == "hopper" else "hip")
+    target = resolve_target(kind, name)
+    if args.json:
+        print(json.dumps(target.to_dict(), indent=2))
+    else:
+        print(target.describe())
+        if target.kind == "c":
+            print(f"compiler flags: {' '.join(target.compile_flags()) or '(none)'}")  # type: ignore[union-attr]
     return 0
 
 
@@ -159,6 +192,9 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help)
         c.add_argument("spec", help="a .c loop nest or a .toml primitive spec")
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+        c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
+                       help="the machine to build for: native (default), a preset "
+                            f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")
         return c
 
     c = spec_command("compile", "generate source, header and (for C) a shared library")
@@ -176,6 +212,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--trials", type=int, default=8)
     c.add_argument("--db", metavar="FILE")
     c.set_defaults(func=cmd_tune)
+    c = sub.add_parser("machine", help="describe this machine (or a preset) as a target")
+    c.add_argument("name", nargs="?", help="a preset instead of this machine")
+    c.add_argument("--json", action="store_true",
+                   help="the description as JSON, to give to --machine / machine= elsewhere")
+    c.set_defaults(func=cmd_machine)
     c = sub.add_parser("bench", help="benchmark suites against reference libraries")
     c.add_argument("--suite", default="gemm", choices=sorted(SUITE_FILES))
     c.add_argument("--json", metavar="FILE")

@@ -115,3 +115,13 @@ class CacheWarning(PolyDLWarning):
 
 class ToolchainWarning(PolyDLWarning):
     """The C compiler lacks something polydl asked for (e.g. OpenMP); kernels still build."""
+
+
+class TargetError(PolyDLError):
+    """A target description polydl cannot use: an unknown preset, a malformed or unsafe
+    `polydl machine --json` file, or a kernel built for a CPU this one cannot run."""
+
+    def __init__(self, message: str, source: str = "") -> None:
+        self.message = message
+        self.source = source  # the preset name or file the description came from
+        super().__init__(f"{source}: {message}" if source else message)

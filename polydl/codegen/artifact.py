@@ -22,8 +22,11 @@ class GeneratedCode:
     source: str
     header: str
     target: str = "c"
-    compile_flags: tuple[str, ...] = ()
+    compile_flags: tuple[str, ...] = ()  # what the code itself needs (libraries, GPU archs)
     launcher: str = ""  # GPU targets: the host function that launches the kernels of `source`
+    target_flags: tuple[str, ...] = ()  # C: what makes the compiler build for the target
+    fallback_flags: tuple[str, ...] = ()  # C: the same ISA for a compiler that lacks its -march
+    placements: tuple[str, ...] = ()  # where each fused epilogue runs (post-ops or a loop)
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -42,4 +45,7 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         target=data["target"],
         compile_flags=tuple(data["compile_flags"]),
         launcher=data.get("launcher", ""),
+        target_flags=tuple(data.get("target_flags", ())),
+        fallback_flags=tuple(data.get("fallback_flags", ())),
+        placements=tuple(data.get("placements", ())),
     )

@@ -1,6 +1,7 @@
 """The C/OpenMP target: a `ScheduledNest` becomes one C translation unit and its header.
 
-Takes a `ScheduledNest`; returns `GeneratedCode`. The function takes one pointer per array in
+Takes a `ScheduledNest` and the `CpuTarget` it is built for (the microkernels' ISA, the
+compiler's -march); returns `GeneratedCode`. The function takes one pointer per array in
 declaration order (`const` for inputs); size parameters are compile-time constants.
 """
 
@@ -14,12 +15,12 @@ from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
 from polydl.codegen.templating import render
 from polydl.ir import DTYPES
-from polydl.machine import current_machine
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import epilogue_vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
+from polydl.target.cpu import CpuTarget
 from polydl.version import __version__
 
 
@@ -68,13 +69,9 @@ def place_epilogues(
     return without_epilogues(plan), f"epilogue {names} as post-ops in the microkernel: {post.describe()}"
 
 
-def epilogue_placement(scheduled: ScheduledNest) -> str:
-    """Where the main nest's fused epilogues run (for `polydl explain`); empty if none."""
-    _, _, calls = _printers(scheduled)
-    return place_epilogues(scheduled, scheduled.main, calls)[1]
-
-
-def _printers(scheduled: ScheduledNest) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
+def _printers(
+    scheduled: ScheduledNest, target: CpuTarget
+) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
     model = scheduled.model
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params))
@@ -82,13 +79,13 @@ def _printers(scheduled: ScheduledNest) -> tuple[dict[str, ArrayLayout], Stateme
     }
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
-    return layouts, printer, CallPrinter(printer, current_machine().isa, constant)
+    return layouts, printer, CallPrinter(printer, target.isa, constant)
 
 
-def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
+def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     model = scheduled.model
     arguments = kernel_arguments(scheduled)
-    layouts, printer, calls = _printers(scheduled)
+    layouts, printer, calls = _printers(scheduled, target)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
@@ -144,7 +141,8 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
     name = model.nest.name
     parameters = c_parameters(arguments)
     origin = comment_text(model.nest.filename)
-    values = dict(name=name, version=__version__, origin=origin, parameters=parameters)
+    values = dict(name=name, version=__version__, origin=origin, parameters=parameters,
+                  target=comment_text(target.describe()))
     source = render(
         "c/kernel.c.j2",
         **values,
@@ -168,4 +166,7 @@ def generate_c(scheduled: ScheduledNest) -> GeneratedCode:
         compile_flags=tuple(
             sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
         ),
+        target_flags=target.compile_flags(),
+        fallback_flags=target.portable_flags(),
+        placements=tuple(placements),
     )

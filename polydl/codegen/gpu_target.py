@@ -20,7 +20,7 @@ from dataclasses import replace
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
-from polydl.gpu import GpuDevice
+from polydl.target.gpu import GpuTarget
 from polydl.ir import DTYPES, Condition, Guard, Loop
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu import (
@@ -146,7 +146,7 @@ def _wgmma_function(kernel: str, bn: int) -> str:
 
 
 def _gemm_kernel(
-    model: PolyModel, plan: GpuKernelPlan, kernel: str, device: GpuDevice
+    model: PolyModel, plan: GpuKernelPlan, kernel: str, device: GpuTarget
 ) -> tuple[str, tuple[int, int, int], int, int]:
     g: GemmPlan = plan.gemm  # type: ignore[assignment]
     t = g.tiling
@@ -217,7 +217,7 @@ def _gemm_kernel(
 
 def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
     device = schedule.device
-    target = device.target
+    target = device.kind
     name = model.nest.name
     arguments = kernel_arguments_of(model)
     layouts = {
@@ -273,9 +273,17 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         header=header,
         target=target,
         # wgmma exists only in the architecture-specific sm_90a
-        compile_flags=("-gencode=arch=compute_90a,code=sm_90a",) if hopper else (),
+        compile_flags=("-gencode=arch=compute_90a,code=sm_90a",) if hopper
+        else architecture_flags(target, device.architectures),
         launcher=launcher,
     )
+
+
+def architecture_flags(kind: str, architectures: tuple[str, ...]) -> tuple[str, ...]:
+    """The compiler flags that build for `architectures` (sm_90, gfx90a, ...)."""
+    if kind == "cuda":
+        return tuple(f"-gencode=arch=compute_{a[3:]},code={a}" for a in architectures)
+    return tuple(f"--offload-arch={a}" for a in architectures)
 
 
 def kernel_arguments_of(model: PolyModel) -> tuple[KernelArgument, ...]:

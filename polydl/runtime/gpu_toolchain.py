@@ -1,7 +1,7 @@
 """The GPU compiler drivers: generated CUDA/HIP in, a host-launcher shared library out.
 
-CUDA compiles with `POLYDL_NVCC` (default `nvcc`) for the device's architectures (sm_90);
-HIP with `POLYDL_HIPCC` (default `hipcc`, `HIP_PLATFORM=amd`) for gfx90a and gfx942. Libraries
+CUDA compiles with `POLYDL_NVCC` (default `nvcc`), HIP with `POLYDL_HIPCC` (default `hipcc`,
+`HIP_PLATFORM=amd`), for the architectures the generated code names (its target's). Libraries
 are cached by content key like the C target's; the entry keeps the sources and the command.
 """
 
@@ -15,9 +15,8 @@ import tempfile
 from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.codegen.gpu_target import SOURCE_SUFFIX
+from polydl.codegen.gpu_target import SOURCE_SUFFIX, architecture_flags
 from polydl.errors import CompileError
-from polydl.gpu import DEVICES
 from polydl.runtime.cache import content_key, entry_dir, write_atomic
 from polydl.runtime.sanitize import compiler_environment
 from polydl.version import __version__
@@ -34,14 +33,13 @@ def gpu_command(
     target: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None,
     code_flags: tuple[str, ...] = (),
 ) -> list[str]:
+    """The build command: for `architectures` where given, else the generated code's flags."""
     compiler = gpu_compiler(target)
-    archs = architectures or DEVICES[target].architectures
+    arch = list(architecture_flags(target, architectures) if architectures else code_flags)
     if target == "cuda":
-        gencode = list(code_flags) or [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
-        return [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencode,
+        return [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *arch,
                 str(launcher), "-o", str(output)]
-    offload = [f"--offload-arch={a}" for a in archs]
-    return [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", *offload, str(launcher),
+    return [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", *arch, str(launcher),
             "-o", str(output)]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_target import c_parameters
-from polydl.errors import CompileError, PolyDLError, ShapeError
+from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
 from polydl.runtime.sanitize import require_runtime
 from polydl.schedules.schedule import Schedule
@@ -132,7 +132,11 @@ class CompiledKernel:
 
 
 class Kernel(CompiledKernel):
-    """A compiled CPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
+    """A compiled CPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy.
+
+    `cannot_run` says why this CPU cannot execute the library (built for another target): the
+    library is then never loaded, and a call is a `TargetError` instead of an illegal
+    instruction."""
 
     def __init__(
         self,
@@ -143,11 +147,16 @@ class Kernel(CompiledKernel):
         flops: int,
         reference_impl: ReferenceImpl,
         library_path: Path,
+        cannot_run: str = "",
     ) -> None:
         super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
-        self._ffi, self._function = _load(library_path, code)
+        self.cannot_run = cannot_run
+        if not cannot_run:
+            self._ffi, self._function = _load(library_path, code)
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        if self.cannot_run:
+            raise TargetError(self.cannot_run)
         arrays, outputs = bind_host(self.arguments, self._gather(args, named))
         pointers = [
             self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) for a in self.arguments

@@ -1,8 +1,11 @@
 """The compiler driver: generated C in, a shared library in the compile cache out.
 
-The C compiler is `POLYDL_CC` (default `cc`) with `POLYDL_CFLAGS` (default
-`-O3 -march=native -fopenmp`), plus the sanitizer flags of `POLYDL_SANITIZE` (see
-`sanitize.py`). A library is built once per content key (see `cache.py`), under a lock so that
+The C compiler is `POLYDL_CC` (default `cc`) with `POLYDL_CFLAGS` (default `-O3 -fopenmp`),
+then the flags of the code's target (`-march=` of the target and its ISA's `-m` options, never
+`-march=native`: the library is for the target, not for the machine that builds it), plus the
+sanitizer flags of `POLYDL_SANITIZE` (see `sanitize.py`). A compiler that does not know the
+target's -march (an older gcc and `znver4`) builds for the same ISA by its x86-64 level, with a
+`ToolchainWarning`. A library is built once per content key (see `cache.py`), under a lock so that
 concurrent processes share one build; the entry keeps the source and the exact command, so
 every generated file can be inspected. A compiler that rejects `-fopenmp` (or cannot link
 OpenMP) gets the same command without it, with a `ToolchainWarning`: kernels then run on one
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.errors import CacheWarning, CompileError, ToolchainWarning
+from polydl import settings
 from polydl.paths import cache_root
 from polydl.runtime.cache import (
     MANIFEST,
@@ -40,7 +44,7 @@ from polydl.runtime.cache import (
 from polydl.runtime.sanitize import compiler_environment, sanitizer_flags
 from polydl.version import __version__
 
-DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+DEFAULT_CFLAGS = ("-O3", "-fopenmp")
 # Flags every shared library needs, whatever the user configures.
 SHARED_FLAGS = ("-shared", "-fPIC", "-std=gnu11")
 COMPILE_TIMEOUT_S = 600
@@ -48,6 +52,9 @@ OPENMP_FLAG = "-fopenmp"
 # What compilers say when they lack OpenMP: gcc/clang option errors, a missing libgomp/libomp.
 _NO_OPENMP = re.compile(r"fopenmp|openmp|-lgomp|-lomp|omp\.h", re.IGNORECASE)
 _DISK_FULL = "No space left on device"
+# What compilers say of a -march they do not know (gcc: "bad value", clang: "unknown target CPU").
+_UNKNOWN_MARCH = re.compile(r"bad value .*-march|unknown target CPU|-march=.*(unknown|invalid)",
+                            re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,16 @@ class Toolchain:
     def identity(self) -> str:
         return compiler_identity(self.compiler)
 
-    def command(self, source: Path, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
-        return [self.compiler, *SHARED_FLAGS, *self.flags, str(source), "-o", str(output), *extra, "-lm"]
+    def command(
+        self, source: Path, output: Path, target_flags: tuple[str, ...] = (),
+        extra: tuple[str, ...] = (),
+    ) -> list[str]:
+        return [self.compiler, *SHARED_FLAGS, *self.flags, *target_flags, str(source), "-o",
+                str(output), *extra, "-lm"]
 
 
 def current_toolchain() -> Toolchain:
-    compiler = os.environ.get("POLYDL_CC", "cc")
+    compiler = settings.cc()
     flags = os.environ.get("POLYDL_CFLAGS")
     chosen = tuple(shlex.split(flags)) if flags is not None else DEFAULT_CFLAGS
     return Toolchain(compiler, chosen + sanitizer_flags())
@@ -91,7 +102,7 @@ def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None
     toolchain = toolchain or current_toolchain()
     key = content_key(
         [__version__, toolchain.identity, " ".join(toolchain.flags), " ".join(code.compile_flags),
-         code.source]
+         " ".join(code.target_flags), code.source]
     )
     # the configured root first: it may be read-only and still hold a complete entry
     library = _complete_library(entry_dir(key, cache_root()), code)
@@ -128,24 +139,43 @@ def _cached_build(entry: Path, code: GeneratedCode, toolchain: Toolchain) -> Pat
             )
         write_atomic(files[1], code.source.encode())
         write_atomic(files[2], code.header.encode())
-        compile_library(toolchain, files[1], library, code.compile_flags)
+        compile_for_target(toolchain, files[1], library, code)
         write_manifest(entry, files)
     return library
 
 
+def compile_for_target(toolchain: Toolchain, source: Path, library: Path, code: GeneratedCode) -> None:
+    """Compile `code` (written at `source`) for its target; by the ISA's x86-64 level where the
+    compiler does not know the target's -march."""
+    try:
+        compile_library(toolchain, source, library, code.compile_flags, code.target_flags)
+    except CompileError as exc:
+        if code.fallback_flags == code.target_flags or not _UNKNOWN_MARCH.search(exc.output):
+            raise
+        compile_library(toolchain, source, library, code.compile_flags, code.fallback_flags)
+        warnings.warn(
+            ToolchainWarning(
+                f"C compiler '{toolchain.compiler}' does not know {' '.join(code.target_flags[:1])}; "
+                f"built with {' '.join(code.fallback_flags)} (the same ISA)"
+            ),
+            stacklevel=4,
+        )
+
+
 def compile_library(
-    toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...] = ()
+    toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...] = (),
+    target_flags: tuple[str, ...] = (),
 ) -> None:
     """Compile `source` into `library` through a temporary file renamed into place; without
     OpenMP if the compiler has none."""
     try:
-        _compile(toolchain, source, library, extra)
+        _compile(toolchain, source, library, extra, target_flags)
     except CompileError as exc:
         if OPENMP_FLAG not in toolchain.flags or not _NO_OPENMP.search(exc.output):
             raise
         serial = Toolchain(toolchain.compiler, tuple(f for f in toolchain.flags if f != OPENMP_FLAG))
         try:
-            _compile(serial, source, library, extra)
+            _compile(serial, source, library, extra, target_flags)
         except CompileError:
             raise exc from None
         warnings.warn(
@@ -158,11 +188,14 @@ def compile_library(
         )
 
 
-def _compile(toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...]) -> None:
+def _compile(
+    toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...],
+    target_flags: tuple[str, ...] = (),
+) -> None:
     fd, tmp_name = tempfile.mkstemp(dir=library.parent, prefix=f".{library.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
-    command = toolchain.command(source, tmp, extra)
+    command = toolchain.command(source, tmp, target_flags, extra)
     write_atomic(library.parent / "command.txt", (shlex.join(command) + "\n").encode())
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,

@@ -6,14 +6,24 @@ so that what a kernel reports is exactly what it runs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from polydl.machine import Machine
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.epilogues import choose_fusion
-from polydl.schedules.rank import rank
+from polydl.schedules.fusion import FusionDecision
+from polydl.schedules.rank import RankedSchedule, rank
 from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """The automatic schedule and what decided it: the ranking and each fusion decision."""
+
+    schedule: Schedule
+    ranking: tuple[RankedSchedule, ...]
+    fusion: tuple[FusionDecision, ...]
 
 
 def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
@@ -29,15 +39,17 @@ def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
     )
 
 
-def auto_schedule(model: PolyModel, machine: Machine) -> Schedule:
+def auto_schedule(model: PolyModel, target: CpuTarget) -> AutoChoice:
     """The best schedule by the reuse model (see `rank`), or the original order if no
     candidate is legal; with the consumer nests fused where that is legal and pays."""
-    ranked = rank(model, machine)
+    ranked = tuple(rank(model, target))
     if not ranked:
-        return choose_fusion(model, resolve(model, Schedule()), machine)[0]
-    best = ranked[0]
-    chosen = replace(
-        resolve(model, best.schedule),
-        notes=(("model_cost", round(best.cost)), ("candidates", len(ranked))),
-    )
-    return choose_fusion(model, chosen, machine)[0]
+        chosen = resolve(model, Schedule())
+    else:
+        best = ranked[0]
+        chosen = replace(
+            resolve(model, best.schedule),
+            notes=(("model_cost", round(best.cost)), ("candidates", len(ranked))),
+        )
+    fused, decisions = choose_fusion(model, chosen, target)
+    return AutoChoice(fused, ranked, tuple(decisions))

@@ -1,6 +1,6 @@
 """Decide which consumer nests to fuse into the main nest of a schedule, and say why.
 
-Takes a `PolyModel`, a schedule of its main nest and the `Machine`; returns the schedule with
+Takes a `PolyModel`, a schedule of its main nest and the `CpuTarget`; returns the schedule with
 `epilogues` filled in and one `FusionDecision` per consumer nest. The nests that follow the main
 one are taken in order (a chain: bias, then ReLU, ...); each joins the chain at the deepest level
 where the whole chain is legal (see `fusion.py`) and pays: the fused tile's working set (by the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from polydl.errors import ScheduleError
-from polydl.machine import Machine
+from polydl.target.cpu import CpuTarget
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import apply_schedule, consumer_groups, fusion_max_level
 from polydl.schedules.fusion import (
@@ -30,7 +30,7 @@ from polydl.schedules.schedule import Schedule
 
 
 def choose_fusion(
-    model: PolyModel, schedule: Schedule, machine: Machine
+    model: PolyModel, schedule: Schedule, machine: CpuTarget
 ) -> tuple[Schedule, tuple[FusionDecision, ...]]:
     unfused = replace(schedule, epilogues=())
     groups = consumer_groups(model)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polydl.machine import Machine
+from polydl.target.cpu import CpuTarget
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import working_sets
@@ -185,7 +185,7 @@ def epilogue_vector_dims(
     )
 
 
-def fits_cache(machine: Machine, nbytes: int) -> bool:
+def fits_cache(machine: CpuTarget, nbytes: int) -> bool:
     return nbytes <= machine.l2_bytes * L2_SHARE
 
 

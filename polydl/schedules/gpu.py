@@ -1,6 +1,6 @@
 """The GPU schedule: which loops become the grid and the block, and how a GEMM is tiled.
 
-Takes a `PolyModel` and a `GpuDevice`; returns a `GpuSchedule` with one `GpuKernelPlan` per
+Takes a `PolyModel` and a `GpuTarget`; returns a `GpuSchedule` with one `GpuKernelPlan` per
 statement, launched in source order (one stream, so each launch sees the previous one's
 writes). Distributing the statements of one loop nest into separate launches is legal only if no
 dependence runs from a later statement back to an earlier one; otherwise `ScheduleError`.
@@ -25,7 +25,7 @@ from typing import Any
 import islpy as isl
 
 from polydl.errors import ScheduleError
-from polydl.gpu import GpuDevice
+from polydl.target.gpu import GpuTarget
 from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
@@ -174,7 +174,7 @@ class GpuKernelPlan:
 
 @dataclass(frozen=True, eq=False)
 class GpuSchedule:
-    device: GpuDevice
+    device: GpuTarget
     kernels: tuple[GpuKernelPlan, ...]
     notes: tuple[tuple[str, Any], ...] = field(default=())
 
@@ -278,7 +278,7 @@ def _flat_offset(model: PolyModel, access: Access, env: dict[str, int]) -> int:
 
 
 def _gemm_dims(
-    model: PolyModel, s: StatementModel, device: GpuDevice
+    model: PolyModel, s: StatementModel, device: GpuTarget
 ) -> GemmPlan | None:
     if not candidate_bindings(model, s, s.iterators):
         return None
@@ -381,7 +381,7 @@ def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
     return unit_contiguous(plan.k, "a", vec, a_others) and unit_contiguous(plan.n, "b", vec, b_others)
 
 
-def _candidates(plan: GemmPlan, device: GpuDevice) -> list[GemmTiling]:
+def _candidates(plan: GemmPlan, device: GpuTarget) -> list[GemmTiling]:
     if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and vector_operands(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":
@@ -407,7 +407,7 @@ def _registers(t: GemmTiling) -> int:
     return t.thread_m * t.thread_n + t.thread_m + t.thread_n
 
 
-def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuDevice) -> int:
+def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuTarget) -> int:
     """K slices per output tile: enough warps in flight, each slice still a long K loop.
     Slices add into C with atomics, so only float32 outputs are split."""
     if dtype_c != "float32":
@@ -422,7 +422,7 @@ def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuDev
 
 
 def choose_tiling(
-    model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuDevice
+    model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuTarget
 ) -> GemmPlan:
     """The block tile with the most multiply-adds per byte of footprint that fits the shared
     memory, keeps its register tile within the register file, wastes little on ragged edges
@@ -467,7 +467,7 @@ def choose_tiling(
 # ----------------------------------------------------------------------------- the schedule
 
 
-def gpu_schedule(model: PolyModel, device: GpuDevice) -> GpuSchedule:
+def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
     check_distribution(model)
     chains = {stmt.name: enclosing for stmt, enclosing in walk_statements(model.nest.body)}
     kernels = []

@@ -1,6 +1,6 @@
 """Candidate schedules and their ranking by the PolyDL data-reuse cost model.
 
-Takes a `PolyModel` and a `Machine`; returns candidate schedules ranked best first. For every
+Takes a `PolyModel` and a `CpuTarget`; returns candidate schedules ranked best first. For every
 cache level, the outermost band level whose working set fits decides that cache's traffic:
 each execution of that level brings its working set in once. The cost adds the cycles of that
 traffic at each level's bandwidth to the compute cycles (at the microkernel's register-blocking
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from polydl.errors import ScheduleError
 from polydl.ir import Access
-from polydl.machine import Machine
+from polydl.target.cpu import CpuTarget
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules.apply import (
@@ -70,7 +70,7 @@ def _n_tiles(extent: int, lanes: int) -> list[int]:
 
 
 def microkernel_candidates(
-    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+    model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...], binding: MicrokernelBinding
 ) -> list[Schedule]:
     lanes = machine.vector_lanes("float32")
     m_ext, n_ext = _extent(model, binding.m), _extent(model, binding.n)
@@ -104,7 +104,7 @@ MICRO_ROWS = 6
 K_TILE = 256  # a k block of B's micro-panel (K_TILE x vectors) stays in L1
 
 
-def _micro_vectors(machine: Machine) -> int:
+def _micro_vectors(machine: CpuTarget) -> int:
     return 4 if machine.has_avx512 else 2
 
 
@@ -123,7 +123,7 @@ def _gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Ac
     return c, a, b
 
 
-def packing_pays(model: PolyModel, machine: Machine, binding: MicrokernelBinding) -> bool:
+def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBinding) -> bool:
     """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
     or its k rows are longer than a block) and enough rows of C reuse every block."""
     operands = _gemm_operands(model, binding)
@@ -142,7 +142,7 @@ def packing_pays(model: PolyModel, machine: Machine, binding: MicrokernelBinding
 
 
 def packed_candidates(
-    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+    model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...], binding: MicrokernelBinding
 ) -> list[Schedule]:
     """BLIS-like blockings over a packed B: n blocks of whole register tiles, m blocks of
     whole register rows, k blocked so that a micro-panel of B stays in L1."""
@@ -182,7 +182,7 @@ def packed_candidates(
 
 
 def micro_panel_candidates(
-    model: PolyModel, machine: Machine, band_vars: tuple[str, ...], binding: MicrokernelBinding
+    model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...], binding: MicrokernelBinding
 ) -> list[Schedule]:
     """BLIS's loop nest over a packed B: each call is one register tile wide along n, so its
     packed B (`[n/nr][k][nr]`) is one contiguous micro-panel that stays in L1 while the call's
@@ -230,7 +230,7 @@ def _outer_orders(outer: list[str]) -> list[list[str]]:
     return orders
 
 
-def loop_candidates(model: PolyModel, machine: Machine, band_vars: tuple[str, ...]) -> list[Schedule]:
+def loop_candidates(model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...]) -> list[Schedule]:
     """Tiled schedules without a microkernel: square-ish tiles, the original point order."""
     out = [Schedule()]
     big = [v for v in band_vars if _extent(model, v) > 64]
@@ -243,7 +243,7 @@ def loop_candidates(model: PolyModel, machine: Machine, band_vars: tuple[str, ..
     return out
 
 
-def candidates(model: PolyModel, machine: Machine) -> list[Schedule]:
+def candidates(model: PolyModel, machine: CpuTarget) -> list[Schedule]:
     statements = group_statements(model)[main_group(model)]
     band = band_of(statements)
     band_vars = tuple(loop.var for loop in band)
@@ -262,7 +262,7 @@ _Memo = dict[tuple[object, ...], object]
 
 
 def _with_parallel(
-    model: PolyModel, schedule: Schedule, machine: Machine, memo: _Memo | None = None
+    model: PolyModel, schedule: Schedule, machine: CpuTarget, memo: _Memo | None = None
 ) -> tuple[Schedule, GroupPlan] | None:
     """Parallelise the outermost dependence-free loop, collapsing a second one when the first
     alone has too few iterations for the cores."""
@@ -322,7 +322,7 @@ def _step_cycles(rows: int, vectors: int, registers: int) -> float:
     return best
 
 
-def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> float:
+def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
     blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
     far less."""
@@ -353,7 +353,7 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: Machine) -> fl
     return efficiency * _micro_panel_factor(schedule, model, machine, k)
 
 
-def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: Machine, k: int) -> float:
+def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget, k: int) -> float:
     """The register tiles of a call down m reuse one micro-panel of B (k x nr) from L1.
     Contiguous (packed one register tile wide, or B's rows already nr apart), it streams
     through few pages and every L1 set; rows further apart fall into fewer sets (a 512-byte
@@ -412,7 +412,7 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
     return m * k
 
 
-def _call_traffic(model: PolyModel, machine: Machine, schedule: Schedule,
+def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
                   call: LevelWorkingSet, capacity: int, traffic: int) -> int:
     """Two effects of a microkernel call on the traffic into a cache of `capacity` bytes that
     the whole-level rule does not see. A block of A larger than half the cache is read once
@@ -460,7 +460,7 @@ def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3:
 
 
 def evaluate(
-    model: PolyModel, machine: Machine, schedule: Schedule, memo: _Memo | None = None
+    model: PolyModel, machine: CpuTarget, schedule: Schedule, memo: _Memo | None = None
 ) -> RankedSchedule | None:
     memo = {} if memo is None else memo
     found = _with_parallel(model, schedule, machine, memo)
@@ -561,7 +561,7 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     return out
 
 
-def rank(model: PolyModel, machine: Machine, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
+def rank(model: PolyModel, machine: CpuTarget, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
     ranked = []
     memo: _Memo = {}
     for schedule in candidates(model, machine)[:limit]:

@@ -7,7 +7,7 @@ import pytest
 import polydl
 from polydl import layouts
 from polydl.errors import ShapeError, SpecError
-from polydl.machine import current_machine
+from polydl.target import host_target
 from tests.frontends.test_builders import conv2d_numpy
 from tests.kernels import run_and_check
 
@@ -82,7 +82,7 @@ def test_conv2d_bf16_with_fused_epilogues(layout: str) -> None:
 
 def test_bf16_kernels_use_the_machines_bf16_path() -> None:
     kern = polydl.matmul(M=32, N=64, K=32, dtype="bfloat16")
-    isa = current_machine().isa
+    isa = host_target().isa
     if isa == "avx512bf16":
         assert "_mm512_dpbf16_ps(" in kern.source
     elif isa == "avx2":
@@ -96,7 +96,7 @@ def test_bf16_conv_sees_weights_changed_in_place_between_calls() -> None:
     n, c, k, h, w = 2, 32, 16, 7, 7
     kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=3, S=3, padding=1, dtype="bfloat16",
                          layout="nchw16c")
-    if current_machine().isa == "avx512amx":
+    if host_target().isa == "avx512amx":
         assert "_tile_dpbf16ps(" in kern.source and "_pd_tile_generation" in kern.source
     rng = np.random.default_rng(5)
     x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)

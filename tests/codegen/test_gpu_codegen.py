@@ -14,8 +14,8 @@ from polydl.cli import main as cli_main
 from polydl.errors import PolyDLError, ScheduleError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
-from polydl.gpu import DEVICES, device_for
-from polydl.gpu_lowering import lower_gpu
+from polydl.api import lower
+from polydl.target.gpu import DEFAULT_GPUS, device_for
 from polydl.poly.model import build_model
 from polydl.runtime.gpu_toolchain import compile_gpu_library
 from polydl.schedules.gpu import gpu_schedule
@@ -37,7 +37,7 @@ def _bf16(nest, names):  # type: ignore[no-untyped-def]
 
 def test_matmul_becomes_a_tiled_gemm() -> None:
     nest, params = builders.matmul(4096, 4096, 4096)
-    plan = gpu_schedule(build_model(nest, params), DEVICES["cuda"])
+    plan = gpu_schedule(build_model(nest, params), DEFAULT_GPUS["cuda"])
     (kernel,) = plan.kernels
     assert kernel.gemm is not None
     assert [d.var for d in kernel.gemm.m] == ["i"] and [d.var for d in kernel.gemm.k] == ["k"]
@@ -48,23 +48,23 @@ def test_matmul_becomes_a_tiled_gemm() -> None:
 def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     nest, params = builders.matmul(512, 512, 512)
     nest = _bf16(nest, {"A", "B"})
-    cuda = lower_gpu(nest, params, "cuda")
+    cuda = lower(nest, params, "cuda")
     assert cuda.schedule.kernels[0].gemm.tiling.kind == "wgmma"
     assert "wgmma.mma_async" in cuda.code.source
     assert cuda.code.compile_flags == ("-gencode=arch=compute_90a,code=sm_90a",)
     # rows of 36 elements are not 16-byte runs: warp-level mma.sync with scalar loads
     ragged, ragged_params = builders.matmul(64, 36, 64)
-    mma = lower_gpu(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
+    mma = lower(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
     assert mma.schedule.kernels[0].gemm.tiling.kind == "mma"
     assert "mma.sync.aligned.m16n8k16" in mma.code.source and "VEC = 1" in mma.code.source
-    hip = lower_gpu(nest, params, "hip")
+    hip = lower(nest, params, "hip")
     assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
     assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
 
 
 def test_conv_is_an_implicit_gemm_after_the_padding_copy() -> None:
     nest, params = builders.conv2d(2, 64, 64, 56, 56, 3, 3, 1, 1, fuse=("bias", "relu"))
-    plan = gpu_schedule(build_model(nest, params), DEVICES["cuda"])
+    plan = gpu_schedule(build_model(nest, params), DEFAULT_GPUS["cuda"])
     copy, conv, bias, relu = plan.kernels
     assert copy.gemm is None and {t.var for t in copy.threads} == {"n", "c", "ih", "iw"}
     assert conv.gemm is not None
@@ -84,28 +84,28 @@ def test_tiles_fit_the_shared_memory_of_the_device() -> None:
 
 def test_loops_carrying_dependences_stay_sequential() -> None:
     nest = read_c(WAVEFRONT).nest
-    (kernel,) = gpu_schedule(build_model(nest, {"N": 64}), DEVICES["cuda"]).kernels
+    (kernel,) = gpu_schedule(build_model(nest, {"N": 64}), DEFAULT_GPUS["cuda"]).kernels
     assert kernel.threads == () and kernel.sequential == ("i", "j")
 
 
 def test_reduction_is_sequential_per_thread_in_a_register() -> None:
     nest = read_c(ROWSUM).nest
-    (kernel,) = gpu_schedule(build_model(nest, {"N": 100, "M": 37}), DEVICES["cuda"]).kernels
+    (kernel,) = gpu_schedule(build_model(nest, {"N": 100, "M": 37}), DEFAULT_GPUS["cuda"]).kernels
     assert [t.var for t in kernel.threads] == ["i"] and kernel.sequential == ("j",)
     assert kernel.register_accumulator
-    code = lower_gpu(nest, {"N": 100, "M": 37}, "cuda").code
+    code = lower(nest, {"N": 100, "M": 37}, "cuda").code
     assert "_pd_acc +=" in code.source and "s[i] += _pd_acc;" in code.source
 
 
 def test_statements_that_depend_backwards_are_refused() -> None:
     nest = read_c(BACKWARD).nest
     with pytest.raises(ScheduleError, match="cannot be distributed"):
-        gpu_schedule(build_model(nest, {"N": 32}), DEVICES["cuda"])
+        gpu_schedule(build_model(nest, {"N": 32}), DEFAULT_GPUS["cuda"])
 
 
 def test_dialect_differences_live_in_one_place() -> None:
     nest, params = builders.matmul(64, 64, 64)
-    cuda, hip = (lower_gpu(nest, params, t).code for t in ("cuda", "hip"))
+    cuda, hip = (lower(nest, params, t).code for t in ("cuda", "hip"))
     strip = [line for line in cuda.source.splitlines() if "cuda" not in line.lower()]
     assert all("hip" not in line.lower() for line in strip)
     assert "cudaMalloc" not in cuda.launcher and "pdMalloc" in cuda.launcher
@@ -145,7 +145,7 @@ COMPILE_CASES = {
 @pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
-    code = lower_gpu(nest, params, "cuda").code
+    code = lower(nest, params, "cuda").code
     library = compile_gpu_library(code, tmp_path)
     assert library.stat().st_size > 0
     if case == "matmul_bf16" and shutil.which("cuobjdump"):
@@ -170,6 +170,6 @@ def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path) -> None:
     if not _hipcc_knows(arch, tmp_path):
         pytest.skip(f"this hipcc's clang does not know {arch} (Debian 12's clang 15 predates gfx942)")
     nest, params = COMPILE_CASES[case]()
-    code = lower_gpu(nest, params, "hip").code
+    code = lower(nest, params, "hip").code
     library = compile_gpu_library(code, tmp_path / "out", architectures=(arch,))
     assert library.stat().st_size > 0

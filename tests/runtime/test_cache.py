@@ -89,13 +89,16 @@ def test_compiler_identity_names_the_compiler() -> None:
 
 
 def test_stored_lowerings_are_keyed_by_the_compilers_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    from polydl import api
+    from polydl.driver import pipeline
     from polydl.runtime import cache
+    from polydl.target import CPU_PRESETS, host_target
 
     nest, params = load_spec("void f(int N, float y[N]) { for (int i = 0; i < N; i++) y[i] += 1.0f; }",
                              {"N": 8})
-    before = api._lowering_key(nest, params, "c", "auto")
-    assert before == api._lowering_key(nest, params, "c", "auto")
-    monkeypatch.setattr(api, "compiler_revision", lambda: "other code")
-    assert api._lowering_key(nest, params, "c", "auto") != before
+    native = host_target()
+    before = pipeline.lowering_key(nest, params, native, "auto")
+    assert before == pipeline.lowering_key(nest, params, native, "auto")
+    assert pipeline.lowering_key(nest, params, CPU_PRESETS["generic"], "auto") != before
+    monkeypatch.setattr(pipeline, "compiler_revision", lambda: "other code")
+    assert pipeline.lowering_key(nest, params, native, "auto") != before
     assert len(cache.compiler_revision()) == 16

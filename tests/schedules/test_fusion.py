@@ -8,10 +8,10 @@ import pytest
 import polydl
 from polydl.api import lower
 from polydl.errors import ScheduleError
-from polydl.explain import explain
+from polydl.driver.explain import explain
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import parse_c
-from polydl.machine import current_machine
+from polydl.target import host_target
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.epilogues import choose_fusion
@@ -59,7 +59,7 @@ def _model(text: str):  # type: ignore[no-untyped-def]
 
 def test_elementwise_consumer_is_fused_after_the_reduction() -> None:
     model = _model(MATMUL_RELU)
-    schedule, decisions = choose_fusion(model, PLAIN, current_machine())
+    schedule, decisions = choose_fusion(model, PLAIN, host_target())
     assert schedule.epilogues == ("S1",)
     assert [(d.fused, d.level, d.loop) for d in decisions] == [(True, 2, "j")]
     plan = apply_schedule(model, schedule)
@@ -74,7 +74,7 @@ def test_elementwise_consumer_is_fused_after_the_reduction() -> None:
 
 def test_a_stencil_consumer_is_fused_only_where_legal() -> None:
     model = _model(STENCIL_J)
-    schedule, decisions = choose_fusion(model, PLAIN, current_machine())
+    schedule, decisions = choose_fusion(model, PLAIN, host_target())
     assert [(d.fused, d.level, d.loop) for d in decisions] == [(True, 1, "i")]
     assert "level 2" in decisions[0].reason  # why not deeper
     with pytest.raises(ScheduleError):
@@ -98,7 +98,7 @@ def test_a_stencil_consumer_is_fused_only_where_legal() -> None:
 
 def test_a_consumer_that_needs_other_rows_stays_separate() -> None:
     model = _model(STENCIL_I)
-    schedule, decisions = choose_fusion(model, PLAIN, current_machine())
+    schedule, decisions = choose_fusion(model, PLAIN, host_target())
     assert schedule.epilogues == ()
     assert not decisions[0].fused and "dependence" in decisions[0].reason
     # asked for explicitly, it is refused, not generated
@@ -201,10 +201,10 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
 
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from polydl.schedules.database import TuningDatabase
-    from polydl.tuning import tune
+    from polydl.driver.tuning import tune
 
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
-    result = tune(nest, params, trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)
+    result = tune(nest, params, target=host_target(), trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)
     assert all(t.schedule.epilogues == ("S2", "S3") for t in result.trials)
 
 

@@ -11,7 +11,7 @@ import polydl
 from polydl.codegen.microkernels import BrgemmSpec, choose_microkernel
 from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
-from polydl.machine import Machine
+from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.microkernel import PackedB
@@ -21,8 +21,8 @@ from tests.kernels import run_and_check
 from tests.poly.test_model import MATMUL
 
 PACKED = MicrokernelBinding("S0", m="i", n="j", k="k", pack_b=True)
-AVX2_1 = Machine(isa="avx2", cores=1)
-AVX2_2 = Machine(isa="avx2", cores=2)
+AVX2_1 = CpuTarget(isa="avx2", cores=1)
+AVX2_2 = CpuTarget(isa="avx2", cores=2)
 
 
 def _pack(schedule: Schedule, sizes: dict[str, int]) -> PackedB:
@@ -80,7 +80,7 @@ def test_micro_panels_need_a_wide_n_and_enough_rows() -> None:
 
 
 @pytest.mark.parametrize("machine", [AVX2_1, AVX2_2], ids=["1 core", "2 cores"])
-def test_ranking_chooses_micro_panels_for_a_large_square_matmul(machine: Machine) -> None:
+def test_ranking_chooses_micro_panels_for_a_large_square_matmul(machine: CpuTarget) -> None:
     best = rank(build_model(*builders.matmul(M=1024, N=1024, K=1024)), machine)[0].schedule
     mk = best.microkernel
     assert mk is not None and mk.pack_b

@@ -7,7 +7,7 @@ import pytest
 import polydl
 from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
-from polydl.machine import Machine
+from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.rank import rank
@@ -74,7 +74,7 @@ def test_strided_convolution_packs_an_im2col_copy(q_tile: int | None) -> None:
 
 def test_ranking_packs_the_first_resnet_layer() -> None:
     nest, params = builders.conv2d(N=2, C=3, K=64, H=224, W=224, R=7, S=7, stride=2, padding=3)
-    best = rank(build_model(nest, params), Machine(isa="avx2", cores=2))[0].schedule
+    best = rank(build_model(nest, params), CpuTarget(isa="avx2", cores=2))[0].schedule
     mk = best.microkernel
     assert mk is not None and mk.pack_b and (mk.m, mk.n, mk.k) == ("k", "q", "s")
 
@@ -97,7 +97,7 @@ def test_batch_loops_cannot_be_tiled() -> None:
 
 
 def test_ranking_packs_a_large_matmul_and_not_a_vector_product() -> None:
-    machine = Machine(isa="avx2", cores=2)
+    machine = CpuTarget(isa="avx2", cores=2)
     large = build_model(*builders.matmul(M=384, N=512, K=1024))
     best = rank(large, machine)[0].schedule
     assert best.microkernel is not None and best.microkernel.pack_b

@@ -12,10 +12,10 @@ import pytest
 
 import polydl
 from polydl.api import build_kernel, lower
-from polydl.explain import explain
+from polydl.driver.explain import explain
 from polydl.frontends import builders, layers
 from polydl.inputs import random_inputs
-from polydl.machine import current_machine
+from polydl.target import host_target
 from polydl.poly.model import build_model
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.postops import postop_plan
@@ -185,18 +185,13 @@ def _select_numpy(a, b, s, t):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("isa", ["native", "scalar"])
-def test_general_consumers_run_as_postops(isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if isa != "native":
-        monkeypatch.setenv("POLYDL_ISA", isa)
-    current_machine.cache_clear()
-    try:
-        kernel = polydl.compile(SELECT, {"M": 11, "N": 21, "K": 9}, schedule=SELECT_SCHEDULE)
-        assert POSTOPS in kernel.source
-        assert "C[(i) * 21L + j] <=" not in kernel.source  # no epilogue loop
-        run_and_check(kernel, expected=lambda a, b, s, t: _select_numpy(a, b, s, t))
-    finally:
-        monkeypatch.delenv("POLYDL_ISA", raising=False)
-        current_machine.cache_clear()
+def test_general_consumers_run_as_postops(isa: str) -> None:
+    machine = None if isa == "native" else replace(host_target(), isa=isa, march="")
+    kernel = polydl.compile(SELECT, {"M": 11, "N": 21, "K": 9}, schedule=SELECT_SCHEDULE,
+                            machine=machine)
+    assert POSTOPS in kernel.source
+    assert "C[(i) * 21L + j] <=" not in kernel.source  # no epilogue loop
+    run_and_check(kernel, expected=lambda a, b, s, t: _select_numpy(a, b, s, t))
 
 
 def test_a_consumer_of_another_array_keeps_the_loop() -> None:
@@ -218,31 +213,26 @@ def _nest(text, sizes):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
-def test_postop_kernels_compile_for_every_isa(isa: str, monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
-    """AVX-512 cannot run here: its post-op kernels are compiled (for both forms)."""
-    monkeypatch.setenv("POLYDL_ISA", isa)
-    current_machine.cache_clear()
-    try:
-        for layout in ("nchw", "nchw16c"):
-            nest, params = builders.conv2d(N=1, C=16, K=20, H=5, W=5, R=3, S=3, padding=1,
-                                           layout=layout, fuse=("bias", "scale_shift", "residual", "relu"))
-            source = lower(nest, params).code.source
-            assert POSTOPS in source
-            path = tmp_path / f"{layout}.c"
-            path.write_text(source)
-            done = subprocess.run(["cc", "-O1", "-fopenmp", "-c", str(path), "-o", str(tmp_path / "k.o")],
-                                  capture_output=True, text=True)
-            assert done.returncode == 0, done.stderr
-        compiled = lower(*_nest(SELECT, {"M": 11, "N": 21, "K": 9}), schedule=SELECT_SCHEDULE).code.source
-        assert POSTOPS in compiled
-        (tmp_path / "select.c").write_text(compiled)
-        done = subprocess.run(["cc", "-O1", "-c", str(tmp_path / "select.c"), "-o", str(tmp_path / "s.o")],
+def test_postop_kernels_compile_for_every_isa(isa: str, tmp_path: Path) -> None:
+    """AVX-512 may not run here: its post-op kernels are compiled (for both forms)."""
+    machine = replace(host_target(), isa=isa, march="")
+    for layout in ("nchw", "nchw16c"):
+        nest, params = builders.conv2d(N=1, C=16, K=20, H=5, W=5, R=3, S=3, padding=1,
+                                       layout=layout, fuse=("bias", "scale_shift", "residual", "relu"))
+        source = lower(nest, params, machine=machine).code.source
+        assert POSTOPS in source
+        path = tmp_path / f"{layout}.c"
+        path.write_text(source)
+        done = subprocess.run(["cc", "-O1", "-fopenmp", "-c", str(path), "-o", str(tmp_path / "k.o")],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-    finally:
-        monkeypatch.delenv("POLYDL_ISA", raising=False)
-        current_machine.cache_clear()
+    compiled = lower(*_nest(SELECT, {"M": 11, "N": 21, "K": 9}), schedule=SELECT_SCHEDULE,
+                     machine=machine).code.source
+    assert POSTOPS in compiled
+    (tmp_path / "select.c").write_text(compiled)
+    done = subprocess.run(["cc", "-O1", "-c", str(tmp_path / "select.c"), "-o", str(tmp_path / "s.o")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 # B read along k in both operands: only the dot-product form fits, whose cells are summed
@@ -316,7 +306,7 @@ def test_a_nest_that_is_one_call_fuses_its_epilogue_as_postops() -> None:
         order=("n", "k", "c"),
         microkernel=MicrokernelBinding(statement="S1", m="n", n="k", k="c"),
     )
-    schedule, decisions = choose_fusion(model, one_call, current_machine())
+    schedule, decisions = choose_fusion(model, one_call, host_target())
     assert schedule.epilogues == ("S2", "S3")
     assert [d.level for d in decisions] == [0, 0]
     kernel = build_kernel(nest, params, schedule=schedule)

@@ -5,13 +5,13 @@ import numpy as np
 
 import polydl
 from polydl.frontends import builders
-from polydl.machine import Machine
+from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.rank import _step_cycles, outer_tilings, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from tests.kernels import run_and_check
 
-AVX2 = Machine(isa="avx2", cores=2)
+AVX2 = CpuTarget(isa="avx2", cores=2)
 
 
 def test_step_cycles_prefer_even_register_tiles() -> None:
@@ -67,7 +67,7 @@ def test_tiled_outer_loop_result_matches_numpy_for_gemm_batches() -> None:
 def test_a_small_gemm_on_many_cores_keeps_its_microkernel() -> None:
     """Forking 16 threads costs more than a 32 x 64 x 32 GEMM: plain loops split over all cores
     must not outrank one microkernel call on one core."""
-    many = Machine(isa="avx512", cores=16, l1_bytes=48 * 1024, l2_bytes=2 * 1024 * 1024)
+    many = CpuTarget(isa="avx512", cores=16, l1_bytes=48 * 1024, l2_bytes=2 * 1024 * 1024)
     for m, n, k in ((16, 16, 16), (32, 64, 32)):
         nest, params = builders.matmul(m, n, k)
         best = rank(build_model(nest, params), many)[0].schedule

@@ -1,7 +1,7 @@
 """Batch-reduce GEMM microkernels: C source for one `BrgemmSpec` on one ISA.
 
 Takes a `BrgemmSpec` (sizes, element strides, batch, dtype, beta), an ISA from
-`polydl.machine.ISAS`, a function name and a backend; returns a `Microkernel` whose source
+`polydl.target.cpu.ISAS`, a function name and a backend; returns a `Microkernel` whose source
 defines `static void NAME(const T *a, const T *b, U *c)`.
 
 Backends: "polydl" generates the kernel (SIMD intrinsics where the strides allow a vector
@@ -30,7 +30,7 @@ from polydl.codegen.microkernels.spec import BatchDim, BrgemmSpec, Microkernel
 from polydl.codegen.microkernels.vector import render_vector_kernel
 from polydl.codegen.templating import render
 from polydl.errors import ScheduleError
-from polydl.machine import ISAS
+from polydl.target.cpu import ISAS
 
 __all__ = [
     "BACKENDS",

@@ -162,7 +162,7 @@ class Microkernel:
     source: str
     spec: BrgemmSpec
     backend: str  # "polydl" | "libxsmm"
-    isa: str  # instruction set the code needs: one of polydl.machine.ISAS
+    isa: str  # instruction set the code needs: one of polydl.target.cpu.ISAS
     form: str  # "outer-n" | "outer-m" | "dot-k" | "portable" | "libxsmm"
     mr: int = 1  # rows of C (m) in one register tile
     nr: int = 1  # columns of C (n) in one register tile

@@ -1,21 +1,20 @@
 """`polydl explain`: the compiler's view of a spec, as readable text.
 
-Takes a `Compilation`; returns text with the iteration domains, access relations, dependences,
-the chosen schedule and, where the schedule was ranked, the candidates with their working sets.
+Takes a `Compilation`; returns text with the target, the iteration domains, access relations,
+dependences, the chosen schedule and the decisions recorded while choosing it: who decided,
+each fusion decision, where the epilogues run and, where the schedule was ranked, the
+candidates with their working sets. Nothing is decided again here.
 """
 
 from __future__ import annotations
 
 import islpy as isl
 
-from polydl.api import Compilation
-from polydl.codegen.c_target import epilogue_placement
-from polydl.machine import current_machine
+from polydl.driver.compilation import Compilation
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
-from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.fusion import level_loop
-from polydl.schedules.rank import rank
+from polydl.target import CpuTarget
 
 
 def _maps(union: isl.UnionMap) -> list[isl.Map]:
@@ -27,6 +26,7 @@ def _maps(union: isl.UnionMap) -> list[isl.Map]:
 def explain(c: Compilation, ranking: int = 5) -> str:
     model = c.model
     lines = [f"kernel {model.nest.name}  ({model.nest.filename})"]
+    lines.append(f"  target: {c.target.describe()}")
     lines.append("  sizes: " + (", ".join(f"{k}={v}" for k, v in model.params.items()) or "none"))
     lines.append("  arrays:")
     for a in model.nest.arrays:
@@ -50,14 +50,15 @@ def explain(c: Compilation, ranking: int = 5) -> str:
             lines.append(f"  {kind} {m}")
     lines.append("")
     lines.append(f"schedule: {c.schedule.describe()}")
-    for plan in c.scheduled.groups:
+    lines.append(f"  decided by {c.decision.describe()}")
+    for plan in c.scheduled.groups if c.scheduled is not None else ():
         par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
         main = " (main)" if plan.group == c.scheduled.main_group else ""
         lines.append(
             f"  nest {plan.group}{main}: band {' > '.join(plan.order) or '-'}; "
             f"parallel {', '.join(par) or 'none'}"
         )
-    for key, value in c.schedule.notes:
+    for key, value in getattr(c.schedule, "notes", ()):
         lines.append(f"  {key}: {value}")
     lines += _fusion(c)
     lines.append(f"flops per call: {c.flops}")
@@ -68,10 +69,9 @@ def explain(c: Compilation, ranking: int = 5) -> str:
 
 
 def _fusion(c: Compilation) -> list[str]:
-    """What was fused into the main nest, at which level, and why each consumer nest was or
-    was not (the automatic decision for this schedule)."""
-    _, decisions = choose_fusion(c.model, c.schedule, current_machine())
-    if not decisions:
+    """What was fused into the main nest, at which level, where it runs, and why each consumer
+    nest was or was not fused (as recorded when the schedule was chosen)."""
+    if c.scheduled is None or not (c.decision.fusion or c.scheduled.main.epilogues):
         return []
     main = c.scheduled.main
     lines = ["fusion of the nests after the main one:"]
@@ -79,18 +79,18 @@ def _fusion(c: Compilation) -> list[str]:
         names = ", ".join(s.name for s in main.epilogues)
         loop = level_loop(main.order, main.fusion_level) if main.fusion_level is not None else "-"
         lines.append(f"  this kernel: {names} run inside loop {loop} (level {main.fusion_level})")
-        placement = epilogue_placement(c.scheduled) if c.code.target == "c" else ""
-        if placement:
-            lines.append(f"  this kernel: {placement}")
+        lines += [f"  this kernel: {placement}" for placement in c.code.placements]
     else:
         lines.append("  this kernel: nothing fused")
-    lines += [f"  {d.describe()}" for d in decisions]
+    lines += [f"  {d.describe()}" for d in c.decision.fusion]
     return lines
 
 
 def _ranking(c: Compilation, top: int) -> list[str]:
-    machine = current_machine()
-    ranked = rank(c.model, machine)
+    machine = c.target
+    ranked = c.decision.ranking
+    if not ranked or not isinstance(machine, CpuTarget):
+        return []
     caches = f"L1 {machine.l1_bytes // 1024} KiB, L2 {machine.l2_bytes // 1024} KiB, L3 {machine.l3_bytes // 1024} KiB"
     lines = [f"ranking by the data-reuse model ({len(ranked)} legal candidates; {caches}; {machine.cores} cores):"]
     for i, r in enumerate(ranked[:top]):

@@ -15,16 +15,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polydl.errors import PolyDLError
+from polydl.driver import c_backend
+from polydl.driver.reference import LazyReference
+from polydl.errors import PolyDLError, TargetError
 from polydl.inputs import random_inputs
 from polydl.ir import LoopNest
-from polydl.machine import Machine, current_machine
 from polydl.poly.model import PolyModel, build_model
+from polydl.runtime.kernel import Kernel
 from polydl.schedules.auto import resolve
 from polydl.schedules.database import TuningDatabase, TuningRecord, nest_key
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
+from polydl.target.host import cannot_run_here
 
 
 @dataclass(frozen=True)
@@ -54,29 +58,40 @@ def time_kernel(kernel, args: list[np.ndarray], repeats: int = 5, budget_s: floa
     return statistics.median(samples)
 
 
+def candidate_kernel(model: PolyModel, target: CpuTarget, schedule: Schedule) -> Kernel:
+    """Compile one candidate schedule for `target` (not through the stored-lowering cache: a
+    candidate is built once)."""
+    plan = c_backend.plan(model, target, schedule)
+    code = c_backend.generate(model, plan, target)
+    return c_backend.load(code, model.nest, model.params, plan.schedule, model.flops,
+                          LazyReference(model.nest, model.params, model), target)
+
+
 def tune(
     nest: LoopNest,
     params: Mapping[str, int],
     *,
+    target: CpuTarget,
     trials: int = 8,
     db: TuningDatabase | None = None,
-    machine: Machine | None = None,
     log=sys.stderr,  # type: ignore[no-untyped-def]
 ) -> TuneResult:
-    from polydl.api import kernel_from, lower  # the tuner sits above the whole pipeline
-
-    machine = machine or current_machine()
+    """Time the `trials` best-ranked schedules for `target` on this machine and store the
+    fastest under the target's key; the target must be one this CPU can run."""
+    reason = cannot_run_here(target)
+    if reason:
+        raise TargetError(f"cannot tune here: {reason}")
     db = db or TuningDatabase()
     model = build_model(nest, dict(params))
-    ranked = rank(model, machine)[: max(trials, 1)]
+    ranked = rank(model, target)[: max(trials, 1)]
     if not ranked:
         raise PolyDLError("no legal schedule candidates to tune")
     results: list[TrialResult] = []
     args: list[np.ndarray] | None = None
     for i, candidate in enumerate(ranked):
         # each candidate runs as "auto" would run it: with its consumer nests fused
-        schedule = choose_fusion(model, resolve(model, candidate.schedule), machine)[0]
-        kernel = kernel_from(lower(nest, params, "c", schedule))
+        schedule = choose_fusion(model, resolve(model, candidate.schedule), target)[0]
+        kernel = candidate_kernel(model, target, schedule)
         if args is None:
             args = random_inputs(kernel.arguments)
         seconds = time_kernel(kernel, args)
@@ -92,7 +107,7 @@ def tune(
     record = TuningRecord(best.schedule, best.seconds, _gflops(model, best.seconds), len(results))
     db.store(
         nest_key(nest, dict(params)),
-        machine.key(),
+        target.key(),
         nest.name,
         dict(params),
         _dtype(nest),
@@ -109,13 +124,15 @@ def _dtype(nest: LoopNest) -> str:
     return "/".join(sorted({a.dtype for a in nest.arrays}))
 
 
-def tuned_schedule(model: PolyModel, trials: int = 8) -> Schedule:
-    """The database's schedule for this nest on this machine, tuning it first if absent."""
-    machine = current_machine()
+def tuned_schedule(model: PolyModel, target: CpuTarget, trials: int = 8) -> tuple[Schedule, str]:
+    """The database's schedule for this nest on `target`, tuning it first if absent; and how
+    it was found."""
     db = TuningDatabase()
-    record = db.lookup(nest_key(model.nest, model.params), machine.key())
+    record = db.lookup(nest_key(model.nest, model.params), target.key())
+    how = f"database hit in {db.path}"
     if record is None:
-        tune(model.nest, model.params, trials=trials, db=db, machine=machine)
-        record = db.lookup(nest_key(model.nest, model.params), machine.key())
+        tune(model.nest, model.params, target=target, trials=trials, db=db)
+        record = db.lookup(nest_key(model.nest, model.params), target.key())
         assert record is not None
-    return resolve(model, record.schedule)
+        how = f"tuned now ({record.trials} trials), stored in {db.path}"
+    return resolve(model, record.schedule), how

@@ -1,0 +1,1 @@
+"""The driver: runs the pipeline for a resolved target, one backend per target kind."""

@@ -1,0 +1,83 @@
+"""The C/OpenMP backend: a schedule from the reuse model (or the caller), C from the isl AST,
+a shared library loaded through cffi.
+
+The target is a `CpuTarget`: the ranking sizes tiles against its caches and cores, the
+microkernels follow its ISA, the compiler gets its flags. A library built for a CPU this one
+cannot run is still built (for ahead-of-time use) but refuses to be called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.c_target import generate_c
+from polydl.driver.backend import Plan
+from polydl.driver.compilation import ScheduleDecision
+from polydl.driver.reference import LazyReference
+from polydl.errors import PolyDLError, ScheduleError
+from polydl.ir import LoopNest
+from polydl.poly.model import PolyModel
+from polydl.runtime.kernel import Kernel
+from polydl.runtime.toolchain import build_shared_library
+from polydl.schedules.apply import apply_schedule
+from polydl.schedules.auto import auto_schedule, resolve
+from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
+from polydl.target.host import cannot_run_here
+
+kind = "c"
+stores_lowerings = True
+
+
+def schedule_from(data: Mapping[str, Any]) -> Schedule:
+    """A schedule given as a mapping (e.g. read from JSON), or ScheduleError if malformed."""
+    try:
+        return Schedule.from_dict(dict(data))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ScheduleError(f"malformed schedule {dict(data)!r}: {type(exc).__name__}: {exc}") from None
+
+
+def schedule_from_dict(data: dict[str, Any]) -> Schedule:
+    return Schedule.from_dict(data)
+
+
+def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
+    """`schedule`: "auto", a `Schedule` or its dict form (the caller's, or the tuner's)."""
+    if isinstance(schedule, Mapping):
+        schedule = schedule_from(schedule)
+    if isinstance(schedule, Schedule):
+        chosen = resolve(model, schedule)
+        # what the automatic fusion would make of this schedule, for `explain`: a given
+        # schedule fuses exactly its own epilogues
+        _, fusion = choose_fusion(model, replace(chosen, epilogues=()), target)
+        decision = ScheduleDecision("given", "the schedule given by the caller; it fuses exactly "
+                                    "its epilogues", fusion=tuple(fusion))
+    elif schedule == "auto":
+        choice = auto_schedule(model, target)
+        chosen = choice.schedule
+        reason = (f"best of {len(choice.ranking)} candidates ranked by the data-reuse model for "
+                  f"{target.name}" if choice.ranking else "no tiled candidate is legal: the "
+                  "original loop order")
+        decision = ScheduleDecision("auto", reason, choice.ranking, choice.fusion)
+    else:
+        raise PolyDLError(f"schedule must be 'auto', 'tuned' or a Schedule, not {schedule!r}")
+    return Plan(chosen, decision, apply_schedule(model, chosen))
+
+
+def generate(model: PolyModel, plan: Plan, target: CpuTarget) -> GeneratedCode:
+    return generate_c(plan.detail, target)
+
+
+def load(
+    code: GeneratedCode, nest: LoopNest, params: Mapping[str, int], schedule: Schedule,
+    flops: int, reference: LazyReference, target: CpuTarget,
+) -> Kernel:
+    return Kernel(
+        code=code, nest=nest, params=params, schedule=schedule, flops=flops,
+        reference_impl=reference, library_path=build_shared_library(code),
+        cannot_run=cannot_run_here(target),
+    )

@@ -1,0 +1,61 @@
+"""The CUDA and HIP backends: a GPU schedule derived from the dependences and the GPU target,
+kernels and a host launcher from the templates, a launcher library loaded through cffi.
+
+HIP code is generated and built, not run, from Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.gpu_target import generate_gpu
+from polydl.driver.backend import Plan
+from polydl.driver.compilation import ScheduleDecision
+from polydl.driver.reference import LazyReference
+from polydl.errors import PolyDLError
+from polydl.ir import LoopNest
+from polydl.poly.model import PolyModel
+from polydl.runtime.gpu_kernel import GpuKernel
+from polydl.runtime.gpu_toolchain import build_gpu_library
+from polydl.schedules.gpu import GpuSchedule, gpu_schedule
+from polydl.target.gpu import GpuTarget
+
+
+class GpuBackend:
+    # a GpuSchedule holds isl-derived plans that have no JSON form: lowered on every build
+    stores_lowerings = False
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def plan(self, model: PolyModel, target: GpuTarget, schedule: Any) -> Plan:
+        if not (isinstance(schedule, str) and schedule == "auto"):
+            raise PolyDLError(f"target '{self.kind}' takes schedule='auto' only (the GPU schedule "
+                              f"is derived from the dependences and the device), not {schedule!r}")
+        chosen = gpu_schedule(model, target)
+        decision = ScheduleDecision("gpu", f"derived from the dependences and {target.name}")
+        return Plan(chosen, decision)
+
+    def generate(self, model: PolyModel, plan: Plan, target: GpuTarget) -> GeneratedCode:
+        return generate_gpu(model, plan.schedule)
+
+    def load(
+        self, code: GeneratedCode, nest: LoopNest, params: Mapping[str, int],
+        schedule: GpuSchedule, flops: int, reference: LazyReference, target: GpuTarget,
+    ) -> GpuKernel:
+        if self.kind != "cuda":
+            raise PolyDLError(
+                f"target '{self.kind}' generates source only here (polydl compile --target "
+                f"{self.kind} -o DIR); only 'cuda' kernels can be called from Python"
+            )
+        return GpuKernel(code=code, nest=nest, params=params, schedule=schedule, flops=flops,
+                         reference_impl=reference, library_path=build_gpu_library(code))
+
+    def schedule_from_dict(self, data: dict[str, Any]) -> GpuSchedule:
+        raise NotImplementedError("GPU lowerings are not stored")
+
+
+CUDA = GpuBackend("cuda")
+HIP = GpuBackend("hip")

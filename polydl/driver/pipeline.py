@@ -1,0 +1,117 @@
+"""One driver for every backend: a loop nest, its sizes, a target and a schedule request in; a
+`Compilation` or a callable kernel out.
+
+Takes a resolved target value (see `polydl.target.resolve_target`); nothing here asks the
+running machine. Each backend (`BACKENDS`, by target kind) plans, generates and loads; a
+`schedule="tuned"` request is answered by the tuner first, so backends only see "auto" or a
+`Schedule`. Lowerings whose schedule round-trips through JSON are stored in the compile cache,
+keyed by everything the generated code depends on, the target included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from polydl.codegen.artifact import code_from_dict, code_to_dict
+from polydl.driver import c_backend, gpu_backend
+from polydl.driver.backend import Backend, Plan
+from polydl.driver.compilation import Compilation
+from polydl.driver.reference import LazyReference
+from polydl.driver.tuning import tuned_schedule
+from polydl.errors import PolyDLError
+from polydl.ir import LoopNest, fingerprint
+from polydl.poly.model import PolyModel, build_model
+from polydl.runtime.cache import compiler_revision, content_key, read_lowering, write_lowering
+from polydl.runtime.kernel import CompiledKernel
+from polydl.schedules.schedule import Schedule
+from polydl.target import Target
+from polydl.version import __version__
+
+BACKENDS: dict[str, Backend] = {
+    "c": c_backend,  # type: ignore[dict-item]  # a module with the backend's functions
+    "cuda": gpu_backend.CUDA,
+    "hip": gpu_backend.HIP,
+}
+
+
+def backend_for(target: Target) -> Backend:
+    return BACKENDS[target.kind]
+
+
+def _plan(model: PolyModel, target: Target, schedule: Any) -> Plan:
+    backend = backend_for(target)
+    if isinstance(schedule, str) and schedule == "tuned":
+        if target.kind != "c":
+            raise PolyDLError(f"target '{target.kind}' takes schedule='auto' only, not 'tuned'")
+        chosen, how = tuned_schedule(model, target)  # type: ignore[arg-type]
+        plan = backend.plan(model, target, chosen)
+        return replace(plan, decision=replace(plan.decision, source="tuned", reason=how))
+    return backend.plan(model, target, schedule)
+
+
+def lower(nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto") -> Compilation:
+    """Run the compiler up to generated source (no native compile)."""
+    backend = backend_for(target)
+    model = build_model(nest, dict(params))
+    plan = _plan(model, target, schedule)
+    code = backend.generate(model, plan, target)
+    return Compilation(model, target, plan.schedule, code, plan.decision, plan.detail)
+
+
+def kernel_from(compilation: Compilation) -> CompiledKernel:
+    model = compilation.model
+    return backend_for(compilation.target).load(
+        compilation.code, model.nest, model.params, compilation.schedule, compilation.flops,
+        LazyReference(model.nest, model.params, model), compilation.target,
+    )
+
+
+def lowering_key(
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any
+) -> str | None:
+    """Everything the generated code depends on; None where it depends on mutable state or
+    the backend cannot store its lowerings."""
+    if not backend_for(target).stores_lowerings:
+        return None
+    if isinstance(schedule, Schedule):
+        chosen = schedule.to_json()
+    elif isinstance(schedule, Mapping):
+        chosen = c_backend.schedule_from(schedule).to_json()
+    elif schedule == "auto":
+        chosen = "auto"
+    else:  # "tuned" reads the tuning database, which changes under us
+        return None
+    return content_key(
+        [__version__, compiler_revision(), fingerprint(nest),
+         json.dumps(dict(params), sort_keys=True), target.kind, chosen, target.key()]
+    )
+
+
+def build_kernel(
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
+) -> CompiledKernel:
+    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
+    backend = backend_for(target)
+    key = lowering_key(nest, params, target, schedule)
+    record = read_lowering(key) if key else None
+    if record is not None:
+        try:
+            code = code_from_dict(record["code"])
+            stored = backend.schedule_from_dict(record["schedule"])
+            flops = int(record["flops"])
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry from an older layout: lower again and overwrite it
+        else:
+            return backend.load(code, nest, params, stored, flops,
+                                LazyReference(nest, params), target)
+    compilation = lower(nest, params, target, schedule)
+    if key:
+        write_lowering(key, {
+            "code": code_to_dict(compilation.code),
+            "schedule": compilation.schedule.to_dict(),
+            "flops": compilation.flops,
+        })
+    return kernel_from(compilation)

@@ -1,0 +1,198 @@
+"""A CPU target: the instruction set, caches and cores that code is generated and ranked for.
+
+A `CpuTarget` is a value: the ranking sizes tiles against its caches and cores, the microkernel
+choice follows its ISA, and the C compiler gets its `-march` and ISA flags, whatever machine the
+compiler runs on. It round-trips through JSON (`polydl machine --json` writes one) and is
+checked there, since its flags reach the compiler's command line. Tests build one by hand to pin
+a decision (`CpuTarget(isa="avx512", l1_bytes=32 * 1024)`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from polydl.errors import TargetError
+
+KIND = "c"
+# ISAs polydl generates microkernels for, best first. "avx512bf16" is AVX-512 plus the BF16 dot
+# products; "avx512amx" adds the AMX tile unit (bf16 tile dot products, Sapphire Rapids on).
+ISAS = ("avx512amx", "avx512bf16", "avx512", "avx2", "scalar")
+
+_VECTOR_BYTES = {"avx512amx": 64, "avx512bf16": 64, "avx512": 64, "avx2": 32, "scalar": 4}
+_ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+
+# The x86-64 micro-architecture level each ISA needs; the scalar ISA names no -march at all, so
+# portable C builds with any compiler for any CPU.
+ISA_MARCH: dict[str, str] = {
+    "avx512amx": "x86-64-v4", "avx512bf16": "x86-64-v4", "avx512": "x86-64-v4",
+    "avx2": "x86-64-v3", "scalar": "",
+}
+_AVX2_FLAGS = ("-mavx2", "-mfma")
+_AVX512_FLAGS = (*_AVX2_FLAGS, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512cd")
+# Compiler flags that enable each ISA whatever -march says (redundant where -march implies them).
+ISA_FLAGS: dict[str, tuple[str, ...]] = {
+    "scalar": (),
+    "avx2": _AVX2_FLAGS,
+    "avx512": _AVX512_FLAGS,
+    "avx512bf16": (*_AVX512_FLAGS, "-mavx512bf16"),
+    "avx512amx": (*_AVX512_FLAGS, "-mavx512bf16", "-mamx-tile", "-mamx-bf16"),
+}
+
+# CPU features (as /proc/cpuinfo names them) that code built for each -march may use.
+_V3 = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "abm", "xsave"})
+_V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+_ICELAKE = _V4 | {"avx512_vnni", "avx512vbmi", "avx512_vbmi2", "avx512ifma", "avx512_bitalg",
+                  "avx512_vpopcntdq", "gfni", "vaes", "vpclmulqdq"}
+MARCH_FEATURES: dict[str, frozenset[str]] = {
+    "": frozenset(),
+    "x86-64": frozenset(),
+    "x86-64-v2": frozenset({"sse4_2", "popcnt", "ssse3"}),
+    "x86-64-v3": _V3,
+    "x86-64-v4": _V4,
+    "haswell": _V3, "broadwell": _V3, "skylake": _V3, "znver1": _V3, "znver2": _V3,
+    "znver3": _V3 | {"vaes", "vpclmulqdq"},
+    "skylake-avx512": _V4,
+    "cascadelake": _V4 | {"avx512_vnni"},
+    "icelake-server": _ICELAKE,
+    "cooperlake": _V4 | {"avx512_vnni", "avx512_bf16"},
+    "znver4": _ICELAKE | {"avx512_bf16"},
+    "sapphirerapids": _ICELAKE | {"avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"},
+}
+ISA_FEATURES: dict[str, frozenset[str]] = {
+    "scalar": frozenset(),
+    "avx2": frozenset({"avx2", "fma"}),
+    "avx512": frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+    "avx512bf16": frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                             "avx512_bf16"}),
+    "avx512amx": frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                            "avx512_bf16", "amx_tile", "amx_bf16"}),
+}
+
+# What may reach the compiler's command line from a description file: a -march name and
+# machine options (-m...), nothing that names files, plugins or linker input.
+_MARCH = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+_MACHINE_FLAG = re.compile(r"-m[a-z0-9][a-z0-9._,=-]{0,63}")
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    name: str = "custom"
+    isa: str = "avx2"
+    march: str = ""  # the -march value; "" means the ISA's x86-64 level (ISA_MARCH)
+    cores: int = 1
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 1024 * 1024
+    l3_bytes: int = 16 * 1024 * 1024
+    cache_line_bytes: int = 64
+    model: str = "unknown"
+    cflags: tuple[str, ...] = ()  # further machine options (-m...) for the C compiler
+
+    def __post_init__(self) -> None:
+        if self.isa not in ISAS:
+            raise TargetError(f"unknown ISA '{self.isa}'; known: {', '.join(ISAS)}", self.name)
+        if self.march and not _MARCH.fullmatch(self.march):
+            raise TargetError(f"'{self.march}' is not a -march name", self.name)
+        if self.march == "native":
+            raise TargetError("march 'native' names whatever machine compiles, not a target: "
+                              "save `polydl machine --json` on the target host instead", self.name)
+        for flag in self.cflags:
+            if not isinstance(flag, str) or not _MACHINE_FLAG.fullmatch(flag):
+                raise TargetError(f"compiler flag {flag!r} is not a machine option (-m...)",
+                                  self.name)
+        for f in ("cores", "l1_bytes", "l2_bytes", "l3_bytes", "cache_line_bytes"):
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TargetError(f"'{f}' must be a positive integer, not {value!r}", self.name)
+
+    kind = KIND
+
+    # ------------------------------------------------------------------ what decisions ask
+    @property
+    def vector_bytes(self) -> int:
+        return _VECTOR_BYTES[self.isa]
+
+    def vector_lanes(self, dtype: str) -> int:
+        """Elements of `dtype` in one vector register (1 without SIMD)."""
+        if self.isa == "scalar":
+            return 1
+        return self.vector_bytes // _ELEMENT_BYTES[dtype]
+
+    @property
+    def has_avx512(self) -> bool:
+        return self.isa.startswith("avx512")
+
+    @property
+    def has_bf16_dot(self) -> bool:
+        return self.isa in ("avx512amx", "avx512bf16")
+
+    @property
+    def has_amx(self) -> bool:
+        return self.isa == "avx512amx"
+
+    # ------------------------------------------------------------------ the compiler's view
+    @property
+    def effective_march(self) -> str:
+        return self.march or ISA_MARCH[self.isa]
+
+    def compile_flags(self) -> tuple[str, ...]:
+        """Flags that make the compiler generate code for this target (never -march=native)."""
+        march = self.effective_march
+        return ((f"-march={march}",) if march else ()) + ISA_FLAGS[self.isa] + self.cflags
+
+    def portable_flags(self) -> tuple[str, ...]:
+        """The same ISA by its x86-64 level, for a compiler that does not know `march`."""
+        return replace(self, march="").compile_flags()
+
+    def required_features(self) -> frozenset[str]:
+        """CPU features a kernel built for this target may execute."""
+        return ISA_FEATURES[self.isa] | MARCH_FEATURES.get(self.effective_march, frozenset())
+
+    def missing_features(self, cpu_flags: frozenset[str]) -> tuple[str, ...]:
+        return tuple(sorted(self.required_features() - cpu_flags))
+
+    # ------------------------------------------------------------------ identity and text
+    def key(self) -> str:
+        """Identity for caches and the tuning database: every field that changes generated
+        code or a measured time (the name is only a label)."""
+        data = self.to_dict()
+        del data["name"]
+        return json.dumps(data, sort_keys=True)
+
+    def describe(self) -> str:
+        kib = 1024
+        return (
+            f"{self.name}: {self.model}, {self.isa} (-march={self.effective_march or 'none'}), "
+            f"{self.cores} cores, L1 {self.l1_bytes // kib} KiB, L2 {self.l2_bytes // kib} KiB, "
+            f"L3 {self.l3_bytes // kib} KiB, {self.cache_line_bytes}-byte lines"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cflags"] = list(self.cflags)
+        return {"kind": KIND, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "") -> CpuTarget:
+        if not isinstance(data, dict):
+            raise TargetError("a CPU target is a JSON object", source)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known - {"kind"})
+        if unknown:
+            raise TargetError(f"unknown field(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(sorted(known))}", source)
+        values = dict(data)
+        values.pop("kind", None)
+        for f in ("name", "isa", "march", "model"):
+            if f in values and not isinstance(values[f], str):
+                raise TargetError(f"'{f}' must be a string, not {values[f]!r}", source)
+        if "cflags" in values:
+            if not isinstance(values["cflags"], list):
+                raise TargetError("'cflags' must be a list of strings", source)
+            values["cflags"] = tuple(values["cflags"])
+        try:
+            return cls(**values)
+        except TargetError as exc:
+            raise TargetError(exc.message, source or exc.source) from None

@@ -1,0 +1,118 @@
+"""A GPU target: what the GPU schedule sizes its tiles against and the compiler builds for.
+
+A `GpuTarget` holds the numbers the GPU schedule needs (warp width, shared memory per block,
+registers per thread, threads per block, multiprocessor count) and the architectures the
+compiler builds for. The presets describe the chips polydl targets: NVIDIA Hopper (CUDA, sm_90)
+and AMD CDNA2/CDNA3 (HIP, gfx90a and gfx942). Tests build one by hand to pin a decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from polydl.errors import TargetError
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    name: str
+    kind: str  # "cuda" | "hip": the backend that generates and builds its code
+    architectures: tuple[str, ...]  # sm_90 | gfx90a, gfx942
+    warp_size: int
+    shared_memory_bytes: int  # per block without opting in to more
+    shared_memory_optin_bytes: int  # per block after raising the kernel's dynamic limit
+    registers_per_thread: int  # 32-bit registers a thread may use
+    max_threads_per_block: int
+    multiprocessors: int
+    tensor_cores: bool  # bf16/fp16 warp-level MMA reachable from the generated source
+    warpgroup_mma: bool = False  # Hopper's wgmma (built for sm_90a)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("cuda", "hip"):
+            raise TargetError(f"GPU kind must be 'cuda' or 'hip', not {self.kind!r}", self.name)
+        for arch in self.architectures:
+            prefix = "sm_" if self.kind == "cuda" else "gfx"
+            if not (isinstance(arch, str) and arch.startswith(prefix) and arch[len(prefix):].isalnum()):
+                raise TargetError(f"{arch!r} is not a {self.kind} architecture ({prefix}...)", self.name)
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: {self.kind} {', '.join(self.architectures)}, {self.multiprocessors} "
+            f"multiprocessors, warp {self.warp_size}, {self.shared_memory_bytes // 1024} KiB shared "
+            f"memory per block ({self.shared_memory_optin_bytes // 1024} KiB opted in), "
+            f"tensor cores {'yes' if self.tensor_cores else 'no'}"
+            + (", wgmma" if self.warpgroup_mma else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["architectures"] = list(self.architectures)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "") -> GpuTarget:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        missing = sorted(f.name for f in fields(cls) if f.name not in data
+                         and f.name not in ("warpgroup_mma",))
+        if unknown or missing:
+            raise TargetError(f"unknown field(s) {unknown}, missing field(s) {missing}", source)
+        values = dict(data)
+        if not isinstance(values["architectures"], list):
+            raise TargetError("'architectures' must be a list", source)
+        values["architectures"] = tuple(values["architectures"])
+        for f in fields(cls):
+            want = {"str": str, "int": int, "bool": bool}.get(str(f.type))
+            if want is not None and f.name in values and (
+                not isinstance(values[f.name], want) or (want is int and isinstance(values[f.name], bool))
+            ):
+                raise TargetError(f"'{f.name}' must be {str(f.type)}, not {values[f.name]!r}", source)
+        try:
+            return cls(**values)
+        except TargetError as exc:
+            raise TargetError(exc.message, source or exc.source) from None
+
+    def key(self) -> str:
+        return (
+            f"{self.name}|{self.kind}|{','.join(self.architectures)}|w{self.warp_size}|"
+            f"smem={self.shared_memory_bytes}|regs={self.registers_per_thread}|"
+            f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}|wgmma={int(self.warpgroup_mma)}"
+        )
+
+
+HOPPER = GpuTarget(
+    name="nvidia-hopper",
+    kind="cuda",
+    architectures=("sm_90",),
+    warp_size=32,
+    shared_memory_bytes=48 * 1024,
+    shared_memory_optin_bytes=227 * 1024,
+    registers_per_thread=255,
+    max_threads_per_block=1024,
+    multiprocessors=132,
+    tensor_cores=True,
+    warpgroup_mma=True,
+)
+
+CDNA = GpuTarget(
+    name="amd-cdna",
+    kind="hip",
+    architectures=("gfx90a", "gfx942"),
+    warp_size=64,
+    shared_memory_bytes=64 * 1024,
+    shared_memory_optin_bytes=64 * 1024,
+    registers_per_thread=256,
+    max_threads_per_block=1024,
+    multiprocessors=104,
+    tensor_cores=False,  # MFMA needs rocWMMA or intrinsics; the HIP path uses FMA
+)
+
+# The description each GPU backend builds for when the caller names none.
+DEFAULT_GPUS: dict[str, GpuTarget] = {"cuda": HOPPER, "hip": CDNA}
+GPU_KINDS = tuple(DEFAULT_GPUS)
+
+
+def device_for(kind: str, **overrides: object) -> GpuTarget:
+    """The default description of `kind` with some numbers changed (tests pin decisions so)."""
+    return replace(DEFAULT_GPUS[kind], **overrides)  # type: ignore[arg-type]

@@ -1,0 +1,54 @@
+"""The CPU target: detection of this machine from OS facts, and hand-built targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from polydl.errors import TargetError
+from polydl.target import CpuTarget, host_target
+from polydl.target.host import isa_from_flags
+
+
+@pytest.mark.parametrize(
+    "flags, isa",
+    [
+        ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"}, "avx512amx"),
+        ({"avx512f", "avx512bw", "avx512vl", "amx_tile", "amx_bf16"}, "avx512"),  # AMX needs BF16
+        ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx2", "fma"}, "avx512bf16"),
+        ({"avx512f", "avx512bw", "avx512vl", "avx2", "fma"}, "avx512"),
+        ({"avx512f", "avx2", "fma"}, "avx2"),  # AVX-512 without BW/VL is not used
+        ({"avx2", "fma"}, "avx2"),
+        ({"avx", "sse4_2"}, "scalar"),
+        (set(), "scalar"),
+    ],
+)
+def test_isa_from_cpu_flags(flags: set[str], isa: str) -> None:
+    assert isa_from_flags(frozenset(flags)) == isa
+
+
+def test_vector_lanes_follow_the_isa() -> None:
+    assert CpuTarget(isa="avx512").vector_lanes("float32") == 16
+    assert CpuTarget(isa="avx512").vector_lanes("bfloat16") == 32
+    assert CpuTarget(isa="avx2").vector_lanes("float32") == 8
+    assert CpuTarget(isa="avx2").vector_lanes("float64") == 4
+    assert CpuTarget(isa="scalar").vector_lanes("float32") == 1
+
+
+def test_unknown_isa_is_refused() -> None:
+    with pytest.raises(TargetError, match="unknown ISA"):
+        CpuTarget(isa="neon")
+
+
+def test_key_changes_with_what_makes_a_schedule_transferable() -> None:
+    base = CpuTarget(isa="avx2", cores=2)
+    assert base.key() != CpuTarget(isa="avx2", cores=4).key()
+    assert base.key() != CpuTarget(isa="avx2", cores=2, l2_bytes=2 * 1024 * 1024).key()
+    assert base.key() == CpuTarget(isa="avx2", cores=2).key()
+
+
+def test_this_machine_is_detected_once_and_sane() -> None:
+    m = host_target()
+    assert m is host_target()
+    assert m.march != "native"  # a concrete name, meaningful on another machine
+    assert m.cores >= 1 and m.l1_bytes <= m.l2_bytes <= m.l3_bytes
+    assert m.cache_line_bytes in (32, 64, 128)
