@@ -51,9 +51,10 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     lines.append("")
     lines.append(f"schedule: {c.schedule.describe()}")
     lines.append(f"  decided by {c.decision.describe()}")
-    for plan in c.scheduled.groups if c.scheduled is not None else ():
+    scheduled = c.scheduled
+    for plan in scheduled.groups if scheduled is not None else ():
         par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
-        main = " (main)" if plan.group == c.scheduled.main_group else ""
+        main = " (main)" if scheduled is not None and plan.group == scheduled.main_group else ""
         lines.append(
             f"  nest {plan.group}{main}: band {' > '.join(plan.order) or '-'}; "
             f"parallel {', '.join(par) or 'none'}"

@@ -96,6 +96,9 @@ class CompiledKernel:
         self._reference_impl(arrays)
         return _result(outputs)
 
+    def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        raise NotImplementedError  # each target's kernel class launches its code
+
     def _gather(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
         """The value of every argument given, by name: inputs by position, anything by name."""
         inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
