@@ -3,8 +3,8 @@
     python benchmarks/gpu.py [--json FILE] [--quick] [--repeat N]
 
 Cases: GEMM (fp32, bf16 inputs with fp32 output, 4096^3 bf16 included), batched GEMM, and the
-ResNet-50 convolution suite (polydl/data/resnet50_conv.json, N=2, fp32). Every case is first
-checked against a float64 reference (PyTorch on the GPU) with fresh random inputs and a
+ResNet-50 convolution suite (polydl/bench/suites/resnet50_conv.json, N=2, fp32). Every case is
+first checked against a float64 reference (PyTorch on the GPU) with fresh random inputs and a
 poisoned output; then polydl and the reference library are timed with CUDA events around
 each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and matmuls run
 with TF32 off (the same arithmetic as polydl's FMA kernels); the TF32 column shows cuDNN with
@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import polydl  # noqa: E402
 from polydl.api import build_kernel  # noqa: E402
+from polydl.bench.cases import SUITES_DIR  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
 from polydl.frontends.c_loopnest import read_c  # noqa: E402
 from polydl.ir import LoopNest  # noqa: E402
@@ -59,7 +59,7 @@ def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
 
 
 def conv_cases(batch: int) -> list[dict[str, Any]]:
-    suite = json.loads((Path(polydl.__file__).parent / "data" / "resnet50_conv.json").read_text())
+    suite = json.loads((SUITES_DIR / "resnet50_conv.json").read_text())
     out = []
     for layer in suite["layers"]:
         sizes = {k: layer[k] for k in ("C", "K", "H", "W", "R", "S", "stride", "padding")}

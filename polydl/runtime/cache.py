@@ -38,16 +38,42 @@ _USABLE: set[Path] = set()
 _ROOT_LOCK = threading.Lock()
 
 
+# Paths in the package (a folder covers what is under it) whose code does not decide generated
+# kernels: the benchmark harness, the command line, `explain`'s printing, and the runtime that
+# compiles, caches and calls a kernel (the library cache keys on the source and the compiler
+# flags itself). Everything else, including modules added later, is part of the revision.
+NOT_CODEGEN = ("bench", "cli.py", "driver/explain.py", "runtime")
+REVISION_SUFFIXES = (".py", ".j2", ".json")
+
+
+def revision_files() -> tuple[Path, ...]:
+    """The files `compiler_revision` hashes, in hashing order: the package's modules, templates
+    and data, less the `NOT_CODEGEN` entries, so editing those keeps stored lowerings valid."""
+    package = Path(__file__).resolve().parents[1]
+    return tuple(
+        path for path in sorted(package.rglob("*"))
+        if path.suffix in REVISION_SUFFIXES
+        and "__pycache__" not in path.parts
+        and not _excluded(path.relative_to(package).as_posix())
+    )
+
+
+def _excluded(relative: str) -> bool:
+    return any(relative == entry or relative.startswith(entry + "/") for entry in NOT_CODEGEN)
+
+
 @functools.cache
 def compiler_revision() -> str:
-    """A hash of the compiler's own code (its modules and templates): a stored lowering made by
-    other code may schedule the same nest differently, so it is keyed by this, not the version."""
+    """A hash of the code that generates kernels (`revision_files`): a stored lowering made by
+    other code may schedule the same nest differently, so it is keyed by this, not the version.
+    Left out, as code that does not change generated kernels (`NOT_CODEGEN`, an exclusion list,
+    so new compiler modules count by default): `polydl/bench/`, `polydl/cli.py`,
+    `polydl/explain.py` and `polydl/runtime/`; editing them keeps stored lowerings valid."""
     package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".j2", ".json") and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(package)).encode())
-            digest.update(path.read_bytes())
+    for path in revision_files():
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -102,3 +102,19 @@ def test_stored_lowerings_are_keyed_by_the_compilers_code(monkeypatch: pytest.Mo
     monkeypatch.setattr(pipeline, "compiler_revision", lambda: "other code")
     assert pipeline.lowering_key(nest, params, native, "auto") != before
     assert len(cache.compiler_revision()) == 16
+
+
+def test_compiler_revision_hashes_only_the_code_that_generates_kernels() -> None:
+    from polydl.runtime import cache
+
+    package = Path(cache.__file__).resolve().parents[1]
+    hashed = [p.relative_to(package).as_posix() for p in cache.revision_files()]
+    assert len(set(hashed)) == len(hashed)
+    for excluded in ("bench/", "runtime/"):
+        assert not [p for p in hashed if p.startswith(excluded)], excluded
+    assert "cli.py" not in hashed and "driver/explain.py" not in hashed
+    assert "driver/pipeline.py" in hashed and "target/cpu.py" in hashed
+    for folder in ("frontends/", "poly/", "schedules/", "codegen/"):
+        assert any(p.startswith(folder) and p.endswith(".py") for p in hashed), folder
+    assert any(p.startswith("codegen/templates/") and p.endswith(".j2") for p in hashed)
+    assert "api.py" in hashed and "frontends/__init__.py" in hashed

@@ -10,7 +10,7 @@ fp32 polydl on the same (bf16-rounded) numbers ("polydl.fp32", each at its faste
 PyTorch's fp32 paths and its bf16 NCHW conv. Results are checked against a float64 conv of the
 bf16-rounded inputs.
 
-Every side is timed interleaved in one process, medians compared as ratios (see `bench`).
+Every side is timed interleaved in one process, medians compared as ratios (see `timing`).
 """
 
 from __future__ import annotations
@@ -19,24 +19,23 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from polydl.bench import (
-    BenchError,
-    Case,
-    PolydlBuild,
-    Row,
-    Runner,
-    _float64_result,
-    _one_line,
-    _polydl_runner,
-    conv_references,
-    time_runners,
-    variant_speeds,
-)
+import polydl
+from polydl import layouts
+from polydl.api import build_kernel
+from polydl.bench.builds import PolydlBuild, polydl_runner, variant_speeds
+from polydl.bench.cases import BenchError, Case
+from polydl.bench.forward import conv_references
+from polydl.bench.forward import expected as float64_result
+from polydl.bench.results import Row, error_row, one_line
+from polydl.bench.timing import Runner, time_runners
+from polydl.frontends import builders
+from polydl.runtime.kernel import Kernel
 from polydl.verify import relative_error
 
 FUSE = ("bias", "relu")
@@ -44,9 +43,7 @@ LAYOUTS = ("nchw16c", "nchw")
 REFERENCE_TOLERANCE_BF16 = 2e-2  # PyTorch's bf16 conv rounds its output to bf16
 
 
-def _conv_kernel(case: Case, layout: str, dtype: str, fuse: tuple[str, ...]):  # type: ignore[no-untyped-def]
-    import polydl
-
+def _conv_kernel(case: Case, layout: str, dtype: str, fuse: tuple[str, ...]) -> Kernel:
     s = case.size
     return polydl.conv2d(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
@@ -56,8 +53,6 @@ def _conv_kernel(case: Case, layout: str, dtype: str, fuse: tuple[str, ...]):  #
 
 def _layout_inputs(case: Case, layout: str, x: np.ndarray, w: np.ndarray, extra: Sequence[np.ndarray],
                    dtype: str) -> tuple[list[np.ndarray], Callable[[np.ndarray], np.ndarray]]:
-    from polydl import layouts
-
     k = case.size["K"]
     blocked = layout == "nchw16c"
     xs, ws = (layouts.to_nchw16c(x), layouts.to_kcrs16c16k(w)) if blocked else (x, w)
@@ -85,9 +80,6 @@ def _build(case: Case, layout: str, dtype: str, fuse: tuple[str, ...], x: np.nda
     if schedule is None:
         kernel = _conv_kernel(case, layout, dtype, fuse)
     else:
-        from polydl.api import build_kernel
-        from polydl.frontends import builders
-
         s = case.size
         nest, params = builders.conv2d(
             N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
@@ -98,7 +90,7 @@ def _build(case: Case, layout: str, dtype: str, fuse: tuple[str, ...], x: np.nda
     expected = [a.shape for a in kernel.arguments if a.is_input]
     if [i.shape for i in inputs] != expected:
         raise BenchError(f"layout {layout}: the kernel takes inputs {expected}")
-    build = PolydlBuild(_polydl_runner(kernel, inputs, plain), compile_s, kernel.schedule.describe(), layout)
+    build = PolydlBuild(polydl_runner(kernel, inputs, plain), compile_s, kernel.schedule.describe(), layout)
     return build, kernel
 
 
@@ -110,7 +102,7 @@ def _fastest(case: Case, candidates: list[tuple[str, Callable[[], tuple[PolydlBu
         try:
             build, kernel = make()
         except Exception as exc:  # noqa: BLE001 - a layout that does not build is reported
-            problems.append(f"{name}: {_one_line(exc)}")
+            problems.append(f"{name}: {one_line(exc)}")
             continue
         err = relative_error(build.runner.fresh(), expected, "float32")
         if err > 1e-4:
@@ -168,7 +160,7 @@ def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected
         try:
             ref_err = relative_error(ref.fresh(), expected, "float32")
         except Exception as exc:  # noqa: BLE001 - a reference PyTorch cannot run is left out
-            problems.append(f"{ref.name}: {_one_line(exc)}")
+            problems.append(f"{ref.name}: {one_line(exc)}")
             continue
         reference_errors[ref.name] = ref_err
         if ref_err <= tolerance.get(ref.name, 1e-4):
@@ -186,11 +178,6 @@ def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected
     )
 
 
-def _error_row(case: Case, exc: BaseException, peak_gflops: float, t0: float) -> Row:
-    return Row(case.name, case.shape, case.flops, None, {}, "ERROR", peak_gflops=peak_gflops,
-               compile_s=time.perf_counter() - t0, message=_one_line(exc))
-
-
 def fused_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
                layouts: Sequence[str] = LAYOUTS, compare_layouts: bool = True, seed: int = 0) -> Row:
     rng = np.random.default_rng(seed)
@@ -198,19 +185,19 @@ def fused_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: floa
     x = rng.uniform(-1.0, 1.0, (s["N"], s["C"], s["H"], s["W"])).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, s["K"]).astype(np.float32)
-    expected = np.maximum(_float64_result(case, [x, w], torch) + b[None, :, None, None], 0.0)
+    expected = np.maximum(float64_result(case, [x, w], torch) + b[None, :, None, None], 0.0)
     t0 = time.perf_counter()
     try:
         order = list(layouts) if compare_layouts else list(layouts)[:1]
         build, kernel, err, variants, problems = _fastest(
-            case, [(lay, lambda lay=lay: _build(case, lay, "float32", FUSE, x, w, [b])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "float32", FUSE, x, w, [b])) for lay in order],
             expected, repeat)
         if not kernel.schedule.epilogues:
             problems.append("the epilogues were not fused")
         unfused, _ = _build(case, build.variant, "float32", FUSE, x, w, [b],
                             schedule=replace(kernel.schedule, epilogues=()))
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
-        return _error_row(case, exc, peak_gflops, t0)
+        return error_row(case, exc, peak_gflops, t0)
     references = [Runner("polydl.unfused", unfused.runner.run, unfused.runner.fresh)]
     if torch is not None:
         references += _torch_fused(x, w, b, case, torch)
@@ -227,18 +214,18 @@ def bf16_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float
     # the numbers bf16 can hold, in fp32: both precisions compute on exactly these inputs
     x = rng.uniform(-1.0, 1.0, (s["N"], s["C"], s["H"], s["W"])).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(ml_dtypes.bfloat16).astype(np.float32)
-    expected = _float64_result(case, [x, w], torch)
+    expected = float64_result(case, [x, w], torch)
     t0 = time.perf_counter()
     order = list(layouts) if compare_layouts else list(layouts)[:1]
     try:
         build, _, err, variants, problems = _fastest(
-            case, [(lay, lambda lay=lay: _build(case, lay, "bfloat16", (), x, w, [])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "bfloat16", (), x, w, [])) for lay in order],
             expected, repeat)
         fp32, _, _, fp32_variants, fp32_problems = _fastest(
-            case, [(lay, lambda lay=lay: _build(case, lay, "float32", (), x, w, [])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "float32", (), x, w, [])) for lay in order],
             expected, repeat)
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
-        return _error_row(case, exc, peak_gflops, t0)
+        return error_row(case, exc, peak_gflops, t0)
     references = [Runner("polydl.fp32", fp32.runner.run, fp32.runner.fresh)]
     tolerance = {}
     if torch is not None:

@@ -13,47 +13,50 @@ import numpy as np
 import pytest
 
 from polydl import bench
-from polydl.bench import Case, Environment, Row
-from polydl.machine import Machine
+from polydl.bench import backward, cases, forward, measure, peak, report, targets, threads, timing
+from polydl.bench.cases import Case
+from polydl.bench.report import Environment
+from polydl.bench.results import Row
+from polydl.target import CpuTarget, host_target
 
 
 # ------------------------------------------------------------------------------ suites
 def test_resnet50_suite_has_every_conv_layer_at_batch_2() -> None:
-    cases = bench.load_suite("resnet50")
-    assert len(cases) == 20
-    names = [c.name for c in cases]
+    layers = cases.load_suite("resnet50")
+    assert len(layers) == 20
+    names = [c.name for c in layers]
     assert names[0] == "conv1" and "res2_3x3" in names and names[-1] == "res5_1x1c"
-    assert all(c.primitive == "conv2d" and c.dtype == "float32" for c in cases)
-    assert all(c.size["N"] == 2 for c in cases)
-    conv1 = cases[0]
+    assert all(c.primitive == "conv2d" and c.dtype == "float32" for c in layers)
+    assert all(c.size["N"] == 2 for c in layers)
+    conv1 = layers[0]
     assert conv1.output_hw == (112, 112)
     assert conv1.flops == 2 * 2 * 64 * 3 * 7 * 7 * 112 * 112
 
 
 def test_gemm_suite_has_the_issue_shapes() -> None:
-    cases = {c.name: c for c in bench.load_suite("gemm")}
+    shapes = {c.name: c for c in cases.load_suite("gemm")}
     assert {"square_512", "square_1024", "square_2048", "fc_resnet50", "bert_ffn2",
-            "skinny_tall", "odd_primes"} <= set(cases)
-    assert cases["odd_primes"].size == {"M": 257, "N": 131, "K": 509}
-    assert cases["odd_primes"].flops == 2 * 257 * 131 * 509
-    assert cases["odd_primes"].shape == "257x131x509"
+            "skinny_tall", "odd_primes"} <= set(shapes)
+    assert shapes["odd_primes"].size == {"M": 257, "N": 131, "K": 509}
+    assert shapes["odd_primes"].flops == 2 * 257 * 131 * 509
+    assert shapes["odd_primes"].shape == "257x131x509"
 
 
 def test_suite_data_is_a_copy_of_the_shared_files() -> None:
-    shared = Path(__file__).resolve().parents[2] / "shared" / "bench"
+    shared = Path(__file__).resolve().parents[3] / "shared" / "bench"
     if not shared.is_dir():
         pytest.skip("no shared bench folder beside the checkout")
-    package = Path(bench.__file__).parent / "data"
     for name in ("gemm.json", "resnet50_conv.json"):
-        assert json.loads((package / name).read_text()) == json.loads((shared / name).read_text())
+        package = json.loads((cases.SUITES_DIR / name).read_text())
+        assert package == json.loads((shared / name).read_text())
 
 
 def test_unknown_suite_and_case_are_bench_errors() -> None:
-    with pytest.raises(bench.BenchError, match="unknown suite"):
-        bench.load_suite("vgg")
-    with pytest.raises(bench.BenchError, match="unknown case 'nope'"):
-        bench.select_cases(bench.load_suite("gemm"), ["square_512", "nope"])
-    picked = bench.select_cases(bench.load_suite("gemm"), ["odd_primes", "square_512"])
+    with pytest.raises(cases.BenchError, match="unknown suite"):
+        cases.load_suite("vgg")
+    with pytest.raises(cases.BenchError, match="unknown case 'nope'"):
+        cases.select_cases(cases.load_suite("gemm"), ["square_512", "nope"])
+    picked = cases.select_cases(cases.load_suite("gemm"), ["odd_primes", "square_512"])
     assert [c.name for c in picked] == ["odd_primes", "square_512"]
 
 
@@ -63,7 +66,7 @@ def test_numpy_conv2d_matches_the_loop_definition(stride: int, padding: int, r: 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 3, 9, 11))
     w = rng.standard_normal((4, 3, r, r))
-    got = bench.numpy_conv2d(x, w, stride, padding)
+    got = forward.numpy_conv2d(x, w, stride, padding)
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     p = (9 + 2 * padding - r) // stride + 1
     q = (11 + 2 * padding - r) // stride + 1
@@ -79,40 +82,40 @@ def test_numpy_conv2d_matches_the_loop_definition(stride: int, padding: int, r: 
     ("avx512amx", 16, 24), ("avx512bf16", 16, 24), ("avx512", 16, 24), ("avx2", 8, 12), ("scalar", 1, 12),
 ])
 def test_peak_loop_source_per_isa(isa: str, lanes: int, accumulators: int) -> None:
-    source, got_lanes, got_accs, _ = bench.peak_source(isa)
+    source, got_lanes, got_accs, _ = peak.peak_source(isa)
     assert (got_lanes, got_accs) == (lanes, accumulators)
     assert f"acc{accumulators - 1}" in source and f"acc{accumulators}" not in source
     assert "omp parallel" in source
 
 
 def test_peak_loop_runs_on_this_machine() -> None:
-    peak = bench.FmaPeak(bench.current_machine())
+    fma = peak.FmaPeak(host_target().isa)
     try:
-        samples = peak.measure(samples=1)
+        samples = fma.measure(samples=1)
     finally:
-        peak.close()
-    assert peak.threads >= 1 and len(samples) == 1 and samples[0] > 0
+        fma.close()
+    assert fma.threads >= 1 and len(samples) == 1 and samples[0] > 0
 
 
 def test_plan_stays_within_repeat_and_budget() -> None:
-    rounds, inner = bench.plan({"polydl": 0.01, "numpy": 0.01}, repeat=100, budget_s=1.0)
+    rounds, inner = timing.plan({"polydl": 0.01, "numpy": 0.01}, repeat=100, budget_s=1.0)
     # one round: 2 runners x (1 untimed + 3 samples) x 10 ms = 80 ms
     assert rounds == 12 and inner == {"polydl": 1, "numpy": 1}
-    rounds, inner = bench.plan({"polydl": 1e-5}, repeat=4, budget_s=100.0)
+    rounds, inner = timing.plan({"polydl": 1e-5}, repeat=4, budget_s=100.0)
     assert rounds == 4 and inner["polydl"] == 100
-    assert bench.plan({"polydl": 10.0}, repeat=10, budget_s=1.0)[0] == 1
+    assert timing.plan({"polydl": 10.0}, repeat=10, budget_s=1.0)[0] == 1
 
 
 def test_interleaved_timing_alternates_runners() -> None:
     calls: list[str] = []
 
-    def runner(name: str) -> bench.Runner:
-        return bench.Runner(name, lambda: calls.append(name), lambda: np.zeros(1))
+    def runner(name: str) -> timing.Runner:
+        return timing.Runner(name, lambda: calls.append(name), lambda: np.zeros(1))
 
     runners = [runner("a"), runner("b")]
-    samples = bench.time_interleaved(runners, rounds=2, inner={"a": 1, "b": 2})
+    samples = timing.time_interleaved(runners, rounds=2, inner={"a": 1, "b": 2})
     assert {n: len(v) for n, v in samples.items()} == {"a": 6, "b": 6}
-    per_round = 1 + bench.SAMPLES_PER_ROUND * 1 + 1 + bench.SAMPLES_PER_ROUND * 2
+    per_round = 1 + timing.SAMPLES_PER_ROUND * 1 + 1 + timing.SAMPLES_PER_ROUND * 2
     assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
 
 
@@ -135,38 +138,38 @@ def test_row_ratio_is_against_the_best_reference() -> None:
 
 
 def test_geometric_mean() -> None:
-    assert bench.geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
-    assert bench.geometric_mean([]) is None
+    assert targets.geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert targets.geometric_mean([]) is None
 
 
 def test_resnet50_target_needs_geomean_and_every_layer() -> None:
-    target = bench.TARGETS["resnet50"]
-    met = bench.evaluate_target(target, [_row("a", 110.0, torch_nchw=100.0),
+    target = targets.TARGETS["resnet50"]
+    met = targets.evaluate_target(target, [_row("a", 110.0, torch_nchw=100.0),
                                          _row("b", 95.0, torch_nchw=100.0, numpy=200.0)])
     assert met.met is True and met.geomean == pytest.approx(math.sqrt(1.1 * 0.95))
-    low_layer = bench.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
+    low_layer = targets.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
                                                _row("b", 70.0, torch_nchw=100.0)])
     assert low_layer.met is False and low_layer.minimum_case == "b"
-    low_mean = bench.evaluate_target(target, [_row("a", 90.0, torch_nchw=100.0)])
+    low_mean = targets.evaluate_target(target, [_row("a", 90.0, torch_nchw=100.0)])
     assert low_mean.met is False
-    failed = bench.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
+    failed = targets.evaluate_target(target, [_row("a", 200.0, torch_nchw=100.0),
                                             _row("b", 300.0, "FAILED", torch_nchw=100.0)])
     assert failed.met is False and "failed" in failed.note
-    no_torch = bench.evaluate_target(target, [_row("a", 200.0, numpy=100.0)])
+    no_torch = targets.evaluate_target(target, [_row("a", 200.0, numpy=100.0)])
     assert no_torch.met is None and "not evaluated" in no_torch.note
 
 
 def test_gemm_target_is_numpy_on_every_shape() -> None:
-    target = bench.TARGETS["gemm"]
+    target = targets.TARGETS["gemm"]
     rows = [_row("a", 100.0, numpy=100.0, torch_matmul=150.0), _row("b", 120.0, numpy=110.0)]
-    assert bench.evaluate_target(target, rows).met is True
+    assert targets.evaluate_target(target, rows).met is True
     rows.append(_row("c", 99.0, numpy=100.0))
-    result = bench.evaluate_target(target, rows)
+    result = targets.evaluate_target(target, rows)
     assert result.met is False and result.minimum_case == "c"
 
 
 def _environment(torch_version: str | None = "2.13.0+cpu") -> Environment:
-    machine = Machine(isa="avx2", cores=2, model="Test CPU")
+    machine = CpuTarget(isa="avx2", cores=2, model="Test CPU")
     return Environment(machine, 2, 200.0, [199.0, 200.0, 201.0], torch_version)
 
 
@@ -177,15 +180,15 @@ def test_report_table_and_json_fields(tmp_path: Path) -> None:
         Row(case="res5_3x3", shape="s", flops=1, polydl_gflops=None, references={},
             status="ERROR", message="ScheduleError: no legal schedule"),
     ]
-    text = bench.format_report("resnet50", _environment(), rows)
+    text = report.format_report("resnet50", _environment(), rows)
     for word in ("case", "shape", "layout", "polydl", "best ref", "ratio", "%peak", "compile s",
                  "check", "torch.nchw", "torch.mkldnn", "0.80", "40", "ok 1e-07", "ERROR",
                  "ScheduleError: no legal schedule", "geomean ratio", "MISSED", "200.0 GFLOP/s"):
         assert word in text, word
 
-    report = bench.report_json("resnet50", _environment(), rows, {"repeat": 3})
+    document = report.report_json("resnet50", _environment(), rows, {"repeat": 3})
     path = tmp_path / "out" / "report.json"
-    bench.write_json(path, report)
+    report.write_json(path, document)
     data = json.loads(path.read_text())
     assert set(data) == {"suite", "time", "environment", "settings", "rows", "summary"}
     assert data["environment"]["machine"]["isa"] == "avx2"
@@ -202,7 +205,7 @@ def test_report_table_and_json_fields(tmp_path: Path) -> None:
 
 
 def test_report_without_torch_says_numpy_only() -> None:
-    text = bench.format_report("gemm", _environment(None), [_row("a", 10.0, numpy=5.0)])
+    text = report.format_report("gemm", _environment(None), [_row("a", 10.0, numpy=5.0)])
     assert "PyTorch not installed: numpy only" in text and "MET" in text
 
 
@@ -210,7 +213,7 @@ def test_report_without_torch_says_numpy_only() -> None:
 @pytest.fixture
 def prepared_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run in this process (the harness would otherwise start a child with these set)."""
-    for name, value in bench.thread_environment(bench.current_machine()).items():
+    for name, value in threads.thread_environment(host_target().cores).items():
         monkeypatch.setenv(name, value)
 
 
@@ -231,7 +234,7 @@ def test_tiny_real_gemm_run(
 def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
     case = Case("tiny", "conv2d", (("N", 1), ("C", 16), ("K", 32), ("H", 6), ("W", 6),
                                    ("R", 3), ("S", 3), ("stride", 1), ("padding", 1)))
-    row = bench.bench_case(case, None, repeat=1, budget_s=0.2, peak_gflops=100.0,
+    row = measure.bench_case(case, None, repeat=1, budget_s=0.2, peak_gflops=100.0,
                            compare_layouts=True)
     assert row.status == "ok", row.message
     assert set(row.variants) == {"nchw16c", "nchw"} and row.variant in row.variants
@@ -242,10 +245,10 @@ def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
 def test_backward_suites_run_the_resnet50_layers() -> None:
     for suite, primitive in (("resnet50_bwd_data", "conv2d_backward_data"),
                              ("resnet50_bwd_weights", "conv2d_backward_weights")):
-        cases = bench.load_suite(suite)
-        assert [c.name for c in cases] == [c.name for c in bench.load_suite("resnet50")]
-        assert all(c.primitive == primitive for c in cases)
-        assert bench.TARGETS[suite].geomean_min == 0.9
+        layers = cases.load_suite(suite)
+        assert [c.name for c in layers] == [c.name for c in cases.load_suite("resnet50")]
+        assert all(c.primitive == primitive for c in layers)
+        assert targets.TARGETS[suite].geomean_min == 0.9
 
 
 @pytest.mark.parametrize("primitive", ["conv2d_backward_data", "conv2d_backward_weights"])
@@ -253,8 +256,8 @@ def test_backward_suites_run_the_resnet50_layers() -> None:
 def test_tiny_real_backward_case(prepared_threads: None, primitive: str, stride: int) -> None:
     case = Case("tiny", primitive, (("N", 1), ("C", 16), ("K", 20), ("H", 7), ("W", 6),
                                     ("R", 3), ("S", 3), ("stride", stride), ("padding", 1)))
-    torch = bench.import_torch(1)
-    row = bench.bench_case(case, torch, repeat=1, budget_s=0.2, peak_gflops=100.0,
+    torch = threads.import_torch(1)
+    row = measure.bench_case(case, torch, repeat=1, budget_s=0.2, peak_gflops=100.0,
                            compare_layouts=True)
     assert row.status == "ok", row.message
     assert set(row.variants) == {"nchw16c", "nchw"}
@@ -265,13 +268,12 @@ def test_tiny_real_backward_case(prepared_threads: None, primitive: str, stride:
 
 def test_backward_numpy_gradient_matches_torch() -> None:
     torch = pytest.importorskip("torch")
-    from polydl import bench_backward
 
     for primitive in ("conv2d_backward_data", "conv2d_backward_weights"):
         case = Case("tiny", primitive, (("N", 2), ("C", 3), ("K", 4), ("H", 7), ("W", 6),
                                         ("R", 3), ("S", 2), ("stride", 2), ("padding", 1)))
         rng = np.random.default_rng(0)
         inputs = [rng.uniform(-1, 1, s).astype(np.float32)
-                  for s in bench_backward.input_shapes(case)]
-        got = bench_backward.numpy_gradient(case, inputs)
-        np.testing.assert_allclose(got, bench_backward.expected(case, inputs, torch), atol=1e-10)
+                  for s in backward.input_shapes(case)]
+        got = backward.numpy_gradient(case, inputs)
+        np.testing.assert_allclose(got, backward.expected(case, inputs, torch), atol=1e-10)

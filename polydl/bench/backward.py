@@ -1,6 +1,6 @@
 """The convolution backward passes in the benchmark: inputs, float64 results, PyTorch runners
-and polydl's kernel for a `bench.Case` whose primitive is `conv2d_backward_data` (inputs dy, w;
-result dx) or `conv2d_backward_weights` (inputs x, dy; result dw).
+and polydl's kernel for a `Case` whose primitive is `conv2d_backward_data` (inputs dy, w;
+result dx) or `conv2d_backward_weights` (inputs x, dy; result dw), as the `Pass` `BACKWARD`.
 
 PyTorch runs `aten.convolution_backward` (what autograd and `torch.nn.grad` call) on plain
 NCHW and on channels-last tensors, both oneDNN paths on CPU; the faster is the reference.
@@ -14,12 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from polydl.bench import BenchError, Case, PolydlBuild, Runner, _polydl_runner
+import polydl
+from polydl import layouts
+from polydl.bench.builds import Pass, PolydlBuild, Shape, polydl_runner
+from polydl.bench.cases import BenchError, Case
+from polydl.bench.timing import Runner
 
 PRIMITIVES = ("conv2d_backward_data", "conv2d_backward_weights")
 
 
-def input_shapes(case: Case) -> list[tuple[int, ...]]:
+def input_shapes(case: Case) -> list[Shape]:
     s = case.size
     p, q = case.output_hw
     x, w, dy = (s["N"], s["C"], s["H"], s["W"]), (s["K"], s["C"], s["R"], s["S"]), (s["N"], s["K"], p, q)
@@ -100,9 +104,6 @@ def _runner(name: str, case: Case, torch: ModuleType, tensors: dict[str, Any]) -
 
 
 def build_polydl(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBuild:
-    import polydl
-    from polydl import layouts
-
     s = case.size
     data = case.primitive == "conv2d_backward_data"
     build = polydl.conv2d_backward_data if data else polydl.conv2d_backward_weights
@@ -130,5 +131,8 @@ def build_polydl(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBui
     if [a.shape for a in args] != wanted:
         raise BenchError(f"layout {layout}: the kernel takes inputs {wanted}, not "
                          f"{[a.shape for a in args]}")
-    return PolydlBuild(_polydl_runner(kernel, args, plain), compile_s,
+    return PolydlBuild(polydl_runner(kernel, args, plain), compile_s,
                        kernel.schedule.describe(), layout)
+
+
+BACKWARD = Pass(input_shapes, expected, build_polydl, references)

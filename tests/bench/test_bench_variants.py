@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from polydl import bench
-from polydl.bench import Case
-from polydl.bench_variants import CASE_RUNNERS, bf16_case, fused_case
+from polydl.bench.cases import DEFAULT_BUDGET_S, Case, load_suite
+from polydl.bench.targets import TARGETS
+from polydl.bench.threads import import_torch, thread_environment
+from polydl.bench.variants import CASE_RUNNERS, bf16_case, fused_case
+from polydl.target import host_target
 
 TINY = Case("tiny", "conv2d", (("N", 1), ("C", 16), ("K", 32), ("H", 6), ("W", 6),
                                ("R", 3), ("S", 3), ("stride", 1), ("padding", 1)))
@@ -17,16 +19,16 @@ TINY = Case("tiny", "conv2d", (("N", 1), ("C", 16), ("K", 32), ("H", 6), ("W", 6
 
 @pytest.fixture
 def prepared_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in bench.thread_environment(bench.current_machine()).items():
+    for name, value in thread_environment(host_target().cores).items():
         monkeypatch.setenv(name, value)
 
 
 def test_suites_are_registered_on_the_resnet50_layers() -> None:
     for suite in CASE_RUNNERS:
-        assert suite in bench.TARGETS and suite in bench.DEFAULT_BUDGET_S
-        assert [c.name for c in bench.load_suite(suite)] == [c.name for c in bench.load_suite("resnet50")]
-    assert bench.TARGETS["resnet50_fused"].prefixes == ("polydl.unfused",)
-    assert bench.TARGETS["resnet50_bf16"].geomean_min == 1.6
+        assert suite in TARGETS and suite in DEFAULT_BUDGET_S
+        assert [c.name for c in load_suite(suite)] == [c.name for c in load_suite("resnet50")]
+    assert TARGETS["resnet50_fused"].prefixes == ("polydl.unfused",)
+    assert TARGETS["resnet50_bf16"].geomean_min == 1.6
 
 
 def test_fused_row_compares_with_the_unfused_kernel(prepared_threads: None) -> None:
@@ -39,7 +41,7 @@ def test_fused_row_compares_with_the_unfused_kernel(prepared_threads: None) -> N
 
 
 def test_bf16_row_compares_with_fp32_polydl(prepared_threads: None) -> None:
-    torch = bench.import_torch(1)
+    torch = import_torch(1)
     row = bf16_case(TINY, torch, repeat=1, budget_s=0.2, peak_gflops=100.0, compare_layouts=False)
     assert row.status == "ok", row.message
     assert "polydl.fp32" in row.references

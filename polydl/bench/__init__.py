@@ -1,0 +1,71 @@
+"""Benchmark suites: polydl against reference libraries, timed interleaved in one run.
+
+Takes a suite name (`gemm`, `resnet50`, its backward passes `resnet50_bwd_data` and
+`resnet50_bwd_weights`, or the A/B suites `resnet50_fused` and `resnet50_bf16`; shapes shipped
+as package data in `suites/`) and returns a table on stdout plus, optionally, a JSON report.
+Every case is run by polydl and by each reference available here (numpy; PyTorch's oneDNN paths
+when torch is importable), all in the same process, with the same threads, in alternating
+rounds, so machine noise hits every side alike; speeds are medians and are compared as ratios.
+The machine's peak is measured in the same run by an FMA-throughput loop. Speed is reported
+here, never asserted in tests.
+
+The harness sits on top of the compiler: it imports polydl's public API, and nothing in the
+compiler imports it (only the `polydl bench` command does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from polydl.bench.cases import SUITE_FILES, BenchError, load_suite, select_cases
+from polydl.bench.harness import run_suite
+from polydl.bench.measure import CONV_LAYOUTS
+from polydl.bench.threads import thread_environment, threads_prepared
+from polydl.target import host_target
+
+__all__ = ["CONV_LAYOUTS", "SUITE_FILES", "BenchError", "main"]
+
+
+def main(
+    suite: str,
+    json_path: str | None,
+    cases: list[str] | None,
+    repeat: int,
+    *,
+    budget_s: float | None = None,
+    cold_cache: bool = True,
+    layouts: Sequence[str] = CONV_LAYOUTS,
+    compare_layouts: bool = True,
+) -> int:
+    """Run `suite` (or only `cases` of it): print the table, write `json_path` if given.
+
+    `repeat` bounds the rounds per case and `budget_s` the timing seconds per case. Returns 0
+    when every case built and verified, 1 otherwise (missed speed targets are reported, not
+    failures). A process started without the thread settings (`threads.THREAD_ENV`) runs the
+    benchmark in a child process that has them. The machine is detected here, once per
+    process, and passed down."""
+    selected = select_cases(load_suite(suite), cases)
+    arguments: dict[str, Any] = dict(
+        suite=suite, json_path=json_path, cases=[c.name for c in selected], repeat=max(1, repeat),
+        budget_s=budget_s, cold_cache=cold_cache, layouts=list(layouts),
+        compare_layouts=compare_layouts,
+    )
+    machine = host_target()
+    if not threads_prepared():
+        return _run_in_child(arguments, machine.cores)
+    return run_suite(machine, **arguments)
+
+
+def _run_in_child(arguments: dict[str, Any], cores: int) -> int:
+    env = {**os.environ, **thread_environment(cores)}
+    code = (
+        "import json, sys; from polydl.bench import main; "
+        "sys.exit(main(**json.loads(sys.argv[1])))"
+    )
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], env=env).returncode

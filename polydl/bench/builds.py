@@ -1,0 +1,66 @@
+"""polydl's side of a case: a built kernel as a `Runner`, checked against a float64 result,
+and the `Pass` that says how a primitive's inputs, result, kernel and references are made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from polydl.bench.cases import Case
+from polydl.bench.timing import Runner, time_runners
+from polydl.verify import compare
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PolydlBuild:
+    runner: Runner
+    compile_s: float
+    schedule: str
+    variant: str  # the conv layout, "" for GEMM
+
+
+@dataclass(frozen=True)
+class Pass:
+    """How the cases of one primitive are measured, so one case runner serves every suite.
+    `build` makes polydl's kernel for a layout (ignored when `layouts` is False: one kernel,
+    nothing to compare); `expected` is the float64 result; `references` the other libraries."""
+
+    input_shapes: Callable[[Case], list[Shape]]
+    expected: Callable[[Case, list[np.ndarray], ModuleType | None], np.ndarray]
+    build: Callable[[Case, list[np.ndarray], str], PolydlBuild]
+    references: Callable[[Case, list[np.ndarray], ModuleType | None], list[Runner]]
+    layouts: bool = True
+
+
+def polydl_runner(
+    kernel: Any, inputs: list[np.ndarray], plain: Callable[[np.ndarray], np.ndarray]
+) -> Runner:
+    """Timed through the in-place call `k(*inputs, C=out)`: the kernel, not an allocation."""
+    out_arg = next(a for a in kernel.arguments if not a.is_input)
+    out = np.zeros(out_arg.shape, dtype=np.dtype(out_arg.dtype))
+    named = {out_arg.name: out}
+    return Runner("polydl", lambda: kernel(*inputs, **named), lambda: plain(kernel(*inputs)))
+
+
+def verify(runner: Runner, expected: np.ndarray, dtype: str) -> tuple[bool, float]:
+    """(whether `runner`'s fresh result matches `expected` at `dtype`'s tolerance, its error)."""
+    got = runner.fresh()
+    if got.shape != expected.shape:
+        return False, float("inf")
+    return compare(got, expected, dtype)
+
+
+def variant_speeds(case: Case, builds: Sequence[PolydlBuild], repeat: int) -> dict[str, float]:
+    """GFLOP/s of each built variant, timed interleaved (none when there is only one), by the
+    fastest sample: one burst of other work cannot flip the choice."""
+    if len(builds) < 2:
+        return {}
+    runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b in builds]
+    _, samples = time_runners(runners, min(repeat, 5), 3.0)
+    return {n: case.flops / min(v) / 1e9 for n, v in samples.items()}

@@ -1,0 +1,38 @@
+"""The thread settings every side of a benchmark shares, and PyTorch sized to them.
+
+They are fixed before any runtime loads, so every side gets the same threads and none keeps
+spinning on the cores after its call: OpenBLAS's idle workers otherwise busy-wait about 2^28
+cycles (~0.1 s), halving the speed of whatever runs next; 2^4 cycles makes them sleep at once.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+
+
+def thread_environment(cores: int) -> dict[str, str]:
+    """The thread settings for a run: one thread per core unless `OMP_NUM_THREADS` says so."""
+    threads = os.environ.get("OMP_NUM_THREADS") or str(cores)
+    return {
+        "OMP_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS") or threads,
+        "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT") or "4",
+    }
+
+
+def threads_prepared() -> bool:
+    """Whether this process started with the thread settings (numpy's BLAS reads them at load)."""
+    return all(name in os.environ for name in THREAD_ENV)
+
+
+def import_torch(threads: int) -> ModuleType | None:
+    """PyTorch if importable (it is optional), with its thread pool sized to `threads`."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    return torch
