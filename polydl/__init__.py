@@ -30,10 +30,12 @@ from polydl.errors import (
     ScheduleError,
     ShapeError,
     SpecError,
+    TargetError,
     ToolchainWarning,
 )
 from polydl.runtime.kernel import Kernel
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.target import CpuTarget, GpuTarget, Target
 from polydl.version import __version__
 
 __all__ = [
@@ -47,7 +49,11 @@ __all__ = [
     "ScheduleError",
     "ShapeError",
     "SpecError",
+    "TargetError",
     "ToolchainWarning",
+    "CpuTarget",
+    "GpuTarget",
+    "Target",
     "__version__",
     "batchnorm_inference",
     "batchnorm_statistics",

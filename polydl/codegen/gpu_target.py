@@ -20,7 +20,6 @@ from dataclasses import replace
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
-from polydl.target.gpu import GpuTarget
 from polydl.ir import DTYPES, Condition, Guard, Loop
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu import (
@@ -31,6 +30,7 @@ from polydl.schedules.gpu import (
     GpuSchedule,
     vector_operands,
 )
+from polydl.target.gpu import GpuTarget
 from polydl.version import __version__
 
 SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp"}

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from polydl import settings
 from polydl.codegen.artifact import GeneratedCode
 from polydl.errors import CacheWarning, CompileError, ToolchainWarning
-from polydl import settings
 from polydl.paths import cache_root
 from polydl.runtime.cache import (
     MANIFEST,

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from polydl.errors import ScheduleError
-from polydl.target.cpu import CpuTarget
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import apply_schedule, consumer_groups, fusion_max_level
 from polydl.schedules.fusion import (
@@ -27,6 +26,7 @@ from polydl.schedules.fusion import (
     level_loop,
 )
 from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
 
 
 def choose_fusion(

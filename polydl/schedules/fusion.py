@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polydl.target.cpu import CpuTarget
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import working_sets
+from polydl.target.cpu import CpuTarget
 
 # The fused tile (the consumers' data in one iteration of the fusion level) must fit in this
 # share of the per-core L2, next to the producer's own panels.

@@ -25,7 +25,6 @@ from typing import Any
 import islpy as isl
 
 from polydl.errors import ScheduleError
-from polydl.target.gpu import GpuTarget
 from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
@@ -36,6 +35,7 @@ from polydl.schedules.microkernel import (
     element_stride,
     multiply_accumulate,
 )
+from polydl.target.gpu import GpuTarget
 
 ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 THREADS_PER_BLOCK = 256

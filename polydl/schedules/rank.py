@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from polydl.errors import ScheduleError
 from polydl.ir import Access
-from polydl.target.cpu import CpuTarget
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules.apply import (
@@ -27,6 +26,7 @@ from polydl.schedules.apply import (
 )
 from polydl.schedules.microkernel import candidate_bindings, element_stride, multiply_accumulate
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
+from polydl.target.cpu import CpuTarget
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}

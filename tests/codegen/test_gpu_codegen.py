@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from polydl.api import lower
 from polydl.cli import main as cli_main
 from polydl.errors import PolyDLError, ScheduleError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
-from polydl.api import lower
-from polydl.target.gpu import DEFAULT_GPUS, device_for
 from polydl.poly.model import build_model
 from polydl.runtime.gpu_toolchain import compile_gpu_library
 from polydl.schedules.gpu import gpu_schedule
+from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 
 BACKWARD = """

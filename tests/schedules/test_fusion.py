@@ -7,15 +7,15 @@ import pytest
 
 import polydl
 from polydl.api import lower
-from polydl.errors import ScheduleError
 from polydl.driver.explain import explain
+from polydl.errors import ScheduleError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import parse_c
-from polydl.target import host_target
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.schedule import Schedule
+from polydl.target import host_target
 from tests.kernels import run_and_check
 
 MATMUL_RELU = """
@@ -200,8 +200,8 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
 
 
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from polydl.schedules.database import TuningDatabase
     from polydl.driver.tuning import tune
+    from polydl.schedules.database import TuningDatabase
 
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
     result = tune(nest, params, target=host_target(), trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)

@@ -11,12 +11,12 @@ import polydl
 from polydl.codegen.microkernels import BrgemmSpec, choose_microkernel
 from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
-from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.microkernel import PackedB
 from polydl.schedules.rank import micro_panel_candidates, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.target import CpuTarget
 from tests.kernels import run_and_check
 from tests.poly.test_model import MATMUL
 

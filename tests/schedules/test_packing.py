@@ -7,11 +7,11 @@ import pytest
 import polydl
 from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
-from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.target import CpuTarget
 from tests.kernels import run_and_check
 from tests.poly.test_model import MATMUL
 

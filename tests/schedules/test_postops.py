@@ -15,11 +15,11 @@ from polydl.api import build_kernel, lower
 from polydl.driver.explain import explain
 from polydl.frontends import builders, layers
 from polydl.inputs import random_inputs
-from polydl.target import host_target
 from polydl.poly.model import build_model
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.postops import postop_plan
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.target import host_target
 from tests.kernels import run_and_check
 from tests.schedules.test_fusion import CHAINS, _conv_numpy, _epilogue_numpy
 

@@ -5,10 +5,10 @@ import numpy as np
 
 import polydl
 from polydl.frontends import builders
-from polydl.target import CpuTarget
 from polydl.poly.model import build_model
 from polydl.schedules.rank import _step_cycles, outer_tilings, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.target import CpuTarget
 from tests.kernels import run_and_check
 
 AVX2 = CpuTarget(isa="avx2", cores=2)
