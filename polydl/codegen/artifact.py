@@ -16,6 +16,20 @@ class KernelArgument:
 
 
 @dataclass(frozen=True)
+class EpiloguePlacement:
+    """Where the epilogues fused into one nest run: as post-ops on the microkernel's
+    accumulators, or as a loop after the call; and why."""
+
+    epilogues: tuple[str, ...]  # statement names
+    as_postops: bool
+    reason: str
+
+    def describe(self) -> str:
+        where = "as post-ops in the microkernel" if self.as_postops else "after the call"
+        return f"epilogue {', '.join(self.epilogues)} {where}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class GeneratedCode:
     function: str
     arguments: tuple[KernelArgument, ...]
@@ -26,7 +40,7 @@ class GeneratedCode:
     launcher: str = ""  # GPU targets: the host function that launches the kernels of `source`
     target_flags: tuple[str, ...] = ()  # C: what makes the compiler build for the target
     fallback_flags: tuple[str, ...] = ()  # C: the same ISA for a compiler that lacks its -march
-    placements: tuple[str, ...] = ()  # where each fused epilogue runs (post-ops or a loop)
+    placements: tuple[EpiloguePlacement, ...] = ()  # where the fused epilogues run
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -47,5 +61,8 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         launcher=data.get("launcher", ""),
         target_flags=tuple(data.get("target_flags", ())),
         fallback_flags=tuple(data.get("fallback_flags", ())),
-        placements=tuple(data.get("placements", ())),
+        placements=tuple(
+            EpiloguePlacement(tuple(p["epilogues"]), p["as_postops"], p["reason"])
+            for p in data.get("placements", ())
+        ),
     )

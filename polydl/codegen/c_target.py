@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
@@ -53,20 +53,20 @@ def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
 
 def place_epilogues(
     scheduled: ScheduledNest, plan: GroupPlan, calls: CallPrinter
-) -> tuple[GroupPlan, str]:
+) -> tuple[GroupPlan, EpiloguePlacement | None]:
     """The plan to print and where its fused epilogues run: as post-ops inside the
     microkernels where `postop_plan` finds that legal and every kernel of the call can apply
     them (the epilogue loop then leaves the plan), else as the loop after the call."""
     if not plan.epilogues:
-        return plan, ""
-    names = ", ".join(s.name for s in plan.epilogues)
+        return plan, None
+    names = tuple(s.name for s in plan.epilogues)
     post = postop_plan(scheduled.model, plan)
     if isinstance(post, str):
-        return plan, f"epilogue {names} after the call: {post}"
+        return plan, EpiloguePlacement(names, False, post)
     call = plan.calls[post.statement]
     if not calls.use_postops(call, post):
-        return plan, f"epilogue {names} after the call: its microkernel applies no post-ops"
-    return without_epilogues(plan), f"epilogue {names} as post-ops in the microkernel: {post.describe()}"
+        return plan, EpiloguePlacement(names, False, "its microkernel applies no post-ops")
+    return without_epilogues(plan), EpiloguePlacement(names, True, post.describe())
 
 
 def _printers(
@@ -115,7 +115,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     }
     for plan in scheduled.groups:
         plan, placement = place_epilogues(scheduled, plan, calls)
-        placements += [placement] if placement else []
+        placements += [placement] if placement is not None else []
         plan_calls = plan.calls
         simd_dims = epilogue_vector_dims(model, plan.epilogues, plan.schedule_map)
         body += LoopPrinter(plan, instance, simd_dims=simd_dims).lines()
@@ -146,7 +146,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     source = render(
         "c/kernel.c.j2",
         **values,
-        schedule="; ".join([scheduled.schedule.describe(), *placements]),
+        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS,
         microkernels=[mk.source for mk in calls.microkernels.values()],

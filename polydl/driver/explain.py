@@ -80,7 +80,7 @@ def _fusion(c: Compilation) -> list[str]:
         names = ", ".join(s.name for s in main.epilogues)
         loop = level_loop(main.order, main.fusion_level) if main.fusion_level is not None else "-"
         lines.append(f"  this kernel: {names} run inside loop {loop} (level {main.fusion_level})")
-        lines += [f"  this kernel: {placement}" for placement in c.code.placements]
+        lines += [f"  this kernel: {placement.describe()}" for placement in c.code.placements]
     else:
         lines.append("  this kernel: nothing fused")
     lines += [f"  {d.describe()}" for d in c.decision.fusion]
