@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"polydl: error: {message} (see '{self.prog} --help')\n")
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     text = str(message).strip().splitlines()
     print(f"polydl: warning: {text[0] if text else category.__name__}", file=file or sys.stderr)
 
@@ -49,20 +49,20 @@ def _params(values: list[str]) -> dict[str, int]:
     return out
 
 
-def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _load(args: argparse.Namespace):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
     return load_spec(Path(args.spec), _params(args.param) or None)
 
 
-def _target(args: argparse.Namespace, kind: str = "c"):  # type: ignore[no-untyped-def]
+def _target(args: argparse.Namespace, kind: str = "c"):
     from polydl.target import resolve_target
 
     return resolve_target(kind, args.machine)
 
 
-def _lower(args: argparse.Namespace, kind: str = "c"):  # type: ignore[no-untyped-def]
+def _lower(args: argparse.Namespace, kind: str = "c"):
     from polydl.driver.pipeline import lower
 
     target = _target(args, kind)
@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from polydl.verify import compare
 
     target = _target(args)
-    reason = cannot_run_here(target)  # type: ignore[arg-type]
+    reason = cannot_run_here(target)
     if reason:
         raise PolyDLError(f"cannot run here: {reason}; `polydl compile --machine "
                           f"{args.machine} -o DIR` builds it for that machine")
@@ -138,7 +138,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     target = _target(args)
     nest, params = _load(args)
     db = TuningDatabase(args.db) if args.db else None
-    result = tune(nest, params, target=target, trials=args.trials, db=db)  # type: ignore[arg-type]
+    result = tune(nest, params, target=target, trials=args.trials, db=db)
     print(f"best     {result.best.seconds * 1e3:.3f} ms  {result.best.schedule.describe()}")
     print(f"stored   {result.stored_in}")
     return 0

@@ -115,7 +115,7 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _text(s) -> str:  # type: ignore[no-untyped-def]
+def _text(s) -> str:
     src = s.statement.position
     nest = s.statement
     if src is not None:

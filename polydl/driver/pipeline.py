@@ -31,7 +31,7 @@ from polydl.target import Target
 from polydl.version import __version__
 
 BACKENDS: dict[str, Backend] = {
-    "c": c_backend,  # type: ignore[dict-item]  # a module with the backend's functions
+    "c": c_backend,  # a module with the backend's functions
     "cuda": gpu_backend.CUDA,
     "hip": gpu_backend.HIP,
 }

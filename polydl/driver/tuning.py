@@ -45,7 +45,7 @@ class TuneResult:
     stored_in: str
 
 
-def time_kernel(kernel, args: list[np.ndarray], repeats: int = 5, budget_s: float = 2.0) -> float:  # type: ignore[no-untyped-def]
+def time_kernel(kernel, args: list[np.ndarray], repeats: int = 5, budget_s: float = 2.0) -> float:
     kernel(*args)  # warm up: page in, spin up threads
     samples = []
     start = time.perf_counter()
@@ -74,7 +74,7 @@ def tune(
     target: CpuTarget,
     trials: int = 8,
     db: TuningDatabase | None = None,
-    log=sys.stderr,  # type: ignore[no-untyped-def]
+    log=sys.stderr,
 ) -> TuneResult:
     """Time the `trials` best-ranked schedules for `target` on this machine and store the
     fastest under the target's key; the target must be one this CPU can run."""
