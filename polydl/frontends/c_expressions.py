@@ -60,7 +60,14 @@ class Scope:
     declared_later: set[str] = field(default_factory=set)
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
-        """Where `node` starts; a node pycparser left without one takes its first child's."""
+        """Where `node` starts; a node pycparser left without one takes its first child's.
+
+        A cast or compound literal starts at its opening parenthesis, found from its type name
+        in the text: pycparser versions disagree on where such a node's own position is."""
+        if isinstance(node, c_ast.Cast | c_ast.CompoundLiteral):
+            inner = self.position(node.to_type if isinstance(node, c_ast.Cast) else node.type)
+            if inner is not None:
+                return self._opening_paren(inner)
         pending = [node] if node is not None else []
         for _ in range(64):
             if not pending:
@@ -71,6 +78,15 @@ class Scope:
                 return SourcePosition(self.filename, coord.line, coord.column or 1)
             pending.extend(child for _, child in current.children())
         return None
+
+    def _opening_paren(self, inner: SourcePosition) -> SourcePosition:
+        lines = self.text.splitlines()
+        if not 0 < inner.line <= len(lines):
+            return inner
+        before = lines[inner.line - 1][: inner.column - 1].rstrip()
+        if before.endswith("("):
+            return SourcePosition(inner.file, inner.line, len(before))
+        return inner
 
     def error(self, message: str, node: c_ast.Node | None) -> SpecError:
         position = self.position(node)

@@ -434,7 +434,7 @@ FUNCTION_ERRORS = [
     ("mismatched-bracket", "void f(float v[1]) { v[0] = (1$]; }", "unmatched"),
     ("unclosed-brace", "void f(float v[1]) ${ v[0] = 1;", "never closed"),
     ("hash-mid-line", 'void f(float v[1]) { v[0] = 1; $# line 7 "x.c"\n}', "preprocessor"),
-    ("compound-literal", "void f(float v[1]) { v[0] = ($float){1}; }", "not allowed"),
+    ("compound-literal", "void f(float v[1]) { v[0] = $(float){1}; }", "not allowed"),
     ("sizeof", "void f(float v[1]) { v[0] = $sizeof(int); }", "sizeof"),
     ("struct-member", "void f(float v[1]) { v[0] = $v->x; }", "not allowed"),
     ("keyword-as-name", "void f(int N, float $for[N]) { }", "syntax error"),
