@@ -32,9 +32,9 @@ from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.microkernel import (
     _only_accumulation,
     candidate_bindings,
-    element_stride,
     multiply_accumulate,
 )
+from polydl.schedules.strides import element_stride
 from polydl.target.gpu import GpuTarget
 
 ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}

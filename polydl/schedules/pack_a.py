@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from polydl.errors import ScheduleError
 from polydl.schedules.schedule import MicrokernelBinding, tile_loop
+from polydl.schedules.strides import LoopRange, element_stride
 
 if TYPE_CHECKING:
     from polydl.ir import Access
     from polydl.poly.model import PolyModel, StatementModel
-    from polydl.schedules.microkernel import LoopRange
 
 # Rows of one panel: the register tile's rows (6 x 2 ymm accumulators on AVX2, 6 x 4 zmm on
 # AVX-512; see codegen/microkernels/blocking.py).
@@ -56,7 +56,6 @@ def plan_pack_a(
     parallel_dims: tuple[int, ...],
     written: bool,
 ) -> PackedA:
-    from polydl.schedules.microkernel import element_stride
 
     if written:
         raise ScheduleError(f"cannot pack {a.array}: the nest writes it")

@@ -24,8 +24,9 @@ from polydl.schedules.apply import (
     loop_is_parallel,
     main_group,
 )
-from polydl.schedules.microkernel import candidate_bindings, element_stride, multiply_accumulate
+from polydl.schedules.microkernel import candidate_bindings, multiply_accumulate
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
+from polydl.schedules.strides import element_stride
 from polydl.target.cpu import CpuTarget
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).

@@ -1,0 +1,81 @@
+"""Element strides of array accesses along loops, and the loop ranges a microkernel call covers.
+
+Facts both the microkernel binding and the packed-operand plans read: how far an access moves
+in its flat array per step of a loop variable (None where that is not constant), and the
+bounds and tile of each loop a call spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polydl.ir import Access, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar
+from polydl.poly.model import PolyModel
+
+
+def linear_coefficient(expr: IntExpr, var: str) -> int | None:
+    """The constant coefficient of `var` in an affine expression, None if `var` sits under a
+    division, modulo or min/max (then the stride is not constant)."""
+    if isinstance(expr, IntConst):
+        return 0
+    if isinstance(expr, IntVar):
+        return 1 if expr.name == var else 0
+    if isinstance(expr, IntNeg):
+        inner = linear_coefficient(expr.operand, var)
+        return None if inner is None else -inner
+    if isinstance(expr, IntMinMax):
+        return None if any(linear_coefficient(a, var) != 0 for a in expr.args) else 0
+    assert isinstance(expr, IntBinary)
+    left = linear_coefficient(expr.left, var)
+    right = linear_coefficient(expr.right, var)
+    if left is None or right is None:
+        return None
+    if expr.op in ("/", "%"):
+        return 0 if left == 0 and right == 0 else None
+    if expr.op == "+":
+        return left + right
+    if expr.op == "-":
+        return left - right
+    # '*': the frontends guarantee one side is constant
+    if left == 0 and right == 0:
+        return 0
+    const = _constant(expr.right) if left != 0 else _constant(expr.left)
+    if const is None:
+        return None
+    return (left if left != 0 else right) * const
+
+
+def _constant(expr: IntExpr) -> int | None:
+    if isinstance(expr, IntConst):
+        return expr.value
+    if isinstance(expr, IntNeg):
+        inner = _constant(expr.operand)
+        return None if inner is None else -inner
+    if isinstance(expr, IntBinary):
+        a, b = _constant(expr.left), _constant(expr.right)
+        if a is None or b is None:
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else None, "%": a % b if b else None}[expr.op]  # type: ignore[return-value]
+    return None
+
+
+def element_stride(model: PolyModel, access: Access, var: str) -> int | None:
+    """Elements advanced in the flat array per unit step of `var` (None if not constant)."""
+    shape = model.nest.array(access.array).concrete_shape(model.params)
+    stride, total = 1, 0
+    for extent, index in zip(reversed(shape), reversed(access.indices), strict=True):
+        coeff = linear_coefficient(index, var)
+        if coeff is None:
+            return None
+        total += coeff * stride
+        stride *= extent
+    return total
+
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    var: str
+    lower: int
+    extent: int
+    tile: int | None  # tile size if the loop is tiled (then the call covers one tile)
