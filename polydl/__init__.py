@@ -4,7 +4,7 @@
     k = polydl.matmul(M=512, N=512, K=512)
     c = k(a, b)
 
-See `polydl.compile` for specs (C loop nests, TOML primitive specs) and DESIGN.md for the contract.
+See `polydl.compile` for specs (C loop nests, TOML primitive specs) and docs/contract.md for the contract.
 """
 
 from polydl.api import (

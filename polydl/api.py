@@ -52,7 +52,7 @@ def build_kernel(
     return pipeline.build_kernel(nest, params, target_of(target, machine), schedule)  # type: ignore[return-value]
 
 
-def compile(  # noqa: A001 - the public name DESIGN.md gives
+def compile(  # noqa: A001 - the public name docs/contract.md gives
     spec: str | os.PathLike[str],
     params: Mapping[str, int] | None = None,
     *,

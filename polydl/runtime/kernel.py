@@ -2,7 +2,7 @@
 
 Takes the generated code, the loop nest and its compiled library; returns a callable that checks
 every argument (shape, dtype, C-contiguity, writability, aliasing) before any native code runs.
-Calling convention (DESIGN.md section 3): `const` arrays are inputs, passed positionally in
+Calling convention (docs/contract.md): `const` arrays are inputs, passed positionally in
 declaration order or by name; outputs may be passed by name and are then updated in place,
 otherwise they are allocated zero-filled. The call returns the output, or a tuple of outputs.
 """

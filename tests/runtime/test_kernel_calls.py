@@ -1,4 +1,4 @@
-"""The calling convention and its argument checks (DESIGN.md section 3)."""
+"""The calling convention and its argument checks (docs/contract.md)."""
 
 from __future__ import annotations
 
