@@ -168,9 +168,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from polydl.paths import cache_root
+    from polydl import settings
 
-    root = cache_root()
+    root = settings.cache_dir()
     if args.action == "clear":
         if root.exists():
             shutil.rmtree(root)

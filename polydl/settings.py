@@ -1,13 +1,125 @@
-"""Every `POLYDL_*` setting, read from the environment at call time in this one module."""
+"""Every `POLYDL_*` setting, read in this one module.
+
+Each accessor reads the environment when it is called (so a test's `monkeypatch.setenv` works)
+unless a scoped `override` is in force, and checks what it reads: a bad value is a
+`PolyDLError` naming the variable. Nothing else in the package reads `POLYDL_*` variables
+(`tests/test_settings.py` checks that).
+
+| variable | accessor | meaning |
+|---|---|---|
+| `POLYDL_CACHE_DIR` | `cache_dir()` | compile cache root (default: the user cache dir) |
+| `POLYDL_TUNING_DB` | `tuning_db()` | tuning database (default: `tuning.sqlite` in the cache) |
+| `POLYDL_CC` | `cc()` | C compiler (default `cc`) |
+| `POLYDL_CFLAGS` | `cflags()` | its optimisation flags, None for the default |
+| `POLYDL_ISA` | `forced_isa()` | lower the native target's ISA |
+| `POLYDL_SANITIZE` | `sanitizers()` | ASan/UBSan for generated kernels |
+| `POLYDL_NVCC`, `POLYDL_HIPCC` | `gpu_compiler(kind)` | GPU compilers |
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from polydl.errors import PolyDLError
+
+VARIABLES = {
+    "cache_dir": "POLYDL_CACHE_DIR",
+    "tuning_db": "POLYDL_TUNING_DB",
+    "cc": "POLYDL_CC",
+    "cflags": "POLYDL_CFLAGS",
+    "isa": "POLYDL_ISA",
+    "sanitize": "POLYDL_SANITIZE",
+    "nvcc": "POLYDL_NVCC",
+    "hipcc": "POLYDL_HIPCC",
+}
+# The ISA names a target may have (polydl.target.cpu.ISAS, which imports this module's users).
+ISA_NAMES = ("avx512amx", "avx512bf16", "avx512", "avx2", "scalar")
+SANITIZERS = ("address", "undefined")
+
+_overrides: list[dict[str, str | None]] = []
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Settings for the duration of a `with` block, as if the variables held `values` (None:
+    as if unset), whatever the environment says; for tests and tools."""
+    unknown = sorted(set(values) - set(VARIABLES))
+    if unknown:
+        raise TypeError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(VARIABLES)}")
+    layer = {name: None if value is None else str(value) for name, value in values.items()}
+    with _lock:
+        _overrides.append(layer)
+    try:
+        yield
+    finally:
+        with _lock:
+            _overrides.remove(layer)
+
+
+def _raw(name: str) -> str | None:
+    with _lock:
+        for layer in reversed(_overrides):
+            if name in layer:
+                return layer[name]
+    return os.environ.get(VARIABLES[name])
+
+
+def cache_dir() -> Path:
+    value = _raw("cache_dir")
+    return Path(value) if value else Path(platformdirs.user_cache_dir("polydl"))
+
+
+def tuning_db() -> Path:
+    value = _raw("tuning_db")
+    return Path(value) if value else cache_dir() / "tuning.sqlite"
 
 
 def cc() -> str:
-    return os.environ.get("POLYDL_CC", "cc")
+    return _raw("cc") or "cc"
+
+
+def cflags() -> tuple[str, ...] | None:
+    """The C compiler's optimisation flags; None where unset (the toolchain's default)."""
+    value = _raw("cflags")
+    if value is None:
+        return None
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as exc:
+        raise PolyDLError(f"POLYDL_CFLAGS: cannot split {value!r}: {exc}") from None
 
 
 def forced_isa() -> str | None:
-    return os.environ.get("POLYDL_ISA") or None
+    value = _raw("isa")
+    if not value:
+        return None
+    if value not in ISA_NAMES:
+        raise PolyDLError(f"POLYDL_ISA='{value}' is not one of {', '.join(ISA_NAMES)}")
+    return value
+
+
+def sanitizers() -> tuple[str, ...]:
+    value = _raw("sanitize") or ""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown:
+        raise PolyDLError(
+            f"POLYDL_SANITIZE: unknown sanitizer(s) {', '.join(unknown)}; use "
+            f"{' and/or '.join(SANITIZERS)}, comma-separated"
+        )
+    return names
+
+
+def gpu_compiler(kind: str) -> str:
+    """The compiler of a GPU backend: `POLYDL_NVCC` (cuda) or `POLYDL_HIPCC` (hip)."""
+    name = {"cuda": "nvcc", "hip": "hipcc"}[kind]
+    return _raw(name) or name

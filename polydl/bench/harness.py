@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from polydl import settings
 from polydl.bench.cases import DEFAULT_BUDGET_S, load_suite, select_cases
 from polydl.bench.load import CpuMeter
 from polydl.bench.measure import bench_case
@@ -30,16 +31,9 @@ def private_compile_cache(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    saved = os.environ.get("POLYDL_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="polydl-bench-cache-") as root:
-        os.environ["POLYDL_CACHE_DIR"] = root
-        try:
-            yield
-        finally:
-            if saved is None:
-                os.environ.pop("POLYDL_CACHE_DIR", None)
-            else:
-                os.environ["POLYDL_CACHE_DIR"] = saved
+    with tempfile.TemporaryDirectory(prefix="polydl-bench-cache-") as root, \
+            settings.override(cache_dir=root):
+        yield
 
 
 def _progress(message: str) -> None:

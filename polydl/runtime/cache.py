@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from polydl.errors import CacheWarning
-from polydl.paths import cache_root
+from polydl.settings import cache_dir as cache_root
 
 # errno values that mean "this directory cannot hold the cache", not "polydl has a bug"
 # (EEXIST/ENOTDIR: a file stands where a directory of the path should be).

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from polydl import settings
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.gpu_target import SOURCE_SUFFIX, architecture_flags
 from polydl.errors import CompileError
@@ -21,12 +22,11 @@ from polydl.runtime.cache import content_key, entry_dir, write_atomic
 from polydl.runtime.sanitize import compiler_environment
 from polydl.version import __version__
 
-COMPILERS = {"cuda": ("POLYDL_NVCC", "nvcc"), "hip": ("POLYDL_HIPCC", "hipcc")}
+COMPILERS = {"cuda": settings.VARIABLES["nvcc"], "hip": settings.VARIABLES["hipcc"]}
 
 
 def gpu_compiler(target: str) -> str:
-    variable, default = COMPILERS[target]
-    return os.environ.get(variable, default)
+    return settings.gpu_compiler(target)
 
 
 def gpu_command(
@@ -63,7 +63,7 @@ def run_compiler(command: list[str], target: str) -> None:
         env.setdefault("HIP_PLATFORM", "amd")
     if shutil.which(command[0]) is None:
         raise CompileError(command[0], command, f"{target} compiler '{command[0]}' not found on PATH "
-                           f"(set {COMPILERS[target][0]})")
+                           f"(set {COMPILERS[target]})")
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     except subprocess.TimeoutExpired:

@@ -15,9 +15,10 @@ import subprocess
 import sys
 from functools import cache
 
+from polydl import settings
 from polydl.errors import CompileError, PolyDLError
 
-SANITIZERS = ("address", "undefined")
+SANITIZERS = settings.SANITIZERS
 DEFAULT = "address,undefined"
 # Python's allocator keeps memory alive until exit: leak reports would be noise.
 ASAN_OPTIONS = "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1"
@@ -25,15 +26,7 @@ UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1"
 
 
 def requested() -> tuple[str, ...]:
-    value = os.environ.get("POLYDL_SANITIZE", "")
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in SANITIZERS]
-    if unknown:
-        raise PolyDLError(
-            f"POLYDL_SANITIZE: unknown sanitizer(s) {', '.join(unknown)}; use "
-            f"{' and/or '.join(SANITIZERS)}, comma-separated"
-        )
-    return names
+    return settings.sanitizers()
 
 
 def sanitizer_flags() -> tuple[str, ...]:
@@ -81,8 +74,8 @@ def runtime_library(compiler: str = "cc", name: str = "libasan.so") -> str:
 def sanitized_environment(base: dict[str, str] | None = None, sanitizers: str = DEFAULT) -> dict[str, str]:
     """An environment in which a new Python process builds and runs sanitized kernels."""
     env = dict(os.environ if base is None else base)
-    env["POLYDL_SANITIZE"] = sanitizers
-    compiler = shlex.split(env.get("POLYDL_CC", "cc"))[0]
+    env[settings.VARIABLES["sanitize"]] = sanitizers
+    compiler = shlex.split(env.get(settings.VARIABLES["cc"]) or "cc")[0]
     if "address" in sanitizers:
         preload = [runtime_library(compiler)]
         if env.get("LD_PRELOAD"):
@@ -108,7 +101,7 @@ def compiler_environment() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Run pytest with sanitized kernels: `python -m polydl.runtime.sanitize [pytest args]`."""
     args = sys.argv[1:] if argv is None else argv
-    env = sanitized_environment(sanitizers=os.environ.get("POLYDL_SANITIZE") or DEFAULT)
+    env = sanitized_environment(sanitizers=",".join(settings.sanitizers()) or DEFAULT)
     command = [sys.executable, "-m", "pytest", *args]
     return subprocess.run(command, env=env).returncode
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from polydl import settings
 from polydl.codegen.artifact import GeneratedCode
 from polydl.errors import CacheWarning, CompileError, ToolchainWarning
-from polydl.paths import cache_root
 from polydl.runtime.cache import (
     MANIFEST,
     content_key,
@@ -42,6 +41,7 @@ from polydl.runtime.cache import (
     write_manifest,
 )
 from polydl.runtime.sanitize import compiler_environment, sanitizer_flags
+from polydl.settings import cache_dir as cache_root
 from polydl.version import __version__
 
 DEFAULT_CFLAGS = ("-O3", "-fopenmp")
@@ -76,8 +76,8 @@ class Toolchain:
 
 def current_toolchain() -> Toolchain:
     compiler = settings.cc()
-    flags = os.environ.get("POLYDL_CFLAGS")
-    chosen = tuple(shlex.split(flags)) if flags is not None else DEFAULT_CFLAGS
+    flags = settings.cflags()
+    chosen = flags if flags is not None else DEFAULT_CFLAGS
     return Toolchain(compiler, chosen + sanitizer_flags())
 
 

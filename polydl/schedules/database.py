@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polydl import settings
 from polydl.errors import PolyDLError
 from polydl.ir import LoopNest
-from polydl.paths import cache_root
 from polydl.schedules.schedule import Schedule
 
 _SCHEMA = """
@@ -38,10 +37,7 @@ CREATE TABLE IF NOT EXISTS tuned (
 
 
 def default_path() -> Path:
-    env = os.environ.get("POLYDL_TUNING_DB")
-    if env:
-        return Path(env)
-    return cache_root() / "tuning.sqlite"
+    return settings.tuning_db()
 
 
 def nest_key(nest: LoopNest, params: dict[str, int]) -> str:

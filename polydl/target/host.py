@@ -129,8 +129,8 @@ def host_target() -> CpuTarget:
     machine = _detected(settings.cc())
     forced = settings.forced_isa()
     if forced and forced != machine.isa:
-        if forced not in ISAS:  # settings validates; this keeps the invariant local
-            raise TargetError(f"POLYDL_ISA='{forced}' is not one of {', '.join(ISAS)}")
+        if forced not in ISAS:  # settings validates its names; they must stay the same
+            raise TargetError(f"POLYDL_ISA='{forced}' names no ISA of {', '.join(ISAS)}")
         machine = replace(machine, isa=forced, march="")
     return machine
 
