@@ -316,14 +316,6 @@ class Guard:
 
 Node = Loop | Guard | Statement
 
-DTYPES: dict[str, str] = {
-    # polydl dtype -> C element type
-    "float32": "float",
-    "float64": "double",
-    "bfloat16": "uint16_t",
-}
-
-
 @dataclass(frozen=True)
 class Array:
     """An array parameter. `is_input` arrays are `const`; the others are outputs.

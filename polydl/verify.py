@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from polydl.dtypes import DTYPES
 from polydl.reference import bf16_to_f32
 
-TOLERANCE = {"float32": 1e-4, "float64": 1e-10, "bfloat16": 2e-2}
+TOLERANCE = {name: d.tolerance for name, d in DTYPES.items()}
 
 
 def as_float(values: np.ndarray, dtype: str) -> np.ndarray:

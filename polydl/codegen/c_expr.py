@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.ir import (
-    DTYPES,
     Access,
     Binary,
     Call,
@@ -63,7 +63,7 @@ class ArrayLayout:
 
     @property
     def c_type(self) -> str:
-        return DTYPES[self.dtype]
+        return DTYPES[self.dtype].c_type
 
 
 def compute_type(layouts: dict[str, ArrayLayout]) -> str:

@@ -14,7 +14,7 @@ from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
 from polydl.codegen.templating import render
-from polydl.ir import DTYPES
+from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import epilogue_vector_dims
@@ -39,7 +39,7 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
             dtype=a.dtype,
             shape=a.concrete_shape(params),
             is_input=a.is_input,
-            c_type=DTYPES[a.dtype],
+            c_type=DTYPES[a.dtype].c_type,
         )
         for a in nest.parameters
     )

@@ -20,7 +20,8 @@ from dataclasses import replace
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
-from polydl.ir import DTYPES, Condition, Guard, Loop
+from polydl.dtypes import DTYPES
+from polydl.ir import Condition, Guard, Loop
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu import (
     WGMMA_STRIDES,
@@ -288,6 +289,6 @@ def architecture_flags(kind: str, architectures: tuple[str, ...]) -> tuple[str, 
 
 def kernel_arguments_of(model: PolyModel) -> tuple[KernelArgument, ...]:
     return tuple(
-        KernelArgument(a.name, a.dtype, a.concrete_shape(model.params), a.is_input, DTYPES[a.dtype])
+        KernelArgument(a.name, a.dtype, a.concrete_shape(model.params), a.is_input, DTYPES[a.dtype].c_type)
         for a in model.nest.parameters
     )

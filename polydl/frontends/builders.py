@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ArgumentError
 from polydl.frontends.spec_writing import (
     Built,
@@ -22,7 +23,6 @@ from polydl.frontends.spec_writing import (
     parse_built,
     zero_based_nest,
 )
-from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
 
 SUPPORTED_DTYPES = tuple(DTYPES)

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from pycparser import c_ast
 
+from polydl.dtypes import C_SPELLINGS
 from polydl.errors import SourcePosition, SpecError
 from polydl.frontends.c_expressions import (
     ExpressionReader,
@@ -37,7 +38,7 @@ from polydl.ir import (
     int_vars,
 )
 
-ELEMENT_TYPES = {"float": "float32", "double": "float64", "bfloat16": "bfloat16", "__bf16": "bfloat16"}
+ELEMENT_TYPES = C_SPELLINGS  # C spelling -> polydl dtype
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
 # stage walks the nest recursively.
 MAX_NESTING = 50

@@ -17,6 +17,7 @@ and its operands in the microkernel's order:
 
 from __future__ import annotations
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ArgumentError
 from polydl.frontends.builders import FLOAT_DTYPES, LAYOUTS
 from polydl.frontends.spec_writing import (
@@ -29,7 +30,6 @@ from polydl.frontends.spec_writing import (
     parse_built,
     zero_based,
 )
-from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
 
 
@@ -46,7 +46,7 @@ class ConvSizes:
         }
         self.stride = integer_arg("stride", stride)
         self.padding = integer_arg("padding", padding, minimum=0)
-        self.ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)]
+        self.ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)].c_type
         self.layout = choice_arg("layout", layout, LAYOUTS)
         for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
             if self.sizes[size] + 2 * self.padding < self.sizes[window]:

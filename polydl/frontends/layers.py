@@ -13,6 +13,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ArgumentError
 from polydl.frontends.builders import FLOAT_DTYPES, LAYOUTS
 from polydl.frontends.spec_writing import (
@@ -27,7 +28,6 @@ from polydl.frontends.spec_writing import (
     parse_built,
     zero_based,
 )
-from polydl.ir import DTYPES
 from polydl.layouts import BLOCK
 
 POOL_KINDS = ("max", "avg")
@@ -37,7 +37,7 @@ LSTM_GATES = 4  # input, forget, cell candidate, output: PyTorch's order
 
 def _dtype(dtype: object) -> tuple[str, str]:
     """(C element type, float literal suffix) of a validated dtype."""
-    ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)]
+    ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)].c_type
     return ctype, "f" if ctype == "float" else ""
 
 

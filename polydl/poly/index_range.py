@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.errors import SourcePosition, SpecError
 from polydl.ir import (
     IntBinary,
@@ -29,7 +30,7 @@ from polydl.ir import (
 # 2**62: a margin below 2**63 for what codegen adds on top of checked values (one tile step,
 # `upper + 1`, a linearised offset that stays below the array's element count).
 INDEX_LIMIT = 2**62
-ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+ELEMENT_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 Interval = tuple[int, int]
 
 

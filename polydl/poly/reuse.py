@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, StatementModel
 
@@ -31,7 +32,7 @@ def line_map(model: PolyModel, array: str, line_bytes: int) -> isl.Map:
     """`A[a0, a1, ...] -> A_line[floor(flat_offset * elem_size / line_bytes)]`."""
     arr = model.nest.array(array)
     shape = arr.concrete_shape(model.params)
-    elem = 8 if arr.dtype == "float64" else 2 if arr.dtype == "bfloat16" else 4
+    elem = DTYPES[arr.dtype].bytes
     dims = [f"a{d}" for d in range(len(shape))]
     stride, terms = 1, []
     for d in reversed(range(len(shape))):

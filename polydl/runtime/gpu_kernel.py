@@ -22,15 +22,15 @@ import cffi
 import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.dtypes import DTYPES
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, _result, bind_host
-from polydl.schedules.gpu import ELEMENT_BYTES
 
-# DLPack type codes and device types (dlpack.h)
-_DL_FLOAT, _DL_BFLOAT, _DL_CUDA, _DL_CUDA_MANAGED = 2, 4, 2, 13
-_DL_TYPES = {"float32": (_DL_FLOAT, 32), "float64": (_DL_FLOAT, 64), "bfloat16": (_DL_BFLOAT, 16)}
-_CAI_TYPES = {"float32": ("<f4",), "float64": ("<f8",), "bfloat16": ("<V2", "<u2", "|V2")}
+# DLPack device types (dlpack.h); the type codes are in the dtype table
+_DL_CUDA, _DL_CUDA_MANAGED = 2, 13
+_DL_TYPES = {name: d.dlpack for name, d in DTYPES.items()}
+_CAI_TYPES = {name: d.cuda_typestrs for name, d in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class GpuKernel(CompiledKernel):
     ) -> None:
         super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
         self._ffi, self._lib = _load(library_path, code)
-        self._nbytes = {a.name: int(np.prod(a.shape)) * ELEMENT_BYTES[a.dtype] for a in code.arguments}
+        self._nbytes = {a.name: int(np.prod(a.shape)) * DTYPES[a.dtype].bytes for a in code.arguments}
         self._entry = getattr(self._lib, code.function)
 
     @property

@@ -20,16 +20,15 @@ import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_target import c_parameters
+from polydl.dtypes import DTYPES
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
 from polydl.runtime.sanitize import require_runtime
 from polydl.schedules.schedule import Schedule
 
-NUMPY_DTYPES: dict[str, type[np.generic]] = {
-    "float32": np.float32,
-    "float64": np.float64,
-    "bfloat16": np.uint16,  # raw bits; ml_dtypes.bfloat16 arrays are accepted and viewed as such
-}
+# polydl dtype -> the numpy dtype of a kernel's arrays (bfloat16: raw bits; ml_dtypes.bfloat16
+# arrays are accepted and viewed as such)
+NUMPY_DTYPES: dict[str, np.dtype] = {name: np.dtype(d.numpy) for name, d in DTYPES.items()}
 
 ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
 from polydl.poly.counting import count_points
@@ -37,7 +38,7 @@ from polydl.schedules.microkernel import (
 from polydl.schedules.strides import element_stride
 from polydl.target.gpu import GpuTarget
 
-ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+ELEMENT_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 THREADS_PER_BLOCK = 256
 # Block tiles tried for a GEMM, largest first; thread tiles are 8x8 (FMA) or warp tiles of
 # 16x16 fragments (MMA).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.ir import Access
 from polydl.poly.model import PolyModel, StatementModel
@@ -73,7 +74,7 @@ def _n_tiles(extent: int, lanes: int) -> list[int]:
 def microkernel_candidates(
     model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...], binding: MicrokernelBinding
 ) -> list[Schedule]:
-    lanes = machine.vector_lanes("float32")
+    lanes = _lanes(model, machine, binding)
     m_ext, n_ext = _extent(model, binding.m), _extent(model, binding.n)
     outer_vars = [v for v in band_vars if v not in binding.loops]
     out: list[Schedule] = []
@@ -113,6 +114,24 @@ def _bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel
     return next(st for st in model.statements if st.name == mk.statement)
 
 
+def _lanes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBinding) -> int:
+    """Vector lanes of the call's accumulators: its output's dtype as products accumulate
+    (float64 halves them; bfloat16 inputs accumulate in float32)."""
+    target = _bound_statement(model, mk).statement.target.array
+    return machine.vector_lanes(DTYPES[model.nest.array(target).dtype].accumulates_in)
+
+
+def _nest_dtype(model: PolyModel, plan: GroupPlan) -> str:
+    """The dtype the statements of a nest accumulate in: their written arrays' widest."""
+    dtypes = {DTYPES[model.nest.array(st.statement.target.array).dtype].accumulates_in
+              for st in plan.statements}
+    return max(dtypes, key=lambda d: DTYPES[d].bytes)
+
+
+def _element_bytes(model: PolyModel, access: Access) -> int:
+    return DTYPES[model.nest.array(access.array).dtype].bytes
+
+
 def _gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Access, Access] | None:
     """(C, A, B) of the bound statement: A varies along the call's m, B does not."""
     mac = multiply_accumulate(_bound_statement(model, mk))
@@ -133,12 +152,13 @@ def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBindi
     c, _, b = operands
     b_n, b_k = element_stride(model, b, binding.n), element_stride(model, b, binding.k)
     c_n = element_stride(model, c, binding.n)
-    lanes = machine.vector_lanes("float32")
+    lanes = _lanes(model, machine, binding)
     if c_n != 1 or b_n is None or b_k is None:
         return False
     n_ext = _extent(model, binding.n)
     # rows of B a page or more apart: each k step of a register tile misses the TLB
-    reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and abs(b_k) * 4 >= 1024)
+    row_bytes = abs(b_k) * _element_bytes(model, b)
+    reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and row_bytes >= 1024)
     return reshaped and _extent(model, binding.m) >= 4 * MICRO_ROWS
 
 
@@ -150,7 +170,7 @@ def packed_candidates(
     if not packing_pays(model, machine, binding):
         return []
     packed = replace(binding, pack_b=True)
-    lanes = machine.vector_lanes("float32")
+    lanes = _lanes(model, machine, binding)
     nr = lanes * _micro_vectors(machine)
     m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
     n_tiles = [t for t in (8 * nr, 4 * nr) if t < n_ext] + [n_ext] * (n_ext <= 16 * nr)
@@ -189,7 +209,7 @@ def micro_panel_candidates(
     packed B (`[n/nr][k][nr]`) is one contiguous micro-panel that stays in L1 while the call's
     register tiles walk down m; an m block of A (m tile x k tile) stays in L2 across the
     calls of the n loop inside it; k is blocked near K_TILE so that the micro-panel fits L1."""
-    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    nr = _lanes(model, machine, binding) * _micro_vectors(machine)
     m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
     if binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None:
         return []
@@ -328,9 +348,9 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> 
     blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
     far less."""
     mk = schedule.microkernel
-    lanes = machine.vector_lanes("float32")
     if mk is None:
         return 0.15
+    lanes = _lanes(model, machine, mk)
     m_ext = _extent(model, mk.m)
     m = min(schedule.tile_sizes.get(mk.m, m_ext), m_ext)
     n = schedule.tile_sizes.get(mk.n, _extent(model, mk.n))
@@ -363,7 +383,7 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget
     0.75 of the contiguous panel's speed.)"""
     mk = schedule.microkernel
     assert mk is not None
-    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    nr = _lanes(model, machine, mk) * _micro_vectors(machine)
     strides = _b_strides(model, mk)
     n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
     contiguous = (mk.pack_b and n <= nr) or (strides is not None and strides[:2] == (1, nr))
@@ -388,7 +408,10 @@ def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int]
 
 def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
     strides = _b_strides(model, mk)
-    return strides is not None and (strides[0] != 1 or abs(strides[1]) * 4 >= 1024)
+    operands = _gemm_operands(model, mk)
+    if strides is None or operands is None:
+        return False
+    return strides[0] != 1 or abs(strides[1]) * _element_bytes(model, operands[2]) >= 1024
 
 
 def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int | None:
@@ -405,7 +428,7 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
     m = min(schedule.tile_sizes.get(mk.m, _extent(model, mk.m)), _extent(model, mk.m))
     k = min(schedule.tile_sizes.get(mk.k, _extent(model, mk.k)), _extent(model, mk.k))
     k *= math.prod(_trip(model, schedule, b) for b in mk.batch)
-    per_line = line_bytes // 4
+    per_line = max(line_bytes // _element_bytes(model, a), 1)
     if a_k == 1:
         return m * math.ceil(k / per_line)
     if a_m == 1:
@@ -428,7 +451,7 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     if a_lines is None:
         return traffic
     a_bytes = a_lines * line
-    nr = machine.vector_lanes("float32") * _micro_vectors(machine)
+    nr = _lanes(model, machine, mk) * _micro_vectors(machine)
     n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
     strips = math.ceil(n / nr)
     if a_bytes > capacity // 2 and strips > 1:
@@ -499,7 +522,10 @@ def evaluate(
             traffic[name] = _call_traffic(model, machine, final, ws[-1], capacity, traffic[name])
         traffic[name] = max(traffic[name], total_lines_once * machine.cache_line_bytes)
     flops = sum(s.flops for s in plan.statements)
-    peak_per_cycle = 2 * 2 * machine.vector_lanes("float32")  # 2 FMA pipes x lanes x 2 flops
+    # 2 FMA pipes x lanes x 2 flops, lanes of the main statement's accumulation
+    lanes = (_lanes(model, machine, final.microkernel) if final.microkernel is not None
+             else machine.vector_lanes(_nest_dtype(model, plan)))
+    peak_per_cycle = 2 * 2 * lanes
     compute = flops / (peak_per_cycle * _mk_efficiency(final, model, machine))
     # codegen runs the outermost parallel loop's iterations on the threads
     units = _trip(model, final, final.parallel[0]) if final.parallel else 1
@@ -516,9 +542,11 @@ def evaluate(
     memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
-        memory += 2 * 4 * (strides[2] if strides else 0) / BANDWIDTH["l3"]  # read B, write copy
-        if strides and not final.microkernel.batch:
-            memory += _packed_rereads(model, final, 4 * strides[2], caches["l3"]) / BANDWIDTH["l3"]
+        operands = _gemm_operands(model, final.microkernel)
+        b_bytes = (strides[2] * _element_bytes(model, operands[2])) if strides and operands else 0
+        memory += 2 * b_bytes / BANDWIDTH["l3"]  # read B, write the copy
+        if b_bytes and not final.microkernel.batch:
+            memory += _packed_rereads(model, final, b_bytes, caches["l3"]) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:
         cost += FORK_JOIN_CYCLES_PER_THREAD * cores

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from polydl.dtypes import DTYPES
 from polydl.errors import TargetError
 
 KIND = "c"
@@ -22,7 +23,6 @@ KIND = "c"
 ISAS = ("avx512amx", "avx512bf16", "avx512", "avx2", "scalar")
 
 _VECTOR_BYTES = {"avx512amx": 64, "avx512bf16": 64, "avx512": 64, "avx2": 32, "scalar": 4}
-_ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 
 # The x86-64 micro-architecture level each ISA needs; the scalar ISA names no -march at all, so
 # portable C builds with any compiler for any CPU.
@@ -118,7 +118,7 @@ class CpuTarget:
         """Elements of `dtype` in one vector register (1 without SIMD)."""
         if self.isa == "scalar":
             return 1
-        return self.vector_bytes // _ELEMENT_BYTES[dtype]
+        return self.vector_bytes // DTYPES[dtype].bytes
 
     @property
     def has_avx512(self) -> bool:
