@@ -26,6 +26,7 @@ from polydl.schedules.apply import (
     main_group,
 )
 from polydl.schedules.microkernel import candidate_bindings, multiply_accumulate
+from polydl.schedules.register_blocking import PANEL_ROWS, panel_vectors, rows_step_cycles, unit_for
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
 from polydl.schedules.strides import element_stride
 from polydl.target.cpu import CpuTarget
@@ -102,12 +103,12 @@ def microkernel_candidates(
 
 # Register tile of the outer-product microkernel (rows of C x vectors along n): 6 x 2 on
 # AVX2's 16 registers, 6 x 4 on AVX-512's 32 (see codegen/microkernels/blocking.py).
-MICRO_ROWS = 6
+MICRO_ROWS = PANEL_ROWS
 K_TILE = 256  # a k block of B's micro-panel (K_TILE x vectors) stays in L1
 
 
 def _micro_vectors(machine: CpuTarget) -> int:
-    return 4 if machine.has_avx512 else 2
+    return panel_vectors(unit_for(machine.isa))
 
 
 def _bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel:
@@ -328,21 +329,6 @@ def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:
     return min(tile, extent) if tile else extent
 
 
-def _step_cycles(rows: int, vectors: int, registers: int) -> float:
-    """Cycles per k step of the best register blocking of a call with `rows` rows of C and
-    `vectors` vectors along n: 2 FMAs and 2 loads a cycle, and each accumulator waits for
-    its previous FMA (latency 4) -- the model of codegen/microkernels/blocking.py."""
-    best = math.inf
-    for r in range(1, min(rows, (registers - vectors - 1) // vectors) + 1):
-        full, rest = divmod(rows, r)
-        cycles = 0.0
-        for count, size in ((full, r), (int(rest > 0), rest)):
-            if count:
-                cycles += count * max(size * vectors / 2, (size + vectors) / 2, 4.0)
-        best = min(best, cycles)
-    return best
-
-
 def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
     blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
@@ -357,11 +343,11 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> 
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
     used = min(vectors, _micro_vectors(machine))
-    registers = 32 if machine.has_avx512 else 16
-    cycles = (m_ext // m) * _step_cycles(m, used, registers)
+    unit = unit_for(machine.isa)
+    cycles = (m_ext // m) * rows_step_cycles(unit, m, used)
     if m_ext % m:
-        cycles += _step_cycles(m_ext % m, used, registers)
-    efficiency = lane_use * (m_ext * used / 2) / cycles
+        cycles += rows_step_cycles(unit, m_ext % m, used)
+    efficiency = lane_use * (m_ext * used / unit.fma_ports) / cycles
     # each call loads and stores its C tile once, over a reduction of k times the batch
     k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
     k *= math.prod(_trip(model, schedule, b) for b in mk.batch)

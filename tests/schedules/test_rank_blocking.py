@@ -6,7 +6,8 @@ import numpy as np
 import polydl
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import _step_cycles, outer_tilings, rank
+from polydl.schedules.rank import outer_tilings, rank
+from polydl.schedules.register_blocking import VECTOR_UNITS, rows_step_cycles
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 from tests.kernels import run_and_check
@@ -15,11 +16,28 @@ AVX2 = CpuTarget(isa="avx2", cores=2)
 
 
 def test_step_cycles_prefer_even_register_tiles() -> None:
+    avx2 = VECTOR_UNITS["avx2"]
     # 14 rows x 2 vectors: 5 + 5 + 4 rows (14 cycles) beats 6 + 6 + 2 (6 + 6 + latency 4)
-    assert _step_cycles(14, 2, 16) == 14.0
-    assert _step_cycles(12, 2, 16) + _step_cycles(2, 2, 16) == 16.0
+    assert rows_step_cycles(avx2, 14, 2) == 14.0
+    assert rows_step_cycles(avx2, 12, 2) + rows_step_cycles(avx2, 2, 2) == 16.0
     # one row alone waits for the FMA latency
-    assert _step_cycles(1, 1, 16) == 4.0
+    assert rows_step_cycles(avx2, 1, 1) == 4.0
+
+
+def test_ranking_and_codegen_share_one_register_model() -> None:
+    """The tile the code generator chooses for a call is one the ranking's model counts."""
+    from polydl.codegen.microkernels.blocking import choose_outer_product
+    from polydl.codegen.microkernels.spec import BrgemmSpec
+    from polydl.schedules import register_blocking
+
+    for isa in ("avx2", "avx512"):
+        unit = VECTOR_UNITS[isa]
+        spec = BrgemmSpec(m=6, n=register_blocking.panel_vectors(unit) * unit.lanes("float32"),
+                          k=64, a_m=64, a_k=1, b_k=64, b_n=1, c_m=64, c_n=1)
+        chosen = choose_outer_product(spec.normalized(), unit)
+        assert (chosen.rows, chosen.vectors) == (register_blocking.PANEL_ROWS,
+                                                 register_blocking.panel_vectors(unit))
+        assert chosen.rows <= register_blocking.max_rows(unit, chosen.vectors)
 
 
 def test_a_short_m_extent_is_not_split_into_a_ragged_tile() -> None:

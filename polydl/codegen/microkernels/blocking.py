@@ -1,7 +1,8 @@
 """Register blocking: which tile of C a microkernel keeps in vector registers.
 
 Takes a normalised `BrgemmSpec` and a `VectorUnit` (the register file and issue widths of one
-ISA); returns the `Blocking` with the fewest estimated cycles. The model counts, per k step of
+ISA); returns the `Blocking` with the fewest estimated cycles, by the register-blocking model of
+`schedules/register_blocking.py` that the ranking uses too. The model counts, per k step of
 one register tile, FMAs (issued on `fma_ports`), loads (on `load_ports`) and the FMA latency
 that each accumulator's chain must wait; remainder tiles in m and n are counted as what they
 are, so a blocking that divides the shape wins over a larger one that leaves a ragged edge.
@@ -14,31 +15,12 @@ from dataclasses import dataclass
 
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.errors import ScheduleError
-
-
-@dataclass(frozen=True)
-class VectorUnit:
-    """Facts of one SIMD ISA that decide register blocking."""
-
-    isa: str
-    registers: int
-    vector_bytes: int
-    fma_ports: int = 2  # Skylake-SP/Ice Lake and Zen 3/4 all issue two vector FMAs a cycle
-    load_ports: int = 2
-    fma_latency: int = 4
-
-    target: str = ""  # gcc target attribute that enables the intrinsics used
-
-    def lanes(self, compute_dtype: str) -> int:
-        return self.vector_bytes // (8 if compute_dtype == "float64" else 4)
-
-
-VECTOR_UNITS: dict[str, VectorUnit] = {
-    "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, target="avx2,fma"),
-    "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
-                         target="avx512f,avx512bw,avx512vl,avx512dq,fma"),
-}
-VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512amx"] = VECTOR_UNITS["avx512"]
+from polydl.schedules.register_blocking import (  # noqa: F401 - the model's names, here too
+    VECTOR_UNITS,
+    VectorUnit,
+    max_rows,
+    step_cycles,
+)
 
 # Cycles to load and store one accumulator and to enter a tile (pointer set-up, loop exits).
 _ACCUMULATOR_CYCLES = 1.0
@@ -61,11 +43,6 @@ class Blocking:
         return self.rows * self.vectors
 
 
-def _step_cycles(unit: VectorUnit, fmas: int, loads: int) -> float:
-    # One k step: every accumulator takes one FMA, so the step lasts at least one FMA latency.
-    return max(fmas / unit.fma_ports, loads / unit.load_ports, float(unit.fma_latency))
-
-
 def _split(extent: int, block: int) -> list[tuple[int, int]]:
     """(count, size) of the full blocks and the remainder block."""
     out = [(extent // block, block)] if extent >= block else []
@@ -83,7 +60,7 @@ def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
         for n_count, width in _split(n, vectors * lanes):
             v = math.ceil(width / lanes)
             # loads: one broadcast of A per row, one vector of B per column vector
-            step = _step_cycles(unit, r * v, r + v)
+            step = step_cycles(unit, r * v, r + v)
             tile = steps * step + r * v * _ACCUMULATOR_CYCLES + _TILE_CYCLES
             total += m_count * n_count * tile
     return total
@@ -101,10 +78,10 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     best: Blocking | None = None
     max_vectors = math.ceil(spec.n / lanes)
     for vectors in range(1, max_vectors + 1):
-        max_rows = (unit.registers - vectors - 2) // vectors
-        row_options = range(1, min(max_rows, spec.m) + 1)
+        most = max_rows(unit, vectors)
+        row_options = range(1, min(most, spec.m) + 1)
         if spec.a_panel_rows:  # a packed A fixes the rows of a register tile
-            if spec.a_panel_rows > max_rows:
+            if spec.a_panel_rows > most:
                 continue
             row_options = range(min(spec.a_panel_rows, spec.m), min(spec.a_panel_rows, spec.m) + 1)
         for rows in row_options:
@@ -123,7 +100,7 @@ def dot_product_cycles(unit: VectorUnit, rows: int, cols: int, lanes: int,
     total = 0.0
     for m_count, r in _split(m, rows):
         for n_count, s in _split(n, cols):
-            step = _step_cycles(unit, r * s, r + s)
+            step = step_cycles(unit, r * s, r + s)
             # the horizontal sum of each accumulator at the end: a few shuffles and adds
             tile = chunks * step + r * s * (3 + math.log2(lanes)) + _TILE_CYCLES
             total += m_count * n_count * tile

@@ -1,0 +1,79 @@
+"""The register-blocking model: how many cycles a k step of a register tile of C takes on one
+SIMD unit, and which tiles fit its registers.
+
+One model for two readers: the ranking estimates a microkernel call's efficiency with it, and
+code generation (`codegen/microkernels/blocking.py`) chooses the register tile a call's kernel
+uses with it. Per k step of a tile of `rows` x `vectors`, each accumulator takes one FMA (issued
+on `fma_ports`), A and B take `rows + vectors` loads (on `load_ports`), and each accumulator's
+chain waits for its previous FMA (`fma_latency`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polydl.dtypes import DTYPES
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """Facts of one SIMD ISA that decide register blocking."""
+
+    isa: str
+    registers: int
+    vector_bytes: int
+    fma_ports: int = 2  # Skylake-SP/Ice Lake and Zen 3/4 all issue two vector FMAs a cycle
+    load_ports: int = 2
+    fma_latency: int = 4
+
+    target: str = ""  # gcc target attribute that enables the intrinsics used
+
+    def lanes(self, compute_dtype: str) -> int:
+        return max(self.vector_bytes // DTYPES[compute_dtype].bytes, 1)
+
+
+VECTOR_UNITS: dict[str, VectorUnit] = {
+    "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, target="avx2,fma"),
+    "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
+                         target="avx512f,avx512bw,avx512vl,avx512dq,fma"),
+}
+VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512amx"] = VECTOR_UNITS["avx512"]
+# No SIMD: what the ranking assumes of portable C (one lane, the registers of x86-64).
+SCALAR_UNIT = VectorUnit("scalar", registers=16, vector_bytes=4)
+
+# The register tile BLIS-like blockings are built around: 6 rows of C times 2 vectors on 16
+# registers (AVX2: 12 accumulators), 4 vectors on 32 (AVX-512: 24).
+PANEL_ROWS = 6
+
+
+def unit_for(isa: str) -> VectorUnit:
+    return VECTOR_UNITS.get(isa, SCALAR_UNIT)
+
+
+def panel_vectors(unit: VectorUnit) -> int:
+    return 4 if unit.registers >= 32 else 2
+
+
+def max_rows(unit: VectorUnit, vectors: int) -> int:
+    """Rows of C a tile of `vectors` vectors may have: its accumulators, the B vectors of one
+    k step, one register for the broadcast A element and one spare fit the register file."""
+    return (unit.registers - vectors - 2) // vectors
+
+
+def step_cycles(unit: VectorUnit, fmas: int, loads: int) -> float:
+    """One k step: every accumulator takes one FMA, so the step lasts at least one latency."""
+    return max(fmas / unit.fma_ports, loads / unit.load_ports, float(unit.fma_latency))
+
+
+def rows_step_cycles(unit: VectorUnit, rows: int, vectors: int) -> float:
+    """Cycles per k step of `rows` rows of C times `vectors` vectors, split into the register
+    tiles that fit (full ones and a remainder) as the code generator would split them."""
+    best = math.inf
+    for r in range(1, min(rows, max(max_rows(unit, vectors), 1)) + 1):
+        full, rest = divmod(rows, r)
+        cycles = full * step_cycles(unit, r * vectors, r + vectors)
+        if rest:
+            cycles += step_cycles(unit, rest * vectors, rest + vectors)
+        best = min(best, cycles)
+    return best
