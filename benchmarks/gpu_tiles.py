@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from polydl.gpu import DEVICES  # noqa: E402
+
 from polydl.codegen.gpu_target import generate_gpu  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
-from polydl.gpu import DEVICES  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.runtime.gpu_kernel import GpuKernel  # noqa: E402
 from polydl.runtime.gpu_toolchain import compile_gpu_library  # noqa: E402

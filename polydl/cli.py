@@ -85,9 +85,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from polydl.driver.pipeline import build_kernel
-    from polydl.inputs import random_inputs
+    from polydl.runtime.inputs import random_inputs
+    from polydl.runtime.verify import compare
     from polydl.target.host import cannot_run_here
-    from polydl.verify import compare
 
     target = _target(args)
     reason = cannot_run_here(target)

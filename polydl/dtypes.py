@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from polydl.errors import PolyDLError
 
 # DLPack type codes (dlpack.h): kDLFloat, kDLBfloat
@@ -51,3 +53,18 @@ def dtype(name: str) -> DataType:
         return DTYPES[name]
     except KeyError:
         raise PolyDLError(f"unknown dtype '{name}'; known: {', '.join(DTYPES)}") from None
+
+
+# bfloat16 values as the 16-bit patterns kernels take: the upper half of a float32.
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 bits, nearest even (NaN stays NaN)."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded

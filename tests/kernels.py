@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 import polydl
-from polydl.inputs import random_inputs
-from polydl.verify import compare
+from polydl.runtime.inputs import random_inputs
+from polydl.runtime.verify import compare
 
 
 def run_and_check(

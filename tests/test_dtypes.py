@@ -11,9 +11,9 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import ELEMENT_TYPES
 from polydl.poly.model import build_model
 from polydl.runtime.kernel import NUMPY_DTYPES
+from polydl.runtime.verify import TOLERANCE
 from polydl.schedules.rank import rank
 from polydl.target import CpuTarget
-from polydl.verify import TOLERANCE
 
 
 def test_the_table_is_consistent() -> None:

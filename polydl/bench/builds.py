@@ -12,7 +12,7 @@ import numpy as np
 
 from polydl.bench.cases import Case
 from polydl.bench.timing import Runner, time_runners
-from polydl.verify import compare
+from polydl.runtime.verify import compare
 
 Shape = tuple[int, ...]
 

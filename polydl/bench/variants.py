@@ -36,7 +36,7 @@ from polydl.bench.results import Row, error_row, one_line
 from polydl.bench.timing import Runner, time_runners
 from polydl.frontends import builders
 from polydl.runtime.kernel import Kernel
-from polydl.verify import relative_error
+from polydl.runtime.verify import relative_error
 
 FUSE = ("bias", "relu")
 LAYOUTS = ("nchw16c", "nchw")

@@ -9,7 +9,7 @@ import numpy as np
 
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel, build_model
-from polydl.reference import make_reference
+from polydl.poly.reference import make_reference
 
 
 class LazyReference:

@@ -18,9 +18,9 @@ import numpy as np
 from polydl.driver import c_backend
 from polydl.driver.reference import LazyReference
 from polydl.errors import PolyDLError, TargetError
-from polydl.inputs import random_inputs
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel, build_model
+from polydl.runtime.inputs import random_inputs
 from polydl.runtime.kernel import Kernel
 from polydl.schedules.auto import resolve
 from polydl.schedules.database import TuningDatabase, TuningRecord, nest_key

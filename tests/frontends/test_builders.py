@@ -14,7 +14,7 @@ from polydl.frontends.builders import PRIMITIVES, conv2d, matmul
 from polydl.frontends.c_loopnest import parse_c
 from polydl.ir import Loop, LoopNest, walk_statements
 from polydl.poly.model import build_model
-from polydl.reference import make_reference
+from polydl.poly.reference import make_reference
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}

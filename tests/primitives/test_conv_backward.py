@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import polydl
 from polydl import layouts
 from polydl.errors import ArgumentError
-from polydl.verify import compare
+from polydl.runtime.verify import compare
 
 # N, C, K, H, W, R, S, stride, padding: odd channels (partial blocks), strides that leave rows
 # of x out of every window, padding larger than R-1, rectangular windows.

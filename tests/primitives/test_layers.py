@@ -10,7 +10,7 @@ import polydl
 from polydl import layouts
 from polydl.errors import ArgumentError, SpecError
 from polydl.frontends import load_spec
-from polydl.verify import compare
+from polydl.runtime.verify import compare
 from tests.kernels import run_and_check
 
 

@@ -18,8 +18,8 @@ from polydl.api import build_kernel
 from polydl.errors import ShapeError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
-from polydl.inputs import random_inputs
-from polydl.verify import compare
+from polydl.runtime.inputs import random_inputs
+from polydl.runtime.verify import compare
 from tests.kernels import ROWSUM, WAVEFRONT
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

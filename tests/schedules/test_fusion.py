@@ -147,7 +147,7 @@ def test_conv_epilogue_chains_are_fused_and_correct(chain: tuple[str, ...]) -> N
     nest, params = builders.conv2d(**sizes, fuse=chain)
     unfused = polydl.api.build_kernel(nest, params, schedule=replace(fused.schedule, epilogues=()))
     assert not unfused.schedule.epilogues
-    from polydl.inputs import random_inputs
+    from polydl.runtime.inputs import random_inputs
 
     inputs = random_inputs(fused.arguments, seed=5)
     got = fused(*inputs)

@@ -14,8 +14,8 @@ import polydl
 from polydl.api import build_kernel, lower
 from polydl.driver.explain import explain
 from polydl.frontends import builders, layers
-from polydl.inputs import random_inputs
 from polydl.poly.model import build_model
+from polydl.runtime.inputs import random_inputs
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.postops import postop_plan
 from polydl.schedules.schedule import MicrokernelBinding, Schedule

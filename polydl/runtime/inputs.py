@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from polydl.codegen.artifact import KernelArgument
-from polydl.reference import f32_to_bf16
+from polydl.dtypes import f32_to_bf16
 from polydl.runtime.kernel import NUMPY_DTYPES
 
 

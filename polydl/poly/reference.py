@@ -15,6 +15,7 @@ from collections.abc import Callable
 import islpy as isl
 import numpy as np
 
+from polydl.dtypes import bf16_to_f32, f32_to_bf16
 from polydl.ir import (
     Binary,
     Call,
@@ -66,20 +67,6 @@ _COMPARE = {
     "==": np.equal,
     "!=": np.not_equal,
 }
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(values: np.ndarray) -> np.ndarray:
-    """Round float32 to bfloat16 bits, nearest even (NaN stays NaN)."""
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(values)
-    if nan.any():
-        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
-    return rounded
 
 
 def batch_depth(s: StatementModel) -> int:
@@ -301,4 +288,4 @@ def _int(e: IntExpr, env: dict[str, np.ndarray]) -> np.ndarray:
     return np.mod(a, b)
 
 
-__all__ = ["make_reference", "batch_depth", "bf16_to_f32", "f32_to_bf16", "expr_loads"]
+__all__ = ["make_reference", "batch_depth", "expr_loads"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polydl.dtypes import DTYPES
-from polydl.reference import bf16_to_f32
+from polydl.dtypes import DTYPES, bf16_to_f32
 
 TOLERANCE = {name: d.tolerance for name, d in DTYPES.items()}
 
