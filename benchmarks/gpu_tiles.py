@@ -17,14 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from polydl.gpu import DEVICES  # noqa: E402
-
 from polydl.codegen.gpu_target import generate_gpu  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.runtime.gpu_kernel import GpuKernel  # noqa: E402
 from polydl.runtime.gpu_toolchain import compile_gpu_library  # noqa: E402
 from polydl.schedules.gpu import GemmTiling, GpuSchedule, gpu_schedule  # noqa: E402
+from polydl.target.gpu import DEFAULT_GPUS  # noqa: E402
 
 VARIANTS = [  # (BM, BN, BK, warps_m, warps_n, stages)
     (128, 256, 32, 2, 4, 3), (128, 256, 64, 2, 4, 3), (128, 256, 64, 2, 4, 4),
@@ -40,7 +39,7 @@ def main() -> int:
     nest, params = builders.matmul(m, n, k)
     nest = replace(nest, arrays=tuple(replace(a, dtype="bfloat16") if a.name in "AB" else a for a in nest.arrays))
     model = build_model(nest, params)
-    base = gpu_schedule(model, DEVICES["cuda"])
+    base = gpu_schedule(model, DEFAULT_GPUS["cuda"])
     print("schedule's choice:", base.describe(), flush=True)
     work = Path(tempfile.mkdtemp())
 
