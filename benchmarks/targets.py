@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One GEMM built for every CPU preset on this machine: what each library contains and how fast
-the ones this CPU can run are.
+the ones this CPU can run are. Threads as `polydl bench` sets them (one per core unless
+OMP_NUM_THREADS says otherwise; OpenBLAS's idle workers sleep at once).
 
     python benchmarks/targets.py [--size 1024] [--rounds 7] [--json FILE]
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +29,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 import numpy as np  # noqa: E402
 
 import polydl  # noqa: E402
+from polydl.bench.threads import thread_environment, threads_prepared  # noqa: E402
 from polydl.target import CPU_PRESETS, host_target  # noqa: E402
 from polydl.target.host import cannot_run_here  # noqa: E402
 
@@ -52,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "targets.json"))
     args = p.parse_args(argv)
+    if not threads_prepared():  # numpy's BLAS reads its thread settings when it loads
+        env = {**os.environ, **thread_environment(host_target().cores)}
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
     n = args.size
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
@@ -80,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             err = float(np.max(np.abs(out - expected)) / np.max(np.abs(expected)))
             err16 = float(np.max(np.abs(bf16(a16, b16) - expected16)) / np.max(np.abs(expected16)))
             ours, ref = [], []
-            fp32(a, b)
-            for _ in range(args.rounds):  # interleaved: one of each per round
-                ours += timed(lambda: fp32(a, b), 1)
-                ref += timed(lambda: a @ b, 1)
+            c, c_numpy = np.zeros((n, n), np.float32), np.zeros((n, n), np.float32)
+            fp32(a, b, C=c)
+            for _ in range(args.rounds):  # interleaved: one of each per round, outputs reused
+                ours += timed(lambda: fp32(a, b, C=c), 1)  # noqa: B023
+                ref += timed(lambda: np.matmul(a, b, out=c_numpy), 1)  # noqa: B023
             flops = 2 * n**3
             row.update(runs_here=True, rel_error=err, bf16_rel_error=err16,
                        gflops=flops / statistics.median(ours) / 1e9,
