@@ -180,3 +180,23 @@ def test_an_unknown_march_falls_back_to_the_isa_level() -> None:
         kernel = polydl.matmul(M=8, N=8, K=8, machine=made_up)
     np.testing.assert_allclose(kernel(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)),
                                np.full((8, 8), 8.0))
+
+
+def test_nothing_below_the_api_asks_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lowering for a given target never detects the running machine: the ranking, the
+    microkernels and the code generator read the target value alone."""
+    from polydl.api import lower
+    from polydl.target import host
+
+    def asked(*args: object) -> object:
+        raise AssertionError("the running machine was asked for")
+
+    monkeypatch.setattr(host, "host_target", asked)
+    monkeypatch.setattr(host, "host_cpu_flags", asked)
+    monkeypatch.setattr(host, "_detected", asked)
+    for preset in ("x86-64-v3", "sapphirerapids"):
+        nest, params = builders.conv2d(N=1, C=16, K=16, H=6, W=6, R=3, S=3, padding=1,
+                                       fuse=("bias", "relu"), dtype="bfloat16")
+        c = lower(nest, params, machine=CPU_PRESETS[preset])
+        assert c.target is CPU_PRESETS[preset]
+        assert f"target: {preset}" in c.code.source
