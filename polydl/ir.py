@@ -272,7 +272,7 @@ class Condition:
 
 @dataclass(frozen=True)
 class Statement:
-    """`target op value` with op one of `=`, `+=`, `-=`, `*=`.
+    """`target op value` with op one of `=`, `+=`, `-=`, `*=`, `/=`.
 
     `name` is unique in the nest (S0, S1, ... in source order).
     """

@@ -58,6 +58,7 @@ class Scope:
     arrays: dict[str, Array] = field(default_factory=dict)
     loops: list[str] = field(default_factory=list)
     declared_later: set[str] = field(default_factory=set)
+    loop_names: set[str] = field(default_factory=set)  # `int i, j;` declared for later loops
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
         """Where `node` starts; a node pycparser left without one takes its first child's.
@@ -97,6 +98,8 @@ class Scope:
     def kind(self, name: str) -> str | None:
         if name in self.loops:
             return "loop variable"
+        if name in self.loop_names:
+            return "declared loop variable"
         if name in self.sizes:
             return "size parameter"
         if name in self.arrays:

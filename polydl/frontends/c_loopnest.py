@@ -3,7 +3,8 @@
 Takes the text of a spec `void NAME(int N, ..., float A[N][M], const float B[...], ...) {...}`
 and its file name; returns a `LoopNest` whose loops, guards, statements, accesses and arrays
 carry their source positions. The body is for loops with affine bounds and constant positive
-steps, `if` guards of affine conditions joined by `&&`, and assignments `=`, `+=`, `-=`, `*=`
+steps (the loop variable declared in the header or as `int i, j;` before), `if` guards of
+affine conditions joined by `&&`, and assignments `=`, `+=`, `-=`, `*=`, `/=`
 to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
 """
 
@@ -50,7 +51,7 @@ MAX_PARAMETERS = 256
 PARSER_STACK_BYTES = 256 * 1024 * 1024
 _STACK_LOCK = threading.Lock()
 T = TypeVar("T")
-STATEMENT_OPS = ("=", "+=", "-=", "*=")
+STATEMENT_OPS = ("=", "+=", "-=", "*=", "/=")
 _LOOP_FORM = "for (int i = LO; i < HI; i++)"
 _BODY_FORM = "the body holds for loops, if guards and assignments to array elements"
 
@@ -144,10 +145,11 @@ class _FunctionReader:
         func = functions[0]
         decl = func.decl
         self._check_name(decl.name, decl, "function")
-        if decl.storage or decl.funcspec or decl.quals:
+        # static and inline say how the function links, nothing polydl compiles differently
+        if set(decl.storage) - {"static"} or set(decl.funcspec) - {"inline"} or decl.quals:
             raise self.error(
-                "the function must be declared as plain 'void NAME(...)', without "
-                "static, extern, inline or qualifiers",
+                "the function must be declared as 'void NAME(...)' (static and inline are "
+                "allowed), without extern or qualifiers",
                 decl,
             )
         if func.param_decls:
@@ -247,13 +249,18 @@ class _FunctionReader:
         ) else []
         if len(names) != 1 or names[0] not in ELEMENT_TYPES:
             raise self.error(f"array '{p.name}' must have float, double or bfloat16 elements", p)
+        # restrict promises what polydl proves itself (its arrays never alias): accepted
         quals = set(p.quals) | set(t.quals)
-        if quals - {"const"}:
-            raise self.error(f"qualifier(s) {sorted(quals - {'const'})} not allowed on '{p.name}'", p)
+        if quals - {"const", "restrict"}:
+            raise self.error(
+                f"qualifier(s) {sorted(quals - {'const', 'restrict'})} not allowed on '{p.name}'", p
+            )
         shape: list[IntExpr] = []
         for d in dims:
-            if d.dim_quals:
-                raise self.error(f"qualifiers inside the brackets of '{p.name}' are not allowed", d)
+            if set(d.dim_quals) - {"restrict", "const"}:
+                raise self.error(
+                    f"qualifiers inside the brackets of '{p.name}' other than restrict and "
+                    "const are not allowed", d)
             if d.dim is None:
                 raise self.error(
                     f"array '{p.name}' needs an extent in every dimension, e.g. {p.name}[N]", p
@@ -300,10 +307,8 @@ class _FunctionReader:
         if isinstance(node, c_ast.EmptyStatement):
             return ()
         if isinstance(node, (c_ast.Decl, c_ast.DeclList)):
-            raise self.error(
-                f"declarations are only allowed in the header of a for loop: {_LOOP_FORM}",
-                node,
-            )
+            self._declare_loop_variables(node.decls if isinstance(node, c_ast.DeclList) else [node])
+            return ()
         if isinstance(node, (c_ast.While, c_ast.DoWhile)):
             raise self.error(
                 f"while and do loops are not allowed; use a for loop with affine bounds: "
@@ -361,7 +366,7 @@ class _FunctionReader:
         self._check_assignable(node.lvalue)
         if node.op not in STATEMENT_OPS:
             raise self.error(
-                f"operator '{node.op}' is not allowed; statements use =, +=, -= or *=", node
+                f"operator '{node.op}' is not allowed; statements use =, +=, -=, *= or /=", node
             )
         target = self.exprs.access(node.lvalue, write=True)
         value = self.exprs.value(node.rvalue)
@@ -388,8 +393,40 @@ class _FunctionReader:
             self.scope.loops.pop()
         return Loop(var, lower, upper, step, body, self.scope.position(node))
 
+    def _declare_loop_variables(self, decls: list[c_ast.Decl]) -> None:
+        """`int i, j;`: names for the loops that follow (`for (i = 0; ...)`), as C code written
+        before C99 declares them; anything else declared in the body is refused."""
+        for decl in decls:
+            t = decl.type
+            if not (
+                isinstance(t, c_ast.TypeDecl)
+                and isinstance(t.type, c_ast.IdentifierType)
+                and t.type.names == ["int"]
+                and not decl.quals
+                and not decl.storage
+                and decl.init is None
+            ):
+                raise self.error(
+                    "declarations in the body are only loop variables, `int i, j;` without a "
+                    f"value, used as `for (i = LO; i < HI; i++)`; or declare it in the loop: "
+                    f"{_LOOP_FORM}",
+                    decl,
+                )
+            self._check_name(decl.name, decl, "loop variable")
+            self.scope.loop_names.add(decl.name)
+
     def _loop_init(self, node: c_ast.For) -> tuple[str, IntExpr]:
         init = node.init
+        if (
+            isinstance(init, c_ast.Assignment)
+            and init.op == "="
+            and isinstance(init.lvalue, c_ast.ID)
+            and init.lvalue.name in self.scope.loop_names
+        ):
+            name = init.lvalue.name
+            if name in self.scope.loops:
+                raise self.error(f"'{name}' is already the variable of an enclosing loop", init)
+            return name, self.exprs.index(init.rvalue, "a loop bound", min_max=True)
         if isinstance(init, c_ast.Assignment):
             self._check_assignable(init.lvalue)
         if isinstance(init, c_ast.DeclList) and len(init.decls) > 1:

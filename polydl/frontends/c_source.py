@@ -51,6 +51,22 @@ def position_of(text: str, offset: int, filename: str) -> SourcePosition:
     return SourcePosition(filename, line, column)
 
 
+_PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma\b.*$", re.MULTILINE)
+
+
+def blank_pragmas(clean: str) -> str:
+    """`#pragma` lines (`#pragma scop`, `#pragma omp ...`) blanked: polydl chooses the schedule
+    and its parallel loops itself, so a pragma says nothing it needs. A pragma continued onto
+    the next line (a trailing backslash) is blanked with its continuation lines."""
+    lines = clean.split("\n")
+    blanking = False
+    for i, line in enumerate(lines):
+        if blanking or _PRAGMA.fullmatch(line):
+            blanking = line.rstrip().endswith("\\")
+            lines[i] = " " * len(line)
+    return "\n".join(lines)
+
+
 def reject_preprocessor(clean: str, filename: str, text: str) -> None:
     # any '#', not only at the start of a line: pycparser's lexer obeys `#line` anywhere
     offset = clean.find("#")
@@ -154,7 +170,7 @@ def check_size(text: str, filename: str) -> None:
 
 def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST:
     check_size(text, filename)
-    clean = strip_comments(text, filename)
+    clean = blank_pragmas(strip_comments(text, filename))
     reject_preprocessor(clean, filename, text)
     check_brackets(clean, filename, text)
     parser = c_parser.CParser()

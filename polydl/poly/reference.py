@@ -57,7 +57,7 @@ _UFUNCS: dict[str, Callable[..., np.ndarray]] = {
     "powf": np.power,
 }
 
-_STORE_UFUNC = {"+=": np.add, "-=": np.subtract, "*=": np.multiply}
+_STORE_UFUNC = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.divide}
 
 _COMPARE = {
     "<": np.less,

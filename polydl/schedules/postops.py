@@ -287,7 +287,7 @@ def _epilogue_steps(
     op = s.statement.op
     if op == "=":
         return value
-    if op in ("+=", "-=", "*="):
+    if op in ("+=", "-=", "*=", "/="):
         return _apply(op[0], [Acc(), value])
     return f"its update `{op}` has no post-op form"
 

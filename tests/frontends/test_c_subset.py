@@ -1,0 +1,73 @@
+"""C as people write it: pragmas, static/inline functions, restrict arrays, `/=`, and loop
+variables declared before their loops; each accepted spec matches numpy, each refusal keeps its
+position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polydl
+from polydl.errors import SpecError
+
+PRE_C99 = """
+static inline void lower_update(int N, float C[restrict N][N], const float A[restrict N][N],
+                                const float d[N]) {
+  int i, j, k;
+#pragma scop
+  for (i = 0; i < N; i++)
+    for (j = 0; j <= i; j++) {
+      for (k = 0; k < N; k++)
+        C[i][j] += A[i][k] * A[j][k];
+      C[i][j] /= d[i];
+    }
+#pragma endscop
+}
+"""
+
+
+def test_a_pre_c99_kernel_with_pragmas_matches_numpy() -> None:
+    n = 19
+    kernel = polydl.compile(PRE_C99, {"N": n})
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    d = rng.uniform(1, 2, n).astype(np.float32)
+    c0 = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    c = c0.copy()
+    kernel(a, d, C=c)
+    expected = c0.astype(np.float64)
+    full = (c0 + a.astype(np.float64) @ a.T.astype(np.float64)) / d[:, None]
+    lower = np.tril(np.ones((n, n), dtype=bool))
+    expected[lower] = full[lower]
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(kernel.reference(a, d, C=c0.copy()), expected, rtol=1e-6)
+
+
+def test_divide_assign_divides_in_place() -> None:
+    kernel = polydl.compile(
+        "void f(int N, float y[N], const float x[N]) { for (int i = 0; i < N; i++) y[i] /= x[i]; }",
+        {"N": 37},
+    )
+    x = np.linspace(1, 2, 37, dtype=np.float32)
+    y = np.linspace(-3, 3, 37, dtype=np.float32)
+    expected = y / x
+    kernel(x, y=y)
+    np.testing.assert_allclose(y, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "text, line, column, says",
+    [
+        ("void f(int N, float y[N]) { int i;\n  for (i = 0; i < N; i++)\n"
+         "    for (i = 0; i < N; i++) y[i] += 1.0f; }", 3, 10, "enclosing loop"),
+        ("void f(int N, float y[N]) {\n  float t;\n}", 2, 9, "only loop variables"),
+        ("void f(int N, float y[N]) {\n  int i = 0;\n}", 2, 7, "without a value"),
+        ("void f(int N, float y[N]) { int i;\n  y[i] = 1.0f; }", 2, 5, "declared loop variable"),
+        ("void f(int N, float y[N]) { int N2, N2; }", 1, 37, "shadows the declared loop"),
+        ("void f(int N, float y[N]) {\n  int y; }", 2, 7, "shadows the array 'y'"),
+    ],
+)
+def test_refusals_keep_their_positions(text: str, line: int, column: int, says: str) -> None:
+    with pytest.raises(SpecError, match=says) as info:
+        polydl.compile(text, {"N": 4})
+    assert (info.value.line, info.value.column) == (line, column), info.value.message
