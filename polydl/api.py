@@ -59,10 +59,12 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     target: TargetArg = "c",
     machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
+    function: str | None = None,
 ) -> Kernel:
     """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel,
-    for `target` described by `machine` (default: this machine)."""
-    nest, bound = load_spec(spec, params)
+    for `target` described by `machine` (default: this machine); `function` picks one function
+    of a C file that defines several."""
+    nest, bound = load_spec(spec, params, function)
     return build_kernel(nest, bound, target, schedule, machine=machine)
 
 

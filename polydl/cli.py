@@ -53,7 +53,7 @@ def _load(args: argparse.Namespace):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
-    return load_spec(Path(args.spec), _params(args.param) or None)
+    return load_spec(Path(args.spec), _params(args.param) or None, args.function)
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -192,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help)
         c.add_argument("spec", help="a .c loop nest or a .toml primitive spec")
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+        c.add_argument("--function", default=None, metavar="NAME",
+                       help="the function of a C file that defines several")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")

@@ -64,19 +64,20 @@ class CSpec:
     size_positions: dict[str, SourcePosition]
 
 
-def parse_c(text: str, filename: str = "<spec>") -> LoopNest:
+def parse_c(text: str, filename: str = "<spec>", function: str | None = None) -> LoopNest:
     """Parse a C loop-nest spec into a `LoopNest` (sizes stay symbolic)."""
-    return read_c(text, filename).nest
+    return read_c(text, filename, function).nest
 
 
-def read_c(text: str, filename: str = "<spec>") -> CSpec:
-    return on_large_stack(_read_c, text, filename)
+def read_c(text: str, filename: str = "<spec>", function: str | None = None) -> CSpec:
+    """`function`: which function of the file is the spec (default: the only one)."""
+    return on_large_stack(_read_c, text, filename, function)
 
 
-def _read_c(text: str, filename: str) -> CSpec:
+def _read_c(text: str, filename: str, function: str | None) -> CSpec:
     ast = parse_translation_unit(text, filename)
     try:
-        return _FunctionReader(Scope(filename, text)).read(ast)
+        return _FunctionReader(Scope(filename, text)).read(ast, function)
     except RecursionError:
         raise SpecError("the spec is nested too deeply", filename) from None
 
@@ -118,7 +119,7 @@ class _FunctionReader:
 
     # ------------------------------------------------------------------ the function
 
-    def read(self, ast: c_ast.FileAST) -> CSpec:
+    def read(self, ast: c_ast.FileAST, function: str | None = None) -> CSpec:
         functions = [e for e in ast.ext if isinstance(e, c_ast.FuncDef)]
         for item in ast.ext:
             if isinstance(item, c_ast.Pragma):
@@ -136,10 +137,21 @@ class _FunctionReader:
                 SourcePosition(self.scope.filename, 1, 1),
                 self.scope.text,
             )
+        names = [f.decl.name for f in functions]
+        if function is not None:
+            chosen = [f for f in functions if f.decl.name == function]
+            if not chosen:
+                raise SpecError.at(
+                    f"the file has no function '{function}'; it defines {', '.join(names)}",
+                    SourcePosition(self.scope.filename, 1, 1), self.scope.text,
+                )
+            if len(chosen) > 1:
+                raise self.error(f"function '{function}' is defined twice", chosen[1].decl)
+            functions = chosen
         if len(functions) > 1:
             raise self.error(
-                f"only one function is allowed; found a second one, "
-                f"'{functions[1].decl.name}'",
+                f"the file defines {len(functions)} functions ({', '.join(names)}); choose one "
+                "with --function NAME (function= in Python)",
                 functions[1].decl,
             )
         func = functions[0]

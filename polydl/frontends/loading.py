@@ -90,12 +90,17 @@ def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def load_spec(
-    spec: str | os.PathLike[str], params: Mapping[str, int] | None = None
+    spec: str | os.PathLike[str], params: Mapping[str, int] | None = None,
+    function: str | None = None,
 ) -> tuple[LoopNest, dict[str, int]]:
-    """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes."""
+    """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes;
+    `function` picks one function of a C file that defines several."""
     text, filename, kind = read_spec(spec)
     check_size(text, filename)
     if kind == "toml":
+        if function is not None:
+            raise SpecError(f"function='{function}' chooses a function of a C spec; "
+                            "a TOML spec names a primitive", filename)
         return parse_toml(text, filename, params)
-    parsed = read_c(text, filename)
+    parsed = read_c(text, filename, function)
     return parsed.nest, bind_sizes(parsed, params)

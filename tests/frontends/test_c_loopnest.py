@@ -423,7 +423,7 @@ FUNCTION_ERRORS = [
     ("extern-function", "extern void $f(float v[1]) { }", "without extern"),
     ("non-void-function", "int $f(float v[1]) { }", "void"),
     ("no-output", "void $f(int N, const float A[N]) { }", "output"),
-    ("second-function", "void f(float v[1]) { }\nvoid $g(float w[1]) { }", "one function"),
+    ("second-function", "void f(float v[1]) { }\nvoid $g(float w[1]) { }", "choose one with --function"),
     ("global-declaration", "int $x;\nvoid f(float v[1]) { }", "file scope"),
     ("prototype", "void $g(int N);\nvoid f(float v[1]) { }", "file scope"),
     ("no-function", "$", "no function"),

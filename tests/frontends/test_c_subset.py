@@ -71,3 +71,29 @@ def test_refusals_keep_their_positions(text: str, line: int, column: int, says: 
     with pytest.raises(SpecError, match=says) as info:
         polydl.compile(text, {"N": 4})
     assert (info.value.line, info.value.column) == (line, column), info.value.message
+
+
+OPS = """void scale(int N, float y[N], const float x[N]) {
+  for (int i = 0; i < N; i++) y[i] = 2.0f * x[i];
+}
+
+void shift(int N, float y[N], const float x[N]) {
+  for (int i = 0; i < N; i++) y[i] = x[i] + 1.0f;
+}
+"""
+
+
+def test_one_function_of_several_is_chosen_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from polydl.cli import main
+
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_allclose(polydl.compile(OPS, {"N": 5}, function="shift")(x), x + 1)
+    np.testing.assert_allclose(polydl.compile(OPS, {"N": 5}, function="scale")(x), 2 * x)
+    with pytest.raises(SpecError, match=r"defines 2 functions \(scale, shift\); choose one") as e:
+        polydl.compile(OPS, {"N": 5})
+    assert (e.value.line, e.value.column) == (5, 6)
+    with pytest.raises(SpecError, match="has no function 'norm'; it defines scale, shift"):
+        polydl.compile(OPS, {"N": 5}, function="norm")
+    path = tmp_path / "ops.c"
+    path.write_text(OPS)
+    assert main(["run", str(path), "-p", "N=64", "--function", "shift", "--repeat", "1"]) == 0
