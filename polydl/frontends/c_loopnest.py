@@ -4,7 +4,7 @@ Takes the text of a spec `void NAME(int N, ..., float A[N][M], const float B[...
 and its file name; returns a `LoopNest` whose loops, guards, statements, accesses and arrays
 carry their source positions. The body is for loops with affine bounds and constant positive
 steps (the loop variable declared in the header or as `int i, j;` before), `if` guards of
-affine conditions joined by `&&`, and assignments `=`, `+=`, `-=`, `*=`, `/=`
+affine comparisons under `&&`, `||`, `!` (with `else`), and assignments `=`, `+=`, `-=`, `*=`, `/=`
 to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
 """
 
@@ -313,7 +313,7 @@ class _FunctionReader:
         if isinstance(node, c_ast.For):
             return (self._loop(node, depth + 1),)
         if isinstance(node, c_ast.If):
-            return (self._guard(node, depth + 1),)
+            return self._guard(node, depth + 1)
         if isinstance(node, c_ast.Assignment):
             return (self._statement(node),)
         if isinstance(node, c_ast.EmptyStatement):
@@ -520,44 +520,102 @@ class _FunctionReader:
                 return step
         raise self.error(form, nxt or node)
 
-    def _guard(self, node: c_ast.If, depth: int) -> Guard:
+    def _guard(self, node: c_ast.If, depth: int) -> tuple[Guard, ...]:
+        """`if (C) A else B` as guards of disjoint conjunctions of affine comparisons: C in
+        disjunctive normal form, made disjoint (each piece excludes the ones before it), with
+        A read once per piece; B likewise under the negation of C. One iteration runs exactly
+        the statements C selects, whatever order the pieces take."""
+        position = self.scope.position(node)
+        formula = self._dnf(node.cond, negate=False)
+        guards = [Guard(piece, self._body(node.iftrue, depth), position)
+                  for piece in self._disjoint(formula, node.cond)]
         if node.iffalse is not None:
-            raise self.error(
-                "else branches are not allowed; write a second if with the opposite condition",
-                node.iffalse,
-            )
-        conditions = tuple(self._conditions(node.cond))
-        return Guard(conditions, self._body(node.iftrue, depth), self.scope.position(node))
+            negation = self._dnf(node.cond, negate=True)
+            guards += [Guard(piece, self._body(node.iffalse, depth), position)
+                       for piece in self._disjoint(negation, node.cond)]
+        return tuple(guards)
 
-    def _conditions(self, root: c_ast.Node) -> list[Condition]:
-        out: list[Condition] = []
-        pending = [root]  # iterative: a long && chain is a deep tree
-        while pending:
-            cond = pending.pop()
-            if isinstance(cond, c_ast.BinaryOp) and cond.op == "&&":
-                pending += [cond.right, cond.left]
-            else:
-                out.append(self._comparison(cond))
-        return out
+    def _dnf(self, cond: c_ast.Node, negate: bool) -> list[tuple[Condition, ...]]:
+        """The condition (or its negation) as a disjunction of conjunctions."""
+        while isinstance(cond, c_ast.UnaryOp) and cond.op == "!":
+            cond, negate = cond.expr, not negate
+        if isinstance(cond, c_ast.BinaryOp) and cond.op in ("&&", "||"):
+            parts = [self._dnf(c, negate) for c in _chain(cond, cond.op)]
+            if (cond.op == "&&") != negate:  # a conjunction: every combination of the parts
+                out: list[tuple[Condition, ...]] = [()]
+                for part in parts:
+                    out = [a + b for a in out for b in part]
+                    self._check_pieces(len(out), cond)
+                return out
+            return [conj for part in parts for conj in part]  # a disjunction
+        return [(c,) for c in self._atom(cond, negate)]
 
-    def _comparison(self, cond: c_ast.Node) -> Condition:
-        if isinstance(cond, c_ast.BinaryOp) and cond.op in ("<", "<=", ">", ">=", "=="):
-            left = self.exprs.index(cond.left, "a condition")
-            right = self.exprs.index(cond.right, "a condition")
-            return Condition(cond.op, left, right)
-        if isinstance(cond, c_ast.BinaryOp) and cond.op == "!=":
+    def _atom(self, cond: c_ast.Node, negate: bool) -> list[Condition]:
+        """One comparison (negated if asked) as disjoint alternatives: `!=` and a negated
+        `==` are `<` or `>`."""
+        if not (isinstance(cond, c_ast.BinaryOp) and cond.op in _NEGATION):
             raise self.error(
-                "'!=' is not an affine condition; use two guards, one with < and one with >",
+                "the condition of an if must be affine comparisons (<, <=, >, >=, ==, !=) "
+                "joined by &&, || and !",
                 cond,
             )
-        if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
+        left = self.exprs.index(cond.left, "a condition")
+        right = self.exprs.index(cond.right, "a condition")
+        op = _NEGATION[cond.op] if negate else cond.op
+        if op == "!=":
+            return [Condition("<", left, right), Condition(">", left, right)]
+        return [Condition(op, left, right)]
+
+    def _disjoint(
+        self, formula: list[tuple[Condition, ...]], node: c_ast.Node
+    ) -> list[tuple[Condition, ...]]:
+        """Pieces that cover the formula with no iteration in two: conjunction k without the
+        iterations of conjunctions 0..k-1."""
+        pieces: list[tuple[Condition, ...]] = []
+        for k, conj in enumerate(formula):
+            current = [conj]
+            for earlier in formula[:k]:
+                current = [c + e for c in current for e in _excluded(earlier)]
+                self._check_pieces(len(pieces) + len(current), node)
+            pieces += current
+        self._check_pieces(len(pieces), node)
+        return pieces
+
+    def _check_pieces(self, count: int, node: c_ast.Node) -> None:
+        if count > MAX_GUARD_PIECES:
             raise self.error(
-                "'||' is not allowed; split it into separate if statements", cond
+                f"this condition splits into more than {MAX_GUARD_PIECES} disjoint pieces; "
+                "write it as nested ifs",
+                node,
             )
-        raise self.error(
-            "the condition of an if must be affine comparisons (<, <=, >, >=, ==) joined by &&",
-            cond,
-        )
+
+_NEGATION = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+MAX_GUARD_PIECES = 32
+
+
+def _chain(node: c_ast.BinaryOp, op: str) -> list[c_ast.Node]:
+    """The operands of a chain `a op b op c ...`, left to right (iterative: a long chain is a
+    deep tree)."""
+    out: list[c_ast.Node] = []
+    pending: list[c_ast.Node] = [node]
+    while pending:
+        cur = pending.pop()
+        if isinstance(cur, c_ast.BinaryOp) and cur.op == op:
+            pending += [cur.right, cur.left]
+        else:
+            out.append(cur)
+    return out
+
+
+def _excluded(conj: tuple[Condition, ...]) -> list[tuple[Condition, ...]]:
+    """The negation of a conjunction as disjoint conjunctions: not a, or a and not b, ..."""
+    out: list[tuple[Condition, ...]] = []
+    for i, atom in enumerate(conj):
+        negated = _NEGATION[atom.op]
+        alternatives = ([Condition("<", atom.left, atom.right), Condition(">", atom.left, atom.right)]
+                        if negated == "!=" else [Condition(negated, atom.left, atom.right)])
+        out += [conj[:i] + (alt,) for alt in alternatives]
+    return out
 
 
 def _is_void(p: c_ast.Node) -> bool:

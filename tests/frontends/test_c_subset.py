@@ -97,3 +97,29 @@ def test_one_function_of_several_is_chosen_by_name(tmp_path) -> None:  # type: i
     path = tmp_path / "ops.c"
     path.write_text(OPS)
     assert main(["run", str(path), "-p", "N=64", "--function", "shift", "--repeat", "1"]) == 0
+
+
+BRANCHES = """void f(int N, float y[N][N], const float x[N][N]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      if (i == j) y[i][j] = 1.0f;
+      else if (!(i < j) || j == 0) y[i][j] = x[i][j];
+      else y[i][j] = -x[i][j];
+      if (i < 3 || i < 5) y[i][j] += 10.0f;
+      if (i != j && (j < 2 || j >= N - 2)) y[i][j] *= 2.0f;
+    }
+}
+"""
+
+
+def test_else_or_not_and_not_equal_on_affine_conditions() -> None:
+    """Each iteration runs exactly what C runs: overlapping `||` branches run once."""
+    n = 9
+    kernel = polydl.compile(BRANCHES, {"N": n})
+    x = np.arange(n * n, dtype=np.float32).reshape(n, n) + 1
+    i, j = np.indices((n, n))
+    y = np.where(i == j, 1.0, np.where((i >= j) | (j == 0), x, -x))
+    y = y + np.where(i < 5, 10.0, 0.0)
+    y = y * np.where((i != j) & ((j < 2) | (j >= n - 2)), 2.0, 1.0)
+    np.testing.assert_allclose(kernel(x), y)
+    np.testing.assert_allclose(kernel.reference(x), y)
