@@ -9,6 +9,7 @@ elements. Nothing here knows about isl or C beyond the small renderers `to_isl` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
 
 from polydl.errors import SourcePosition
 
@@ -115,6 +116,23 @@ def int_vars(expr: IntExpr) -> frozenset[str]:
             out |= int_vars(a)
         return out
     return frozenset()
+
+
+def substitute(value: Any, name: str, by: IntExpr) -> Any:
+    """`value` (an IR node, an expression, or a tuple of them) with every index use of the
+    variable `name` replaced by `by` (positions kept)."""
+    if isinstance(value, IntVar):
+        return by if value.name == name else value
+    if isinstance(value, tuple):
+        return tuple(substitute(v, name, by) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: substitute(getattr(value, f.name), name, by)
+            for f in fields(value)
+            if f.name != "position"
+        }
+        return replace(value, **changes)
+    return value
 
 
 def eval_int(expr: IntExpr, env: dict[str, int]) -> int:

@@ -3,7 +3,7 @@
 Takes the text of a spec `void NAME(int N, ..., float A[N][M], const float B[...], ...) {...}`
 and its file name; returns a `LoopNest` whose loops, guards, statements, accesses and arrays
 carry their source positions. The body is for loops with affine bounds and constant positive
-steps (the loop variable declared in the header or as `int i, j;` before), `if` guards of
+steps, counting up or down (the variable declared in the header or as `int i, j;` before), `if` guards of
 affine comparisons under `&&`, `||`, `!` (with `else`), and assignments `=`, `+=`, `-=`, `*=`, `/=`
 to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
 """
@@ -31,12 +31,17 @@ from polydl.ir import (
     Array,
     Condition,
     Guard,
+    IntBinary,
+    IntConst,
     IntExpr,
+    IntMinMax,
+    IntVar,
     Loop,
     LoopNest,
     Node,
     Statement,
     int_vars,
+    substitute,
 )
 
 ELEMENT_TYPES = C_SPELLINGS  # C spelling -> polydl dtype
@@ -395,15 +400,28 @@ class _FunctionReader:
     # ------------------------------------------------------------------ loops and guards
 
     def _loop(self, node: c_ast.For, depth: int) -> Loop:
-        var, lower = self._loop_init(node)
+        var, start = self._loop_init(node)
         self.scope.loops.append(var)
         try:
-            upper = self._loop_condition(node, var)
-            step = self._loop_step(node, var)
+            step, down = self._loop_step(node, var)
+            if down:
+                lowest = self._loop_lowest(node, var)
+            else:
+                upper = self._loop_condition(node, var)
             body = self._body(node.stmt, depth)
         finally:
             self.scope.loops.pop()
-        return Loop(var, lower, upper, step, body, self.scope.position(node))
+        position = self.scope.position(node)
+        if not down:
+            return Loop(var, start, upper, step, body, position)
+        # counting down from START: the loop runs var' = 0, step, ... up to START - LOWEST, and
+        # the body sees START - var' where it wrote var, so iterations keep their order
+        if isinstance(start, IntMinMax):
+            raise self.error("the start of a loop that counts down must be affine (no min or "
+                             "max); count up instead", node.init)
+        count = IntBinary("+", IntBinary("-", start, lowest), IntConst(1))
+        body = substitute(body, var, IntBinary("-", start, IntVar(var)))
+        return Loop(var, IntConst(0), count, step, body, position)
 
     def _declare_loop_variables(self, decls: list[c_ast.Decl]) -> None:
         """`int i, j;`: names for the loops that follow (`for (i = 0; ...)`), as C code written
@@ -484,41 +502,66 @@ class _FunctionReader:
             )
         return plus_one(upper) if cond.op == "<=" else upper
 
-    def _loop_step(self, node: c_ast.For, var: str) -> int:
+    def _loop_step(self, node: c_ast.For, var: str) -> tuple[int, bool]:
+        """The step (positive) and whether the loop counts down."""
         nxt = node.next
         form = (
-            f"the increment must be {var}++, ++{var}, {var} += STEP or {var} = {var} + STEP "
-            "with a positive constant STEP"
+            f"the increment must be {var}++, {var}--, {var} += STEP, {var} -= STEP or "
+            f"{var} = {var} + STEP with a positive constant STEP"
         )
         if isinstance(nxt, c_ast.UnaryOp) and isinstance(nxt.expr, c_ast.ID):
             if nxt.expr.name != var:
                 raise self.error(f"the increment must update the loop variable '{var}'", nxt)
             if nxt.op in ("++", "p++"):
-                return 1
+                return 1, False
             if nxt.op in ("--", "p--"):
-                raise self.error(f"loops must count upward; {form}", nxt)
+                return 1, True
         if isinstance(nxt, c_ast.Assignment) and isinstance(nxt.lvalue, c_ast.ID):
             if nxt.lvalue.name != var:
                 raise self.error(f"the increment must update the loop variable '{var}'", nxt)
             step_node: c_ast.Node | None = None
-            if nxt.op == "+=":
-                step_node = nxt.rvalue
+            down = False
+            if nxt.op in ("+=", "-="):
+                step_node, down = nxt.rvalue, nxt.op == "-="
             elif nxt.op == "=" and isinstance(nxt.rvalue, c_ast.BinaryOp) and nxt.rvalue.op == "+":
                 left, right = nxt.rvalue.left, nxt.rvalue.right
                 if isinstance(left, c_ast.ID) and left.name == var:
                     step_node = right
                 elif isinstance(right, c_ast.ID) and right.name == var:
                     step_node = left
-            elif nxt.op == "-=":
-                raise self.error(f"loops must count upward; {form}", nxt)
+            elif nxt.op == "=" and isinstance(nxt.rvalue, c_ast.BinaryOp) and nxt.rvalue.op == "-":
+                left = nxt.rvalue.left
+                if isinstance(left, c_ast.ID) and left.name == var:
+                    step_node, down = nxt.rvalue.right, True
             if step_node is not None:
                 step = constant_value(self.exprs.index(step_node, "a loop step"))
                 if step is None:
                     raise self.error(f"the step must be a constant; {form}", step_node)
                 if step <= 0:
                     raise self.error(f"the step must be positive, not {step}; {form}", step_node)
-                return step
+                return step, down
         raise self.error(form, nxt or node)
+
+    def _loop_lowest(self, node: c_ast.For, var: str) -> IntExpr:
+        """The last value a down-counting loop may take: `var >= LOWEST` or `var > LOWEST - 1`."""
+        cond = node.cond
+        if not (
+            isinstance(cond, c_ast.BinaryOp)
+            and cond.op in (">", ">=")
+            and isinstance(cond.left, c_ast.ID)
+            and cond.left.name == var
+        ):
+            raise self.error(
+                f"a loop that counts down needs the condition '{var} >= LOWER' or "
+                f"'{var} > LOWER' with an affine LOWER",
+                cond or node,
+            )
+        lowest = self.exprs.index(cond.right, "a loop bound", min_max=True)
+        if var in int_vars(lowest):
+            raise self.error(
+                f"the lower bound must not depend on the loop variable '{var}'", cond.right
+            )
+        return plus_one(lowest) if cond.op == ">" else lowest
 
     def _guard(self, node: c_ast.If, depth: int) -> tuple[Guard, ...]:
         """`if (C) A else B` as guards of disjoint conjunctions of affine comparisons: C in

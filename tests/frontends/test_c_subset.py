@@ -123,3 +123,44 @@ def test_else_or_not_and_not_equal_on_affine_conditions() -> None:
     y = y * np.where((i != j) & ((j < 2) | (j >= n - 2)), 2.0, 1.0)
     np.testing.assert_allclose(kernel(x), y)
     np.testing.assert_allclose(kernel.reference(x), y)
+
+
+DOWN = """void f(int N, float y[N], float z[N][N], const float x[N]) {
+  for (int i = N - 1; i >= 1; i--)
+    y[i] = y[i - 1] + x[i];
+  for (int i = N - 1; i > 0; i -= 2)
+    for (int j = i; j >= 0; j = j - 3)
+      z[i][j] += x[j] * (float)1 + i;
+}
+"""
+
+
+def test_loops_that_count_down_keep_their_order() -> None:
+    """Counting down, y[i] reads the old y[i - 1] (counting up would give prefix sums)."""
+    n = 10
+    kernel = polydl.compile(DOWN.replace("(float)1", "1.0f"), {"N": n})
+    x = np.arange(1, n + 1, dtype=np.float32)
+    y0 = np.linspace(-1, 1, n).astype(np.float32)
+    y, z = y0.copy(), np.zeros((n, n), np.float32)
+    kernel(x, y=y, z=z)
+    want_y = y0.copy()
+    want_y[1:] = y0[:-1] + x[1:]
+    want_z = np.zeros((n, n))
+    for i in range(n - 1, 0, -2):
+        for j in range(i, -1, -3):
+            want_z[i, j] += x[j] + i
+    np.testing.assert_allclose(y, want_y, rtol=1e-6)
+    np.testing.assert_allclose(z, want_z, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "loop, says",
+    [
+        ("for (int i = N - 1; i < N; i--)", "counts down needs the condition"),
+        ("for (int i = N - 1; i >= i; i--)", "must not depend on the loop variable"),
+        ("for (int i = min(N, 4); i >= 0; i--)", "must be affine"),
+    ],
+)
+def test_down_counting_refusals(loop: str, says: str) -> None:
+    with pytest.raises(SpecError, match=says):
+        polydl.compile(f"void f(int N, float y[N]) {{ {loop} y[0] += 1.0f; }}", {"N": 4})
