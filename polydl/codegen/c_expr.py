@@ -78,6 +78,8 @@ class StatementPrinter:
 
     def element(self, acc: Access) -> str:
         layout = self.layouts[acc.array]
+        if not layout.shape:  # a scalar parameter, passed by value
+            return acc.array
         terms = []
         for idx, stride in zip(acc.indices, layout.strides, strict=True):
             text = idx.to_c()

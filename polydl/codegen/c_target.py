@@ -46,8 +46,11 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
 
 
 def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
+    """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value."""
     return [
-        f"{'const ' if a.is_input else ''}{a.c_type} *restrict {a.name}" for a in arguments
+        f"const {a.c_type} {a.name}" if not a.shape
+        else f"{'const ' if a.is_input else ''}{a.c_type} *restrict {a.name}"
+        for a in arguments
     ]
 
 

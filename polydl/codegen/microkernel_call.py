@@ -122,7 +122,8 @@ class CallPrinter:
         post = self.postops.get(call.statement.name)
         extra = ""
         if post is not None:
-            out += postop_pointers(post, call, ctype[call.c.array])
+            scalars = frozenset(n for n, layout in p.layouts.items() if not layout.shape)
+            out += postop_pointers(post, call, ctype[call.c.array], scalars)
             extra = "".join(f", _pd_e{i}" for i in range(len(post.operands)))
         dtype = microkernel_dtype(p, call)
         m_sizes = call.extent_variants(binding.m)
@@ -313,11 +314,14 @@ class CallPrinter:
         return out
 
 
-def postop_pointers(post: PostOpPlan, call: MicrokernelCall, ctype: str) -> list[str]:
+def postop_pointers(
+    post: PostOpPlan, call: MicrokernelCall, ctype: str, scalars: frozenset[str] = frozenset()
+) -> list[str]:
     """Each post-op operand's address at the call's first C cell (the call's loops are bound
-    to their starts), as `_pd_e<i>`."""
+    to their starts), as `_pd_e<i>`; a scalar parameter (passed by value) by its address."""
     names = call.statement.iterators
     return [
-        f"  const {ctype} *_pd_e{i} = {o.array} + ({offset_c(o.offset, names)});"
+        f"  const {ctype} *_pd_e{i} = &{o.array};" if o.array in scalars
+        else f"  const {ctype} *_pd_e{i} = {o.array} + ({offset_c(o.offset, names)});"
         for i, o in enumerate(post.operands)
     ]

@@ -34,6 +34,10 @@ class GpuBackend:
         if not (isinstance(schedule, str) and schedule == "auto"):
             raise PolyDLError(f"target '{self.kind}' takes schedule='auto' only (the GPU schedule "
                               f"is derived from the dependences and the device), not {schedule!r}")
+        scalars = [a.name for a in model.nest.parameters if a.is_input and not a.shape]
+        if scalars:
+            raise PolyDLError(f"target '{self.kind}' takes no scalar parameters yet "
+                              f"({', '.join(scalars)}); pass them as one-element arrays")
         chosen = gpu_schedule(model, target)
         decision = ScheduleDecision("gpu", f"derived from the dependences and {target.name}")
         return Plan(chosen, decision)

@@ -370,6 +370,8 @@ class ExpressionReader:
                 raise self.scope.undeclared(node.name, node)
             if kind == "array":
                 rank = len(self.scope.arrays[node.name].shape)
+                if rank == 0:  # a scalar parameter
+                    return Load(Access(node.name, ()))
                 raise error(
                     f"array '{node.name}' must be used with {rank} subscript(s)", node
                 )

@@ -238,12 +238,16 @@ class _FunctionReader:
                 assert position is not None
                 self.scope.sizes[p.name] = position
                 return
-            if names in (["float"], ["double"]):
+            if len(names) == 1 and names[0] in ELEMENT_TYPES and set(p.quals) - {"const"}:
                 raise self.error(
-                    f"scalar parameter '{p.name}': only int size parameters and float/double "
-                    "arrays are allowed (pass a value as a one-element array)",
-                    p,
+                    f"qualifier(s) {sorted(set(p.quals) - {'const'})} not allowed on '{p.name}'", p
                 )
+            if len(names) == 1 and names[0] in ELEMENT_TYPES:
+                # a call-time scalar (alpha, beta, eps): an input with no extents
+                self.scope.arrays[p.name] = Array(
+                    p.name, ELEMENT_TYPES[names[0]], (), True, position
+                )
+                return
             raise self.error(
                 f"size parameter '{p.name}' must be declared 'int'", p
             )

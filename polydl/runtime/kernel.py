@@ -20,7 +20,7 @@ import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_target import c_parameters
-from polydl.dtypes import DTYPES
+from polydl.dtypes import DTYPES, f32_to_bf16
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
 from polydl.runtime.sanitize import require_runtime
@@ -161,7 +161,9 @@ class Kernel(CompiledKernel):
             raise TargetError(self.cannot_run)
         arrays, outputs = bind_host(self.arguments, self._gather(args, named))
         pointers = [
-            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) for a in self.arguments
+            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) if a.shape
+            else arrays[a.name].item()  # a scalar parameter, by value
+            for a in self.arguments
         ]
         status = self._function(*pointers)
         if status != 0:
@@ -238,6 +240,8 @@ def _result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
 def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
     """The array to hand to C for `arg` (a bfloat16 array viewed as its bits), or ShapeError."""
     role = "input" if arg.is_input else "output"
+    if not arg.shape:
+        return _scalar(arg, value)
     if not isinstance(value, np.ndarray):
         raise ShapeError(
             arg.name, f"{role} must be a numpy array",
@@ -264,11 +268,27 @@ def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
     return array
 
 
+def _scalar(arg: KernelArgument, value: Any) -> np.ndarray:
+    """A scalar parameter as a 0-d array of its dtype: a number (not a bool), a numpy scalar or
+    a 0-d array."""
+    if isinstance(value, bool | np.bool_) or not (
+        isinstance(value, int | float | np.integer | np.floating)
+        or (isinstance(value, np.ndarray) and value.shape == ()
+            and (value.dtype.kind in "iuf" or _is_bfloat16(value.dtype)))
+    ):
+        raise ShapeError(arg.name, "scalar input must be a number", expected=f"{arg.dtype} scalar",
+                         given=type(value).__name__)
+    number = float(value)
+    if arg.dtype == "bfloat16":
+        return f32_to_bf16(np.array(number, dtype=np.float32))
+    return np.array(number, dtype=NUMPY_DTYPES[arg.dtype])
+
+
 def _check_aliasing(
     arguments: tuple[KernelArgument, ...], arrays: dict[str, np.ndarray], given: dict[str, Any]
 ) -> None:
     """An output may share memory with no other argument: the C code declares them restrict."""
-    names = [a.name for a in arguments if a.name in given]
+    names = [a.name for a in arguments if a.name in given and a.shape]  # scalars are copies
     for out in (a for a in arguments if not a.is_input and a.name in given):
         for other in names:
             if other != out.name and np.may_share_memory(arrays[out.name], arrays[other]):

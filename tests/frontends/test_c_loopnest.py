@@ -410,7 +410,7 @@ FUNCTION_ERRORS = [
     ("reserved-size-calloc", "void f(int $calloc, float v[1]) { }", "reserved"),
     ("reserved-cxx-keyword", "void f(float $new[1]) { }", "reserved"),
     ("int-array", "void f(int N, int $A[N]) { }", "float, double or bfloat16"),
-    ("scalar-float", "void f(int N, float $alpha, float v[N]) { }", "scalar"),
+    ("scalar-volatile", "void f(int N, volatile float $alpha, float v[N]) { }", "qualifier"),
     ("long-size", "void f(long $N, float v[1]) { }", "int"),
     ("variadic", "void f(int N, float v[N], $...) { }", "variadic"),
     ("size-after-use", "void f(float v[$N], int N) { }", "before"),
