@@ -67,8 +67,8 @@ def test_the_blas_gemm_example() -> None:
 
 @pytest.mark.parametrize("machine", ["native", "x86-64-v3", "generic"])
 def test_scalars_reach_a_fused_epilogue(machine: str) -> None:
-    from polydl.target.host import cannot_run_here
     from polydl.target import resolve_target
+    from polydl.target.host import cannot_run_here
 
     if cannot_run_here(resolve_target("c", machine)):  # type: ignore[arg-type]
         pytest.skip(f"this CPU cannot run {machine}")
