@@ -23,6 +23,7 @@ from polydl.frontends.c_expressions import (
     ExpressionReader,
     Scope,
     constant_value,
+    is_int_constant,
     plus_one,
 )
 from polydl.frontends.c_names import refusal
@@ -30,18 +31,24 @@ from polydl.frontends.c_source import parse_translation_unit
 from polydl.ir import (
     Array,
     Condition,
+    Const,
+    Expr,
     Guard,
     IntBinary,
     IntConst,
     IntExpr,
     IntMinMax,
     IntVar,
+    Load,
     Loop,
     LoopNest,
     Node,
+    Select,
     Statement,
+    expr_loads,
     int_vars,
     substitute,
+    walk_statements,
 )
 
 ELEMENT_TYPES = C_SPELLINGS  # C spelling -> polydl dtype
@@ -572,6 +579,8 @@ class _FunctionReader:
         disjunctive normal form, made disjoint (each piece excludes the ones before it), with
         A read once per piece; B likewise under the negation of C. One iteration runs exactly
         the statements C selects, whatever order the pieces take."""
+        if self._reads_data(node.cond):
+            return self._predicated(node, depth)
         position = self.scope.position(node)
         formula = self._dnf(node.cond, negate=False)
         guards = [Guard(piece, self._body(node.iftrue, depth), position)
@@ -581,6 +590,69 @@ class _FunctionReader:
             guards += [Guard(piece, self._body(node.iffalse, depth), position)
                        for piece in self._disjoint(negation, node.cond)]
         return tuple(guards)
+
+    def _reads_data(self, cond: c_ast.Node) -> bool:
+        """Whether a condition reads array elements or scalar parameters (then it is a choice
+        between values per iteration, not a bound on the iterations)."""
+        pending = [cond]
+        while pending:
+            n = pending.pop()
+            if isinstance(n, c_ast.ArrayRef):
+                return True
+            if isinstance(n, c_ast.ID) and self.scope.kind(n.name) == "array":
+                return True
+            if isinstance(n, c_ast.Constant) and not is_int_constant(n):
+                return True
+            pending += [child for _, child in n.children()]
+        return False
+
+    def _predicated(self, node: c_ast.If, depth: int) -> tuple[Node, ...]:
+        """`if (COND on data) A else B`: each assignment of A and B keeps its place and takes
+        its new value only where COND holds (A) or fails (B), as a select; the iterations are
+        not split, so the model stays affine."""
+        then = self._body(node.iftrue, depth)
+        other = self._body(node.iffalse, depth) if node.iffalse is not None else ()
+        read = {acc.array for acc in expr_loads(self._select(node.cond, Const(1.0), Const(0.0)))}
+        for branch in (then, other):
+            for stmt, enclosing in walk_statements(branch):
+                if any(isinstance(e, Loop) for e in enclosing):
+                    raise self.error(
+                        "a loop under a condition on data is not allowed; put the condition "
+                        "inside the loop", node)
+                if stmt.target.array in read:
+                    raise self.error(
+                        f"the condition reads '{stmt.target.array}', which its branch writes; "
+                        "compute the condition into another array first", node)
+        return tuple(self._predicate(n, node.cond, True) for n in then) + tuple(
+            self._predicate(n, node.cond, False) for n in other)
+
+    def _predicate(self, n: Node, cond: c_ast.Node, taken: bool) -> Node:
+        if isinstance(n, Guard):
+            return Guard(n.conditions, tuple(self._predicate(c, cond, taken) for c in n.body),
+                         n.position)
+        assert isinstance(n, Statement)  # loops were refused
+        # the value where the branch does not run: the target unchanged
+        keep: Expr = (Load(n.target) if n.op == "=" else
+                      Const(0.0) if n.op in ("+=", "-=") else Const(1.0))
+        value = (self._select(cond, n.value, keep) if taken
+                 else self._select(cond, keep, n.value))
+        return Statement(n.name, n.target, n.op, value, n.position)
+
+    def _select(self, cond: c_ast.Node, yes: Expr, no: Expr) -> Expr:
+        """`cond ? yes : no` from comparisons joined by &&, || and !."""
+        if isinstance(cond, c_ast.UnaryOp) and cond.op == "!":
+            return self._select(cond.expr, no, yes)
+        if isinstance(cond, c_ast.BinaryOp) and cond.op == "&&":
+            return self._select(cond.left, self._select(cond.right, yes, no), no)
+        if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
+            return self._select(cond.left, yes, self._select(cond.right, yes, no))
+        if isinstance(cond, c_ast.BinaryOp) and cond.op in _NEGATION:
+            return Select(cond.op, self.exprs.value(cond.left), self.exprs.value(cond.right),
+                          yes, no)
+        raise self.error(
+            "a condition on data compares values (<, <=, >, >=, ==, !=) joined by &&, || and !",
+            cond,
+        )
 
     def _dnf(self, cond: c_ast.Node, negate: bool) -> list[tuple[Condition, ...]]:
         """The condition (or its negation) as a disjunction of conjunctions."""

@@ -357,7 +357,7 @@ BODY_ERRORS = [
     ("upper-depends-on-variable", "  for (int i = 0; i < $N - i; i++) v[0] = 1;", "depend"),
     ("increment-other-variable", LOOP + "    for (int j = 0; j < N; $i++) v[0] = 1;", "update"),
     ("float-bound", "  for (int i = 0; i < $2.5; i++) v[0] = 1;", "integer"),
-    ("data-guard", "  if ($B[0][0] > 1) v[0] = 1;", "cannot be used"),
+    ("data-guard-loop", "  $if (B[0][0] > 1) for (int i = 0; i < N; i++) v[0] = 1;", "loop under"),
     ("non-comparison-guard", "  if ($N) v[0] = 1;", "affine comparisons"),
     ("min-in-guard", "  if (N < $min(M, 3)) v[0] = 1;", "loop bounds"),
     ("non-comparison-guard", "  if ($N) v[0] = 1;", "comparisons"),

@@ -164,3 +164,39 @@ def test_loops_that_count_down_keep_their_order() -> None:
 def test_down_counting_refusals(loop: str, says: str) -> None:
     with pytest.raises(SpecError, match=says):
         polydl.compile(f"void f(int N, float y[N]) {{ {loop} y[0] += 1.0f; }}", {"N": 4})
+
+
+def test_conditions_on_data_select_values() -> None:
+    """`if` on data (a leaky ReLU with a call-time slope, and a mixed condition): each branch's
+    assignments take their values only where the condition holds or fails."""
+    spec = """void leaky(int N, float y[N], const float x[N], float slope) {
+      for (int i = 0; i < N; i++) {
+        if (x[i] > 0.0f) y[i] = x[i];
+        else y[i] = slope * x[i];
+        if (!(x[i] < -0.5f) && i % 2 == 0 || x[i] == 1.0f) {
+          y[i] += 10.0f;
+          if (i < 3) y[i] *= 2.0f;
+        }
+      }
+    }"""
+    k = polydl.compile(spec, {"N": 16})
+    x = np.linspace(-1, 1, 16).astype(np.float32)
+    i = np.arange(16)
+    chosen = (~(x < -0.5) & (i % 2 == 0)) | (x == 1.0)
+    want = np.where(x > 0, x, 0.1 * x) + np.where(chosen, 10.0, 0.0)
+    want = want * np.where(chosen & (i < 3), 2.0, 1.0)
+    np.testing.assert_allclose(k(x, 0.1), want, rtol=1e-6)
+    np.testing.assert_allclose(k.reference(x, 0.1), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("if (x[0] > 0.0f) for (int i = 0; i < N; i++) y[i] = 1.0f;", "a loop under a condition"),
+        ("for (int i = 0; i < N; i++) if (y[i] > 0.0f) y[i] = 0.0f;", "reads 'y', which its branch"),
+        ("for (int i = 0; i < N; i++) if (x[i]) y[i] = 0.0f;", "compares values"),
+    ],
+)
+def test_conditions_on_data_refusals(body: str, says: str) -> None:
+    with pytest.raises(SpecError, match=says):
+        polydl.compile(f"void f(int N, float y[N], const float x[N]) {{ {body} }}", {"N": 4})
