@@ -26,6 +26,9 @@ def _maps(union: isl.UnionMap) -> list[isl.Map]:
 def explain(c: Compilation, ranking: int = 5) -> str:
     model = c.model
     lines = [f"kernel {model.nest.name}  ({model.nest.filename})"]
+    lines += _summary(c)
+    lines.append("")
+    lines.append("details:")
     lines.append(f"  target: {c.target.describe()}")
     lines.append("  sizes: " + (", ".join(f"{k}={v}" for k, v in model.params.items()) or "none"))
     lines.append("  arrays:")
@@ -67,6 +70,32 @@ def explain(c: Compilation, ranking: int = 5) -> str:
         lines.append("")
         lines += _ranking(c, ranking)
     return "\n".join(lines)
+
+
+def _summary(c: Compilation) -> list[str]:
+    """One screen first: per nest its statements, loop order, parallel loops and microkernel,
+    and who decided; the details follow."""
+    model = c.model
+    kinds = {a.name: "input" if a.is_input else "output" for a in model.nest.parameters}
+    arrays = ", ".join(f"{n} ({k})" for n, k in kinds.items())
+    lines = ["summary:",
+             f"  {len(model.statements)} statement(s) in {len({s.group for s in model.statements})} "
+             f"nest(s); arrays {arrays or 'none'}; {c.flops} flops per call",
+             f"  target {getattr(c.target, 'name', '?')}; schedule decided by "
+             f"{c.decision.describe()}"]
+    scheduled = c.scheduled
+    if scheduled is None:
+        lines.append(f"  {c.schedule.describe()}")
+        return lines
+    for plan in scheduled.groups:
+        names = ", ".join(st.name for st in plan.statements)
+        par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
+        calls = "; microkernel for " + ", ".join(plan.calls) if plan.calls else ""
+        fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
+        main = " (main)" if plan.group == scheduled.main_group else ""
+        lines.append(f"  nest {plan.group}{main} [{names}]: loops {' > '.join(plan.order) or '-'}; "
+                     f"parallel {', '.join(par) or 'none'}{calls}{fused}")
+    return lines
 
 
 def _fusion(c: Compilation) -> list[str]:
