@@ -59,6 +59,9 @@ class Scope:
     loops: list[str] = field(default_factory=list)
     declared_later: set[str] = field(default_factory=set)
     loop_names: set[str] = field(default_factory=set)  # `int i, j;` declared for later loops
+    # local scalars in scope: name -> the access of its expanded array (one cell per iteration
+    # of the loops around its declaration)
+    local_scalars: dict[str, Access] = field(default_factory=dict)
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
         """Where `node` starts; a node pycparser left without one takes its first child's.
@@ -100,6 +103,8 @@ class Scope:
             return "loop variable"
         if name in self.loop_names:
             return "declared loop variable"
+        if name in self.local_scalars:
+            return "local variable"
         if name in self.sizes:
             return "size parameter"
         if name in self.arrays:
@@ -368,6 +373,8 @@ class ExpressionReader:
             kind = self.scope.kind(node.name)
             if kind is None:
                 raise self.scope.undeclared(node.name, node)
+            if kind == "local variable":
+                return Load(self.scope.local_scalars[node.name])
             if kind == "array":
                 rank = len(self.scope.arrays[node.name].shape)
                 if rank == 0:  # a scalar parameter

@@ -29,6 +29,7 @@ from polydl.frontends.c_expressions import (
 from polydl.frontends.c_names import refusal
 from polydl.frontends.c_source import parse_translation_unit
 from polydl.ir import (
+    Access,
     Array,
     Condition,
     Const,
@@ -125,6 +126,9 @@ class _FunctionReader:
         self.scope = scope
         self.exprs = ExpressionReader(scope)
         self.statements = 0
+        self.locals: list[Array] = []  # expanded local scalars
+        # (variable, lowest value, end) of the loops around the construct being read
+        self.loop_ranges: list[tuple[str, IntExpr, IntExpr]] = []
 
     def error(self, message: str, node: c_ast.Node | None) -> SpecError:
         return self.scope.error(message, node)
@@ -208,7 +212,7 @@ class _FunctionReader:
         nest = LoopNest(
             name=decl.name,
             params=tuple(self.scope.sizes),
-            arrays=tuple(self.scope.arrays.values()),
+            arrays=(*self.scope.arrays.values(), *self.locals),
             body=body,
             source=self.scope.text,
             filename=self.scope.filename,
@@ -310,8 +314,12 @@ class _FunctionReader:
 
     def _block(self, items: list[c_ast.Node], depth: int) -> tuple[Node, ...]:
         out: list[Node] = []
-        for item in items:
-            out.extend(self._item(item, depth))
+        visible = dict(self.scope.local_scalars)  # a block's locals end with it
+        try:
+            for item in items:
+                out.extend(self._item(item, depth))
+        finally:
+            self.scope.local_scalars = visible
         return tuple(out)
 
     def _body(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
@@ -335,8 +343,14 @@ class _FunctionReader:
         if isinstance(node, c_ast.EmptyStatement):
             return ()
         if isinstance(node, (c_ast.Decl, c_ast.DeclList)):
-            self._declare_loop_variables(node.decls if isinstance(node, c_ast.DeclList) else [node])
-            return ()
+            decls = node.decls if isinstance(node, c_ast.DeclList) else [node]
+            out: list[Node] = []
+            for decl in decls:
+                if self._is_local_scalar(decl):
+                    out += self._local_scalar(decl)
+                else:
+                    self._declare_loop_variables([decl])
+            return tuple(out)
         if isinstance(node, (c_ast.While, c_ast.DoWhile)):
             raise self.error(
                 f"while and do loops are not allowed; use a for loop with affine bounds: "
@@ -368,8 +382,10 @@ class _FunctionReader:
         raise self.error(f"this statement is not allowed; {_BODY_FORM}", node)
 
     def _check_assignable(self, target: c_ast.Node) -> None:
-        """Refuse writes to anything but an array element, naming what it is."""
+        """Refuse writes to anything but an array element or a local, naming what it is."""
         if isinstance(target, c_ast.ArrayRef):
+            return
+        if isinstance(target, c_ast.ID) and target.name in self.scope.local_scalars:
             return
         if isinstance(target, c_ast.ID):
             kind = self.scope.kind(target.name)
@@ -396,7 +412,10 @@ class _FunctionReader:
             raise self.error(
                 f"operator '{node.op}' is not allowed; statements use =, +=, -=, *= or /=", node
             )
-        target = self.exprs.access(node.lvalue, write=True)
+        if isinstance(node.lvalue, c_ast.ID) and node.lvalue.name in self.scope.local_scalars:
+            target = self.scope.local_scalars[node.lvalue.name]
+        else:
+            target = self.exprs.access(node.lvalue, write=True)
         value = self.exprs.value(node.rvalue)
         if self.statements >= MAX_STATEMENTS:
             raise self.error(
@@ -417,9 +436,14 @@ class _FunctionReader:
             step, down = self._loop_step(node, var)
             if down:
                 lowest = self._loop_lowest(node, var)
+                self.loop_ranges.append((var, lowest, plus_one(start)))
             else:
                 upper = self._loop_condition(node, var)
-            body = self._body(node.stmt, depth)
+                self.loop_ranges.append((var, start, upper))
+            try:
+                body = self._body(node.stmt, depth)
+            finally:
+                self.loop_ranges.pop()
         finally:
             self.scope.loops.pop()
         position = self.scope.position(node)
@@ -433,6 +457,53 @@ class _FunctionReader:
         count = IntBinary("+", IntBinary("-", start, lowest), IntConst(1))
         body = substitute(body, var, IntBinary("-", start, IntVar(var)))
         return Loop(var, IntConst(0), count, step, body, position)
+
+    def _is_local_scalar(self, decl: c_ast.Decl) -> bool:
+        t = decl.type
+        return (
+            isinstance(t, c_ast.TypeDecl)
+            and isinstance(t.type, c_ast.IdentifierType)
+            and len(t.type.names) == 1
+            and t.type.names[0] in ELEMENT_TYPES
+            and not decl.storage
+            and set(decl.quals) <= {"const"}
+        )
+
+    def _local_scalar(self, decl: c_ast.Decl) -> tuple[Node, ...]:
+        """`float s = v;` in a loop body: expanded to one cell per iteration of the loops around
+        it (`s[i][j]`, zero-filled on each call), so iterations do not share it and the model
+        stays affine; its initialiser is a statement."""
+        self._check_name(decl.name, decl, "local variable")
+        shape: list[IntExpr] = []
+        index: list[IntExpr] = []
+        for var, lowest, end in self.loop_ranges:
+            if (int_vars(lowest) - set(self.scope.sizes) or int_vars(end) - set(self.scope.sizes)
+                    or isinstance(lowest, IntMinMax) or isinstance(end, IntMinMax)):
+                raise self.error(
+                    f"local '{decl.name}' is declared inside loop '{var}', whose bounds depend "
+                    "on other loops; declare it in a loop with bounds of sizes only, or use an "
+                    "output array",
+                    decl,
+                )
+            shape.append(IntBinary("-", end, lowest))
+            index.append(IntBinary("-", IntVar(var), lowest))
+        if not shape:
+            shape, index = [IntConst(1)], [IntConst(0)]
+        name = f"_pd_{decl.name}_{len(self.locals)}"
+        t = decl.type
+        array = Array(name, ELEMENT_TYPES[t.type.names[0]], tuple(shape), False,
+                      self.scope.position(decl), local=True)
+        self.locals.append(array)
+        self.scope.local_scalars[decl.name] = Access(name, tuple(index), self.scope.position(decl))
+        if decl.init is None:
+            return ()
+        if self.statements >= MAX_STATEMENTS:
+            raise self.error(f"more than {MAX_STATEMENTS} statements", decl)
+        value = self.exprs.value(decl.init)
+        statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
+                              value, self.scope.position(decl))
+        self.statements += 1
+        return (statement,)
 
     def _declare_loop_variables(self, decls: list[c_ast.Decl]) -> None:
         """`int i, j;`: names for the loops that follow (`for (i = 0; ...)`), as C code written
@@ -448,9 +519,9 @@ class _FunctionReader:
                 and decl.init is None
             ):
                 raise self.error(
-                    "declarations in the body are only loop variables, `int i, j;` without a "
-                    f"value, used as `for (i = LO; i < HI; i++)`; or declare it in the loop: "
-                    f"{_LOOP_FORM}",
+                    "declarations in the body are float/double locals (`float s = 0.0f;`) or "
+                    "loop variables, `int i, j;` without a value, used as `for (i = LO; i < HI; "
+                    f"i++)`; or declare it in the loop: {_LOOP_FORM}",
                     decl,
                 )
             self._check_name(decl.name, decl, "loop variable")
@@ -613,16 +684,19 @@ class _FunctionReader:
         then = self._body(node.iftrue, depth)
         other = self._body(node.iffalse, depth) if node.iffalse is not None else ()
         read = {acc.array for acc in expr_loads(self._select(node.cond, Const(1.0), Const(0.0)))}
-        for branch in (then, other):
-            for stmt, enclosing in walk_statements(branch):
-                if any(isinstance(e, Loop) for e in enclosing):
-                    raise self.error(
-                        "a loop under a condition on data is not allowed; put the condition "
-                        "inside the loop", node)
-                if stmt.target.array in read:
-                    raise self.error(
-                        f"the condition reads '{stmt.target.array}', which its branch writes; "
-                        "compute the condition into another array first", node)
+        statements = walk_statements(then + other)
+        for k, (stmt, enclosing) in enumerate(statements):
+            if any(isinstance(e, Loop) for e in enclosing):
+                raise self.error(
+                    "a loop under a condition on data is not allowed; put the condition "
+                    "inside the loop", node)
+            # each predicated assignment evaluates the condition again: only the last may
+            # change what it reads (`if (x > top) top = x;`)
+            if stmt.target.array in read and k < len(statements) - 1:
+                raise self.error(
+                    f"the condition reads '{stmt.target.array}', which its branch writes "
+                    "before another assignment; compute the condition into another array first",
+                    node)
         return tuple(self._predicate(n, node.cond, True) for n in then) + tuple(
             self._predicate(n, node.cond, False) for n in other)
 

@@ -10,8 +10,10 @@ from polydl.runtime.kernel import NUMPY_DTYPES
 
 
 def random_array(arg: KernelArgument, rng: np.random.Generator) -> np.ndarray:
-    """Uniform values in [-1, 1): small enough that long reductions stay well conditioned."""
-    values = rng.uniform(-1.0, 1.0, size=arg.shape)
+    """Uniform values in [-1, 1): small enough that long reductions stay well conditioned; a
+    scalar parameter (alpha, eps, a slope) in [0.5, 1.5), so a square root or a division by it
+    stays defined."""
+    values = np.asarray(rng.uniform(0.5, 1.5) if not arg.shape else rng.uniform(-1.0, 1.0, size=arg.shape))
     if arg.dtype == "bfloat16":
         return f32_to_bf16(values.astype(np.float32))
     return values.astype(NUMPY_DTYPES[arg.dtype])

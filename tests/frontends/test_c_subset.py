@@ -4,11 +4,15 @@ position."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import polydl
 from polydl.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PRE_C99 = """
 static inline void lower_update(int N, float C[restrict N][N], const float A[restrict N][N],
@@ -60,7 +64,7 @@ def test_divide_assign_divides_in_place() -> None:
     [
         ("void f(int N, float y[N]) { int i;\n  for (i = 0; i < N; i++)\n"
          "    for (i = 0; i < N; i++) y[i] += 1.0f; }", 3, 10, "enclosing loop"),
-        ("void f(int N, float y[N]) {\n  float t;\n}", 2, 9, "only loop variables"),
+        ("void f(int N, float y[N]) {\n  char c;\n}", 2, 8, "float/double locals"),
         ("void f(int N, float y[N]) {\n  int i = 0;\n}", 2, 7, "without a value"),
         ("void f(int N, float y[N]) { int i;\n  y[i] = 1.0f; }", 2, 5, "declared loop variable"),
         ("void f(int N, float y[N]) { int N2, N2; }", 1, 37, "shadows the declared loop"),
@@ -193,10 +197,51 @@ def test_conditions_on_data_select_values() -> None:
     "body, says",
     [
         ("if (x[0] > 0.0f) for (int i = 0; i < N; i++) y[i] = 1.0f;", "a loop under a condition"),
-        ("for (int i = 0; i < N; i++) if (y[i] > 0.0f) y[i] = 0.0f;", "reads 'y', which its branch"),
+        ("for (int i = 0; i < N; i++) if (y[i] > 0.0f) { y[i] = 0.0f; y[i] += 1.0f; }",
+         "reads 'y', which its branch writes before"),
         ("for (int i = 0; i < N; i++) if (x[i]) y[i] = 0.0f;", "compares values"),
     ],
 )
 def test_conditions_on_data_refusals(body: str, says: str) -> None:
     with pytest.raises(SpecError, match=says):
         polydl.compile(f"void f(int N, float y[N], const float x[N]) {{ {body} }}", {"N": 4})
+
+
+def test_local_scalars_layernorm_and_softmax_examples() -> None:
+    """Locals declared in a loop body get one cell per iteration: the rows stay independent."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    g, b = rng.standard_normal(40).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    ln = polydl.compile(ROOT / "examples" / "layernorm.c", {"N": 6, "D": 40})
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(ln(x, g, b, 1e-5), want, rtol=1e-4, atol=1e-5)
+    sm = polydl.compile(ROOT / "examples" / "softmax.c", {"N": 6, "D": 40})
+    e = np.exp(xd - xd.max(1, keepdims=True))
+    np.testing.assert_allclose(sm(x), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert "parallel i" in ln.schedule.describe()
+
+
+def test_locals_follow_block_scope() -> None:
+    spec = """void f(int N, float y[N], const float x[N]) {
+      float total = 0.0f;
+      for (int i = 0; i < N; i++) total += x[i];
+      for (int i = 0; i < N; i++) { float t = x[i] * 2.0f; y[i] = t + total; }
+      for (int i = 0; i < N; i++) { float t = 1.0f; y[i] += t; }
+    }"""
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_allclose(polydl.compile(spec, {"N": 5})(x), 2 * x + x.sum() + 1)
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("for (int i = 0; i < N; i++) for (int j = 0; j < i; j++) { float t = 1.0f; y[i] += t; }",
+         "bounds depend on other loops"),
+        ("for (int i = 0; i < N; i++) { float t; } y[0] = t;", "'t'"),
+        ("float x2 = 1.0f; float x2 = 2.0f;", "already declared"),
+    ],
+)
+def test_local_refusals(body: str, says: str) -> None:
+    with pytest.raises(SpecError, match=says):
+        polydl.compile(f"void f(int N, float y[N]) {{ {body} }}", {"N": 4})
