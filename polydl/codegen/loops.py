@@ -14,6 +14,7 @@ import islpy as isl
 
 from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
 from polydl.poly.model import StatementModel
+from polydl.schedules.affine import PARALLEL_MARK
 from polydl.schedules.apply import GroupPlan
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
@@ -22,16 +23,20 @@ InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
 
 def build_ast(plan: GroupPlan) -> isl.AstNode:
     ctx = plan.schedule_map.get_ctx()
-    width = _width(plan.schedule_map)
+    width = _width(plan.schedule_map) + (8 if plan.tree is not None else 0)
     iterators = isl.IdList.alloc(ctx, width)
     for d in range(width):
         iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
     build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
+    if plan.tree is not None:
+        return build.node_from_schedule(plan.tree)
     # The schedule map is already restricted to the instances it runs (statements or calls).
     return build.node_from_schedule_map(plan.schedule_map)
 
 
 def _width(smap: isl.UnionMap) -> int:
+    """Output dimensions of the schedule map: with a tree, an upper bound of the loops on any
+    path (its bands may have been tiled and split)."""
     maps: list[isl.Map] = []
     smap.foreach_map(maps.append)
     return maps[0].dim(isl.dim_type.out) if maps else 0
@@ -56,6 +61,8 @@ class LoopPrinter:
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
         self.epilogue_names = {s.name for s in plan.epilogues}
+        # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
+        self.marked_parallel = False
 
     def lines(self) -> list[str]:
         if self.plan.schedule_map.is_empty():
@@ -89,13 +96,18 @@ class LoopPrinter:
             body = self.print_instance(self.statements.get(name, name), args)
             return [pad + line for line in body]
         if kind == isl.ast_node_type.mark:
-            return self._node(node.mark_get_node(), indent, in_parallel)
+            if node.mark_get_id().get_name() == PARALLEL_MARK and not in_parallel:
+                self.marked_parallel = True
+            lines = self._node(node.mark_get_node(), indent, in_parallel)
+            self.marked_parallel = False
+            return lines
         raise NotImplementedError(f"isl AST node {kind}")
 
     def _for(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
         pad = "  " * indent
         it = node.for_get_iterator().get_id().get_name()
         init = ast_expr_to_c(node.for_get_init())
+        marked, self.marked_parallel = self.marked_parallel, False
         if node.for_is_degenerate():
             out = [f"{pad}{{", f"{pad}  const long {it} = {init};"]
             out += self._node(node.for_get_body(), indent + 1, in_parallel)
@@ -103,7 +115,7 @@ class LoopPrinter:
         cond = ast_expr_to_c(node.for_get_cond())
         inc = ast_expr_to_c(node.for_get_inc())
         out = []
-        parallel_here = not in_parallel and _dim_of(it) in self.parallel_dims
+        parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
         if parallel_here:
             out.append(pad + self.parallel_pragma)
         elif _dim_of(it) in self.simd_dims and self._only_epilogues(node.for_get_body()):

@@ -24,8 +24,10 @@ from polydl.runtime.kernel import Kernel
 from polydl.runtime.toolchain import build_shared_library
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.auto import auto_schedule, resolve
+from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.epilogues import choose_fusion
-from polydl.schedules.schedule import Schedule
+from polydl.schedules.nests import plan_nests
+from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here
 
@@ -47,6 +49,7 @@ def schedule_from_dict(data: dict[str, Any]) -> Schedule:
 
 def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
     """`schedule`: "auto", a `Schedule` or its dict form (the caller's, or the tuner's)."""
+    model = isolate_gemms(model)
     if isinstance(schedule, Mapping):
         schedule = schedule_from(schedule)
     if isinstance(schedule, Schedule):
@@ -59,13 +62,19 @@ def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
     elif schedule == "auto":
         choice = auto_schedule(model, target)
         chosen = choice.schedule
-        reason = (f"best of {len(choice.ranking)} candidates ranked by the data-reuse model for "
-                  f"{target.name}" if choice.ranking else "no tiled candidate is legal: the "
-                  "original loop order")
+        if chosen.scheduler == AFFINE:
+            reason = ("the main nest is no perfect, permutable one-statement nest: the general "
+                      f"scheduler fuses, skews, tiles and parallelises it for {target.name}")
+        elif choice.ranking:
+            reason = (f"best of {len(choice.ranking)} candidates ranked by the data-reuse model "
+                      f"for {target.name}")
+        else:
+            reason = "no tiled candidate is legal: the original loop order"
         decision = ScheduleDecision("auto", reason, choice.ranking, choice.fusion)
     else:
         raise PolyDLError(f"schedule must be 'auto', 'tuned' or a Schedule, not {schedule!r}")
-    return Plan(chosen, decision, apply_schedule(model, chosen))
+    nest_plans = plan_nests(model, target, with_main=chosen.scheduler == AFFINE)
+    return Plan(chosen, decision, apply_schedule(model, chosen, nest_plans))
 
 
 def generate(model: PolyModel, plan: Plan, target: CpuTarget) -> GeneratedCode:

@@ -87,12 +87,23 @@ def _summary(c: Compilation) -> list[str]:
     if scheduled is None:
         lines.append(f"  {c.schedule.describe()}")
         return lines
+    if scheduled.model is not model:
+        lines.append(f"  GEMM statements isolated: now {len(scheduled.model.statements)} "
+                     f"statement(s) in {len(scheduled.groups)} nest(s)"
+                     + "".join(f"; {a.name} is a scaled copy" for a in scheduled.model.nest.locals
+                               if a.name not in {b.name for b in model.nest.arrays}))
     for plan in scheduled.groups:
         names = ", ".join(st.name for st in plan.statements)
         par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
         calls = "; microkernel for " + ", ".join(plan.calls) if plan.calls else ""
         fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
         main = " (main)" if plan.group == scheduled.main_group else ""
+        if plan.how.startswith("affine"):
+            bands = plan.how.split(": ", 1)[1].split(" | ")
+            lines.append(f"  nest {plan.group}{main} [{names}]: general scheduler, "
+                         f"{len(bands)} band(s)")
+            lines += [f"    {band}" for band in bands]
+            continue
         lines.append(f"  nest {plan.group}{main} [{names}]: loops {' > '.join(plan.order) or '-'}; "
                      f"parallel {', '.join(par) or 'none'}{calls}{fused}")
     return lines

@@ -12,6 +12,7 @@ that would run a sink before its source, or a parallel loop that carries a depen
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import islpy as isl
@@ -24,6 +25,7 @@ from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.fusion import FusedMaps, fuse_at, fusion_levels
 from polydl.schedules.microkernel import MicrokernelCall, bind_microkernel
 from polydl.schedules.schedule import (
+    AFFINE,
     MicrokernelBinding,
     Schedule,
     is_tile_loop,
@@ -49,6 +51,10 @@ class GroupPlan:
     # Consumer statements fused into the band (see `fusion.py`) and the level they run at.
     epilogues: tuple[StatementModel, ...] = ()
     fusion_level: int | None = None
+    # A plan from the general scheduler (`affine.py`): the code follows this schedule tree
+    # (its `parallel` marks name the parallel loops), `schedule_map` is its flat form.
+    tree: isl.Schedule | None = None
+    how: str = ""  # who planned the nest and what it chose, for `explain`
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:
@@ -372,16 +378,27 @@ def fuse_epilogues(model: PolyModel, plan: GroupPlan, names: tuple[str, ...]) ->
     )
 
 
-def apply_schedule(model: PolyModel, schedule: Schedule) -> ScheduledNest:
+def apply_schedule(
+    model: PolyModel, schedule: Schedule, nest_plans: Mapping[int, GroupPlan] | None = None
+) -> ScheduledNest:
+    """`nest_plans`: plans of other nests (by group) made by `nests.plan_nests`; the nests
+    without one keep their written order. The main nest follows `schedule`, or its entry in
+    `nest_plans` when the schedule leaves it to the general scheduler."""
     deps = dependences_of(model)
     groups = group_statements(model)
     main = main_group(model)
     fused = set(schedule.epilogues)
+    nest_plans = nest_plans or {}
     plans = []
     for g, statements in groups.items():
         if fused and all(s.name in fused for s in statements) and g != main:
             continue  # runs inside the main nest
-        if g == main:
+        if g in nest_plans and (g != main or schedule.scheduler == AFFINE):
+            plans.append(nest_plans[g])
+        elif g == main and schedule.scheduler == AFFINE:
+            raise ScheduleError("the schedule leaves the main nest to the general scheduler, "
+                                "but no general plan was made for it")
+        elif g == main:
             band_vars = tuple(loop.var for loop in band_of(statements))
             order = _check_order(schedule, band_vars)
             parallel = schedule.parallel if schedule.order or schedule.parallel else None

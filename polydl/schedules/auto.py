@@ -12,8 +12,9 @@ from polydl.poly.model import PolyModel
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.fusion import FusionDecision
+from polydl.schedules.nests import main_is_general
 from polydl.schedules.rank import RankedSchedule, rank
-from polydl.schedules.schedule import Schedule
+from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 
 
@@ -28,6 +29,8 @@ class AutoChoice:
 
 def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
     """Fill in the order and parallel loops a partial schedule leaves to polydl."""
+    if schedule.scheduler == AFFINE:
+        return schedule
     plan = apply_schedule(model, schedule).main
     return Schedule(
         order=plan.order,
@@ -41,7 +44,10 @@ def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
 
 def auto_schedule(model: PolyModel, target: CpuTarget) -> AutoChoice:
     """The best schedule by the reuse model (see `rank`), or the original order if no
-    candidate is legal; with the consumer nests fused where that is legal and pays."""
+    candidate is legal; with the consumer nests fused where that is legal and pays. A main
+    nest that is no band nest (see `nests.py`) is left to the general scheduler."""
+    if main_is_general(model):
+        return AutoChoice(Schedule(scheduler=AFFINE), (), ())
     ranked = tuple(rank(model, target))
     if not ranked:
         chosen = resolve(model, Schedule())

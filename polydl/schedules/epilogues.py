@@ -25,7 +25,7 @@ from polydl.schedules.fusion import (
     fusion_levels,
     level_loop,
 )
-from polydl.schedules.schedule import Schedule
+from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 
 
@@ -34,7 +34,7 @@ def choose_fusion(
 ) -> tuple[Schedule, tuple[FusionDecision, ...]]:
     unfused = replace(schedule, epilogues=())
     groups = consumer_groups(model)
-    if not groups:
+    if not groups or schedule.scheduler == AFFINE:
         return unfused, ()
     try:
         plan = apply_schedule(model, unfused).main

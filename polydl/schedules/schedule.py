@@ -4,6 +4,8 @@ A schedule names loops of the band by their variable; a tiled variable `i` has a
 `i.t` (stepping by the tile size) and a point loop `i` (inside one tile). `order` lists the loops
 outermost first; `parallel` the loops run by OpenMP threads; `microkernel` the innermost loops
 replaced by a batch-reduce GEMM call; `epilogues` the statements fused into the band.
+`scheduler="affine"` leaves the main nest to the general scheduler instead (the other fields
+are then empty).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TILE_SUFFIX = ".t"
+BAND = "band"  # the main nest follows `order`, `tiles`, `parallel`, `microkernel`
+AFFINE = "affine"  # the main nest is left to the general scheduler (schedules/affine.py)
+SCHEDULERS = (BAND, AFFINE)
 
 
 def tile_loop(var: str) -> str:
@@ -60,6 +65,7 @@ class Schedule:
     parallel: tuple[str, ...] = ()
     microkernel: MicrokernelBinding | None = None
     epilogues: tuple[str, ...] = ()
+    scheduler: str = BAND
     # Numbers the ranking attached (working sets, score); informative, not part of identity.
     notes: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
@@ -96,6 +102,7 @@ class Schedule:
             if mk
             else None,
             epilogues=tuple(data.get("epilogues", ())),
+            scheduler=_scheduler(data.get("scheduler", BAND)),
             notes=tuple(sorted(dict(data.get("notes", {})).items())),
         )
 
@@ -104,6 +111,8 @@ class Schedule:
         return cls.from_dict(json.loads(text))
 
     def describe(self) -> str:
+        if self.scheduler == AFFINE:
+            return "main nest by the general (affine) scheduler"
         parts = ["order " + " > ".join(self.order) if self.order else "original order"]
         if self.tiles:
             parts.append("tiles " + ", ".join(f"{v}={t}" for v, t in self.tiles))
@@ -118,3 +127,9 @@ class Schedule:
         if self.epilogues:
             parts.append("fused " + ", ".join(self.epilogues))
         return "; ".join(parts)
+
+
+def _scheduler(name: object) -> str:
+    if name not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, not {name!r}")
+    return str(name)

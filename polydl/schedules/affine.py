@@ -1,0 +1,338 @@
+"""The general scheduler: isl's affine scheduler for loop nests the DL schedules do not fit.
+
+Takes a `PolyModel` (one loop nest, or all of them) and a `CpuTarget`; returns an
+`AffineSchedule`: an isl schedule tree and one `BandDecision` per band. isl computes the
+schedule from the dependences (validity: every dependence; proximity: the same, so that
+producers and consumers fuse; coincidence: the same, so that bands start with loops that carry
+nothing): fusion or distribution, skewing where dependences need it (stencils), and permutable
+bands. Then, per band, outermost first:
+
+- **Tiling.** A permutable band of two or more loops is tiled, with the largest tile size
+  (the same along every loop) whose footprint (the cells one tile touches, counted with
+  barvinok) fits half the target's L2.
+- **Parallelism.** The outermost loop that carries no dependence runs on the threads. Where a
+  tiled band has none (a time-skewed stencil), its tiles run as a wavefront: the first tile
+  loop becomes the sum of the first two, and the second one is then parallel.
+
+Every parallel loop is checked exactly against the dependences before it is marked (the
+`parallel` mark the code generator reads); the tree itself is legal by construction (isl keeps
+every validity constraint, and tiling and wavefronts of a permutable band keep them too).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polydl.dtypes import DTYPES
+from polydl.poly.counting import count_points
+from polydl.poly.dependences import carries, dependences_of
+from polydl.poly.model import PolyModel
+from polydl.target.cpu import CpuTarget
+
+PARALLEL_MARK = "parallel"
+TILE_SIZES = (128, 64, 32, 16, 8)
+# A tile's footprint may take this share of L2: the rest holds what the next tiles reuse.
+L2_SHARE = 0.5
+# Operations a parallel loop must run per entry to pay for the fork and join of the threads
+# (a few microseconds).
+MIN_WORK_PER_FORK = 50_000
+
+
+@dataclass(frozen=True)
+class BandDecision:
+    """What happened to one band of the schedule tree."""
+
+    statements: tuple[str, ...]
+    members: tuple[str, ...]  # each loop's affine function, as isl prints it for one statement
+    tiles: tuple[int, ...]  # () if the band is not tiled
+    parallel: str  # "loop N" (0-based member), "wavefront", or "" (sequential)
+    footprint_bytes: int = 0  # what one tile touches (tiled bands)
+    skewed: bool = False  # a loop combines several of a statement's iterators
+
+    def describe(self) -> str:
+        parts = [f"band ({', '.join(self.members)}) of {', '.join(self.statements)}"]
+        if self.skewed:
+            parts.append("skewed")
+        if self.tiles:
+            kib = self.footprint_bytes / 1024
+            parts.append(f"tiles {'x'.join(map(str, self.tiles))} ({kib:.0f} KiB per tile)")
+        if self.parallel == "wavefront":
+            parts.append("parallel: wavefront of tiles")
+        elif self.parallel:
+            parts.append(f"parallel {self.parallel}")
+        else:
+            parts.append("sequential")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
+class AffineSchedule:
+    tree: isl.Schedule
+    bands: tuple[BandDecision, ...]
+
+    @property
+    def parallel(self) -> bool:
+        return any(b.parallel for b in self.bands)
+
+    def describe(self) -> str:
+        return "affine scheduler: " + (
+            " | ".join(b.describe() for b in self.bands) or "no loops")
+
+
+_SCHEDULES: weakref.WeakKeyDictionary[PolyModel, dict[str, AffineSchedule]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def affine_schedule(model: PolyModel, target: CpuTarget) -> AffineSchedule:
+    """The tiled, parallel schedule tree of every statement of `model` (cached per target)."""
+    per_model = _SCHEDULES.setdefault(model, {})
+    key = target.key()
+    if key not in per_model:
+        per_model[key] = _Scheduler(model, target).run()
+    return per_model[key]
+
+
+class _Scheduler:
+    def __init__(self, model: PolyModel, target: CpuTarget) -> None:
+        self.model = model
+        self.target = target
+        self.deps = dependences_of(model).all
+        self.bands: list[BandDecision] = []
+        self.accesses = model.reads.union(model.writes)
+
+    def run(self) -> AffineSchedule:
+        ctx = self.deps.get_ctx()
+        ctx.set_schedule_outer_coincidence(1)
+        constraints = (
+            isl.ScheduleConstraints.on_domain(self.model.domains)
+            .set_validity(self.deps)
+            .set_proximity(self.deps)
+            .set_coincidence(self.deps)
+        )
+        tree = constraints.compute_schedule()
+        root = self._visit(tree.get_root(), False)
+        return AffineSchedule(root.get_schedule(), tuple(self.bands))
+
+    def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
+        """Transform the subtree at `node`; returns the node at the same position."""
+        if node.get_type() != isl.schedule_node_type.band:
+            for i in range(node.n_children()):
+                node = self._visit(node.child(i), parallel_above).parent()
+            return node
+        node, depth, parallel = self._band(node, parallel_above)
+        inner = node
+        for _ in range(depth):
+            inner = inner.child(0)
+        for i in range(inner.n_children()):
+            inner = self._visit(inner.child(i), parallel_above or parallel).parent()
+        for _ in range(depth):
+            inner = inner.parent()
+        return inner
+
+    def _band(
+        self, node: isl.ScheduleNode, parallel_above: bool
+    ) -> tuple[isl.ScheduleNode, int, bool]:
+        """Tile and parallelise one band. Returns the node now at its position, how many
+        levels below it the innermost band of the result is, and whether it runs parallel."""
+        n = node.band_n_member()
+        statements = _statement_names(node.get_domain())
+        members = _members(node)
+        skewed = _is_skewed(node)
+        coincident = [bool(node.band_member_get_coincident(i)) for i in range(n)]
+        tiles: tuple[int, ...] = ()
+        footprint = 0
+        depth = 0
+        if n >= 2 and node.band_get_permutable():
+            size, footprint = self._tile_size(node)
+            if size:
+                tiles = (size,) * n
+                node = node.band_tile(_multi_val(node, tiles))
+                depth = 1  # the point band under the tile band
+        parallel = ""
+        if not parallel_above and self._worth_forking(node):
+            first = next((i for i in range(n) if coincident[i]), None)
+            if first is not None:
+                marked = self._mark_parallel(node, first)
+                if marked is not None:
+                    node, extra = marked
+                    depth += extra
+                    parallel = f"loop {first}"
+            elif tiles:
+                marked = self._wavefront(node)
+                if marked is not None:
+                    node, extra = marked
+                    depth += extra
+                    parallel = "wavefront"
+        self.bands.append(
+            BandDecision(statements, members, tiles, parallel, footprint, skewed))
+        return node, depth, bool(parallel)
+
+    def _worth_forking(self, band: isl.ScheduleNode) -> bool:
+        """Whether each entry into a parallel loop here has enough work to pay for waking
+        the threads (a loop inside many sequential iterations may not)."""
+        domain = band.get_domain()
+        entries = max(count_points(band.get_prefix_schedule_union_map()
+                                   .intersect_domain(domain).range()), 1)
+        work = 0
+        sets: list[isl.Set] = []
+        domain.foreach_set(sets.append)
+        for instances in sets:
+            flops = self.model.statement(instances.get_tuple_name()).statement.flops
+            work += count_points(instances) * max(flops, 1)
+        return work / entries >= MIN_WORK_PER_FORK
+
+    def _mark_parallel(
+        self, band: isl.ScheduleNode, member: int
+    ) -> tuple[isl.ScheduleNode, int] | None:
+        """Mark `member` of the band parallel (splitting the band before it); None if the exact
+        check finds a dependence it carries."""
+        extra = 0
+        if member > 0:
+            band = band.band_split(member).child(0)
+            extra = 1
+        if not self._carries_nothing(band):
+            return None
+        marked = band.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+        top = marked
+        for _ in range(extra):
+            top = top.parent()
+        return top, extra + 1
+
+    def _wavefront(self, band: isl.ScheduleNode) -> tuple[isl.ScheduleNode, int] | None:
+        """Turn the first tile loop into the sum of the first two; the second then carries no
+        dependence (every distance along the band is >= 0), which the check confirms."""
+        schedule = band.band_get_partial_schedule()
+        front = schedule.get_union_pw_aff(0).add(schedule.get_union_pw_aff(1))
+        schedule = schedule.set_union_pw_aff(0, front)
+        skewed = band.delete().insert_partial_schedule(schedule)
+        skewed = skewed.band_set_permutable(1)
+        inner = skewed.band_split(1).child(0)
+        if not self._carries_nothing(inner):
+            return None
+        marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+        return marked.parent(), 2
+
+    def _carries_nothing(self, band: isl.ScheduleNode) -> bool:
+        """Whether the band's first loop carries no dependence among the instances under it."""
+        domain = band.get_domain()
+        relation = self.deps.intersect_domain(domain).intersect_range(domain)
+        prefix = band.get_prefix_schedule_union_map()
+        first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_union_pw_aff(0))
+        width = _range_dims(prefix)
+        return not carries(relation, prefix.flat_range_product(first), width)
+
+    def _tile_size(self, band: isl.ScheduleNode) -> tuple[int, int]:
+        """The largest tile size whose footprint fits the L2 share, and that footprint; (0, 0)
+        when the band's loops are all shorter than the smallest tile."""
+        partial = band.band_get_partial_schedule_union_map()
+        points = partial.intersect_domain(band.get_domain())
+        times = _single_set(points.range())
+        if times is None:
+            return 0, 0
+        n = times.dim(isl.dim_type.set)
+        low = [times.dim_min_val(d).to_python() for d in range(n)]
+        high = [times.dim_max_val(d).to_python() for d in range(n)]
+        if all(hi - lo + 1 <= TILE_SIZES[-1] for lo, hi in zip(low, high, strict=True)):
+            return 0, 0
+        prefix = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
+        outer = _single_set(prefix.range())
+        if outer is not None and outer.dim(isl.dim_type.set) > 0:
+            # one iteration of the loops outside the band (a middle one: a corner of a skewed
+            # space is nearly empty); the tiles rerun for each
+            points = points.intersect_domain(prefix.intersect_range(
+                isl.UnionSet.from_set(_middle_point(outer))).domain())
+        budget = self.target.l2_bytes * L2_SHARE
+        best = (TILE_SIZES[-1], 0)
+        for size in TILE_SIZES:
+            middle = [lo + max((hi - lo + 1 - size) // 2, 0) for lo, hi in zip(low, high, strict=True)]
+            box = " and ".join(f"{m} <= x{d} < {m + size}" for d, m in enumerate(middle))
+            names = ", ".join(f"x{d}" for d in range(n))
+            tile = isl.Set(f"{{ [{names}] : {box} }}")
+            instances = points.intersect_range(isl.UnionSet.from_set(tile)).domain()
+            footprint = self._footprint(instances)
+            if footprint <= budget:
+                return size, footprint
+            best = (size, footprint)
+        return best
+
+    def _footprint(self, instances: isl.UnionSet) -> int:
+        cells = self.accesses.intersect_domain(instances).range()
+        total = 0
+        sets: list[isl.Set] = []
+        cells.foreach_set(sets.append)
+        for cell_set in sets:
+            dtype = self.model.nest.array(cell_set.get_tuple_name()).dtype
+            total += count_points(cell_set) * DTYPES[dtype].bytes
+        return total
+
+
+def _multi_val(band: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.MultiVal:
+    values = isl.MultiVal.zero(band.band_get_space())
+    for d, size in enumerate(sizes):
+        values = values.set_val(d, isl.Val.int_from_si(values.get_ctx(), size))
+    return values
+
+
+def _statement_names(domain: isl.UnionSet) -> tuple[str, ...]:
+    names: list[str] = []
+    domain.foreach_set(lambda s: names.append(s.get_tuple_name()))
+    return tuple(sorted(names, key=lambda n: (len(n), n)))
+
+
+def _members(band: isl.ScheduleNode) -> tuple[str, ...]:
+    """Each band loop as a readable affine function of the first statement's iterators."""
+    schedule = band.band_get_partial_schedule()
+    out = []
+    for d in range(band.band_n_member()):
+        pieces: list[isl.PwAff] = []
+        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
+        text = max((str(p) for p in pieces), key=lambda t: (len(t), t))  # the most telling
+        out.append(text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text)
+    return tuple(out)
+
+
+def _middle_point(points: isl.Set) -> isl.Set:
+    """A point of `points` near the middle of its bounding box, dimension by dimension."""
+    point = points
+    for d in range(points.dim(isl.dim_type.set)):
+        low, high = point.dim_min_val(d).to_python(), point.dim_max_val(d).to_python()
+        point = point.fix_val(isl.dim_type.set, d, isl.Val.int_from_si(points.get_ctx(),
+                                                                          (low + high) // 2))
+        if point.is_empty():
+            return points.lexmin()
+    return point
+
+
+def _is_skewed(band: isl.ScheduleNode) -> bool:
+    """Whether some band loop is a combination of two or more iterators of a statement."""
+    schedule = band.band_get_partial_schedule()
+    found = False
+
+    def piece(_: isl.Set, aff: isl.Aff) -> None:
+        nonlocal found
+        used = sum(not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()
+                   for d in range(aff.dim(isl.dim_type.in_)))
+        found |= used > 1
+
+    for d in range(band.band_n_member()):
+        pieces: list[isl.PwAff] = []
+        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
+        for pa in pieces:
+            pa.foreach_piece(piece)
+    return found
+
+
+def _single_set(union: isl.UnionSet) -> isl.Set | None:
+    sets: list[isl.Set] = []
+    union.foreach_set(sets.append)
+    return sets[0] if len(sets) == 1 else None
+
+
+def _range_dims(umap: isl.UnionMap) -> int:
+    maps: list[isl.Map] = []
+    umap.foreach_map(maps.append)
+    return maps[0].dim(isl.dim_type.out) if maps else 0

@@ -1,0 +1,110 @@
+"""Plan every loop nest of a model, not only the main one.
+
+Takes a `PolyModel` and a `CpuTarget`; returns a `GroupPlan` per top-level loop nest (group).
+Each nest is scheduled on its own (the nests run in their written order, which keeps every
+dependence between them):
+
+- a **band nest** (one statement in a perfect nest whose loops are permutable or include one
+  that carries no dependence, e.g. a GEMM that `distribution.py` isolated) is ranked by the data-reuse model like the main nest
+  of a DL primitive: loop order, tiles, parallel loops and the batch-reduce microkernel;
+- any other nest (several statements, imperfect, or with dependences that forbid plain
+  permutation, such as stencils and solvers) goes to the general scheduler (`affine.py`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import replace
+
+from polydl.errors import ScheduleError
+from polydl.poly.dependences import dependences_of
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.affine import affine_schedule
+from polydl.schedules.apply import (
+    GroupPlan,
+    apply_schedule,
+    band_dependences,
+    band_of,
+    group_statements,
+    main_group,
+)
+from polydl.schedules.rank import rank
+from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
+
+_GROUP_MODELS: weakref.WeakKeyDictionary[PolyModel, dict[int, PolyModel]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def group_model(model: PolyModel, group: int) -> PolyModel:
+    """The model of one loop nest alone (its dependences are those among its statements)."""
+    per_model = _GROUP_MODELS.setdefault(model, {})
+    if group not in per_model:
+        statements = group_statements(model)[group]
+        per_model[group] = replace(model, statements=statements)
+    return per_model[group]
+
+
+def is_band_nest(model: PolyModel, statements: tuple[StatementModel, ...]) -> bool:
+    """One statement, every loop in the band, and the band either fully permutable or with a
+    loop along which no dependence moves (a reduction such as a convolution's: the ranking
+    checks each order exactly). Otherwise only skewing finds parallelism."""
+    if len(statements) != 1:
+        return False
+    band = band_of(statements)
+    if len(band) != len(statements[0].loops):
+        return False
+    deps = band_dependences(dependences_of(model), statements)
+    return deps.permutable or bool(deps.still)
+
+
+def main_is_general(model: PolyModel) -> bool:
+    """Whether the main nest goes to the general scheduler rather than the ranked band
+    schedules (and the `Schedule` of the kernel then says `scheduler="affine"`)."""
+    return not is_band_nest(model, group_statements(model)[main_group(model)])
+
+
+def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
+    """A plan per nest (the main one only `with_main`), keyed by group."""
+    main = main_group(model)
+    plans: dict[int, GroupPlan] = {}
+    for group, statements in group_statements(model).items():
+        if group == main and not with_main:
+            continue
+        sub = group_model(model, group)
+        if is_band_nest(sub, statements):
+            plans[group] = _band_plan(sub, target)
+        else:
+            plans[group] = affine_plan(sub, target, group)
+    return plans
+
+
+def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
+    """The general scheduler's plan; or the written order (with its outermost dependence-free
+    loop parallel) where the general schedule found no parallel loop worth its forks and
+    either skewed (losing the written innermost loop's unit stride for nothing) or the
+    written order has a parallel loop."""
+    chosen = affine_schedule(model, target)
+    if not chosen.parallel:
+        written = apply_schedule(model, Schedule()).main
+        if written.parallel_dims or any(b.skewed for b in chosen.bands):
+            par = [written.order[d] for d in written.parallel_dims]
+            return replace(written, how=f"written order ({' > '.join(written.order) or '-'}); "
+                           f"parallel {', '.join(par) or 'none'}: the general schedule ("
+                           f"{chosen.describe()}) has no parallel loop worth its forks")
+    smap = chosen.tree.get_map()
+    if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
+        raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
+    return GroupPlan(
+        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.describe()
+    )
+
+
+def _band_plan(model: PolyModel, target: CpuTarget) -> GroupPlan:
+    ranked = rank(model, target)
+    schedule = ranked[0].schedule if ranked else Schedule()
+    plan = apply_schedule(model, schedule).main
+    parallel = tuple(plan.order[d] for d in plan.parallel_dims)
+    described = replace(schedule, order=plan.order, parallel=parallel)
+    return replace(plan, how="ranked: " + described.describe())
