@@ -105,15 +105,31 @@ class _Scheduler:
         self.accesses = model.reads.union(model.writes)
 
     def run(self) -> AffineSchedule:
+        """First with isl asked for a parallel outermost loop of each band (which it gets by
+        distributing a time loop, or by a point-level wavefront); where no parallel loop pays
+        its forks that way, again without, for permutable bands whose tiles run as a
+        wavefront."""
+        first = self._schedule(outer_coincidence=True)
+        if first.parallel:
+            return first
+        second = self._schedule(outer_coincidence=False)
+        return second if second.parallel else first
+
+    def _schedule(self, outer_coincidence: bool) -> AffineSchedule:
         ctx = self.deps.get_ctx()
-        ctx.set_schedule_outer_coincidence(1)
-        constraints = (
-            isl.ScheduleConstraints.on_domain(self.model.domains)
-            .set_validity(self.deps)
-            .set_proximity(self.deps)
-            .set_coincidence(self.deps)
-        )
-        tree = constraints.compute_schedule()
+        before = ctx.get_schedule_outer_coincidence()
+        ctx.set_schedule_outer_coincidence(int(outer_coincidence))
+        try:
+            tree = (
+                isl.ScheduleConstraints.on_domain(self.model.domains)
+                .set_validity(self.deps)
+                .set_proximity(self.deps)
+                .set_coincidence(self.deps)
+                .compute_schedule()
+            )
+        finally:
+            ctx.set_schedule_outer_coincidence(before)
+        self.bands = []
         root = self._visit(tree.get_root(), False)
         return AffineSchedule(root.get_schedule(), tuple(self.bands))
 

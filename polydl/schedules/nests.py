@@ -4,8 +4,8 @@ Takes a `PolyModel` and a `CpuTarget`; returns a `GroupPlan` per top-level loop 
 Each nest is scheduled on its own (the nests run in their written order, which keeps every
 dependence between them):
 
-- a **band nest** (one statement in a perfect nest whose loops are permutable or include one
-  that carries no dependence, e.g. a GEMM that `distribution.py` isolated) is ranked by the data-reuse model like the main nest
+- a **band nest** (one statement in a perfect nest with a loop that carries no dependence,
+  e.g. a GEMM that `distribution.py` isolated) is ranked by the data-reuse model like the main nest
   of a DL primitive: loop order, tiles, parallel loops and the batch-reduce microkernel;
 - any other nest (several statements, imperfect, or with dependences that forbid plain
   permutation, such as stencils and solvers) goes to the general scheduler (`affine.py`).
@@ -47,16 +47,15 @@ def group_model(model: PolyModel, group: int) -> PolyModel:
 
 
 def is_band_nest(model: PolyModel, statements: tuple[StatementModel, ...]) -> bool:
-    """One statement, every loop in the band, and the band either fully permutable or with a
-    loop along which no dependence moves (a reduction such as a convolution's: the ranking
-    checks each order exactly). Otherwise only skewing finds parallelism."""
+    """One statement, every loop in the band, and a loop along which no dependence moves (the
+    parallel loop; the ranking checks each order of the others exactly, so reductions such as
+    a convolution's qualify). Otherwise only skewing finds parallelism: a wavefront."""
     if len(statements) != 1:
         return False
     band = band_of(statements)
     if len(band) != len(statements[0].loops):
         return False
-    deps = band_dependences(dependences_of(model), statements)
-    return deps.permutable or bool(deps.still)
+    return bool(band_dependences(dependences_of(model), statements).still)
 
 
 def main_is_general(model: PolyModel) -> bool:

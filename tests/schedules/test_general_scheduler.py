@@ -1,0 +1,195 @@
+"""Every nest is scheduled: GEMM statements distributed out of imperfect nests, the others by
+isl's affine scheduler (fusion, skewing, tiles, parallel loops or a wavefront of tiles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import polydl
+from polydl.api import lower
+from polydl.driver.explain import explain
+from polydl.frontends.c_loopnest import parse_c
+from polydl.frontends.loading import load_spec
+from polydl.poly.model import build_model
+from polydl.schedules.affine import affine_schedule
+from polydl.schedules.apply import group_statements
+from polydl.schedules.distribution import isolate_gemms
+from polydl.schedules.nests import plan_nests
+from polydl.target import resolve_target
+from tests.kernels import compile_c, run_and_check
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = resolve_target("c", "x86-64-v3")
+
+
+def _model(source: str, **params: int):
+    return build_model(parse_c(source), params)
+
+
+def test_blas_gemm_is_distributed_and_reads_a_scaled_copy() -> None:
+    model = build_model(*load_spec(ROOT / "examples" / "gemm_blas.c", {"M": 24, "N": 40, "K": 16}))
+    isolated = isolate_gemms(model)
+    groups = group_statements(isolated)
+    assert [[s.name for s in g] for g in groups.values()] == [["S0"], ["S2"], ["S1"]]
+    assert isolated.statement("S1").statement.value.left.access.array == "_pd_A_scaled"
+
+    k = polydl.compile(ROOT / "examples" / "gemm_blas.c", {"M": 24, "N": 40, "K": 16})
+    assert k.schedule.microkernel is not None and k.schedule.microkernel.statement == "S1"
+    rng = np.random.default_rng(0)
+    a, b = rng.random((24, 16), np.float32), rng.random((16, 40), np.float32)
+    c = rng.random((24, 40), np.float32)
+    want = 1.5 * (a.astype(np.float64) @ b) + 0.5 * c
+    np.testing.assert_allclose(k(a, b, alpha=1.5, beta=0.5, C=c.copy()), want, rtol=1e-5)
+
+
+TWO_MM = """
+void k2mm(int NI, int NJ, int NK, int NL, double alpha, double beta, double tmp[NI][NJ],
+          const double A[NI][NK], const double B[NK][NJ], const double C[NJ][NL],
+          double D[NI][NL]) {
+  for (int i = 0; i < NI; i++)
+    for (int j = 0; j < NJ; j++) {
+      tmp[i][j] = 0.0;
+      for (int k = 0; k < NK; ++k)
+        tmp[i][j] += alpha * A[i][k] * B[k][j];
+    }
+  for (int i = 0; i < NI; i++)
+    for (int j = 0; j < NL; j++) {
+      D[i][j] *= beta;
+      for (int k = 0; k < NJ; ++k)
+        D[i][j] += tmp[i][k] * C[k][j];
+    }
+}
+"""
+
+
+def test_2mm_binds_a_microkernel_in_both_gemms() -> None:
+    model = isolate_gemms(_model(TWO_MM, NI=20, NJ=24, NK=28, NL=32))
+    assert len(group_statements(model)) == 5  # init, copy of A, GEMM, scale, GEMM
+    plans = plan_nests(model, TARGET, with_main=False)
+    assert sum(bool(p.calls) for p in plans.values()) == 1  # the GEMM that is not the main one
+    k = compile_c(TWO_MM, {"NI": 20, "NJ": 24, "NK": 28, "NL": 32})
+    assert k.schedule.microkernel is not None
+
+    def numpy_2mm(alpha, beta, a, b, c):  # type: ignore[no-untyped-def]
+        t = alpha * a @ b
+        return t, t @ c  # outputs start zeroed: beta * D is 0
+
+    run_and_check(k, numpy_2mm)
+
+
+def test_a_gemm_in_a_dependence_cycle_stays_in_its_nest() -> None:
+    source = """
+    void f(int N, double C[N][N], double A[N][N], const double B[N][N]) {
+      for (int i = 0; i < N - 1; i++) {
+        for (int k = 0; k < N; k++)
+          for (int j = 0; j < N; j++)
+            C[i][j] += A[i][k] * B[k][j];
+        for (int j = 0; j < N; j++)
+          A[i + 1][j] = C[i][j];
+      }
+    }"""
+    model = _model(source, N=12)
+    assert isolate_gemms(model) is model  # S1 feeds S0's next row: one component
+
+
+def test_no_scaled_copy_of_an_operand_the_nest_writes() -> None:
+    source = """
+    void f(int N, double C[N][N], double A[N][N], const double B[N][N], double alpha) {
+      for (int i = 0; i < N; i++)
+        for (int k = 0; k < N; k++)
+          for (int j = 0; j < N; j++)
+            C[i][j] += alpha * A[i][k] * B[k][j];
+      for (int i = 0; i < N; i++)
+        A[i][i] = 0.0;
+    }"""
+    model = _model(source, N=8)
+    assert isolate_gemms(model) is model
+
+
+JACOBI_2D = """
+void jacobi2d(int T, int N, double A[N][N], double B[N][N]) {
+  for (int t = 0; t < T; t++) {
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 1; j < N - 1; j++)
+        B[i][j] = 0.2 * (A[i][j] + A[i][j-1] + A[i][j+1] + A[i+1][j] + A[i-1][j]);
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 1; j < N - 1; j++)
+        A[i][j] = 0.2 * (B[i][j] + B[i][j-1] + B[i][j+1] + B[i+1][j] + B[i-1][j]);
+  }
+}"""
+
+
+def test_stencil_runs_its_space_loops_in_parallel_tiles() -> None:
+    k = compile_c(JACOBI_2D, {"T": 3, "N": 150})
+    assert k.schedule.scheduler == "affine"
+    assert "#pragma omp parallel for" in k.source
+    run_and_check(k)
+    bands = affine_schedule(_model(JACOBI_2D, T=3, N=150), TARGET).bands
+    assert any(b.tiles and b.parallel == "loop 0" for b in bands)
+
+
+RECURRENCE = """
+void sweep(int N, double A[N][N]) {
+  for (int i = 1; i < N; i++)
+    for (int j = 1; j < N; j++)
+      A[i][j] = 0.5 * (A[i-1][j] + A[i][j-1]);
+}"""
+
+
+def test_no_parallel_loop_gives_a_wavefront_of_tiles() -> None:
+    bands = affine_schedule(_model(RECURRENCE, N=700), TARGET).bands
+    assert [b.parallel for b in bands] == ["wavefront"] and bands[0].tiles
+    k = compile_c(RECURRENCE, {"N": 300})
+    assert "#pragma omp parallel for" in k.source
+    run_and_check(k)
+
+
+SEIDEL = """
+void seidel(int T, int N, double A[N][N]) {
+  for (int t = 0; t < T; t++)
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 1; j < N - 1; j++)
+        A[i][j] = (A[i-1][j-1] + A[i-1][j] + A[i-1][j+1] + A[i][j-1] + A[i][j]
+                   + A[i][j+1] + A[i+1][j-1] + A[i+1][j] + A[i+1][j+1]) / 9.0;
+}"""
+
+
+def test_time_loop_stencil_is_skewed_and_correct() -> None:
+    bands = affine_schedule(_model(SEIDEL, T=20, N=1000), TARGET).bands
+    assert any(b.skewed for b in bands) and any(b.parallel for b in bands)
+    run_and_check(compile_c(SEIDEL, {"T": 3, "N": 60}))
+
+
+FLOYD = """
+void floyd(int N, double path[N][N]) {
+  for (int k = 0; k < N; k++)
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < N; j++)
+        path[i][j] = path[i][j] < path[i][k] + path[k][j] ? path[i][j]
+                                                          : path[i][k] + path[k][j];
+}"""
+
+
+def test_parallelism_too_fine_to_pay_falls_back_to_the_written_order() -> None:
+    model = _model(FLOYD, N=40)
+    plan = plan_nests(model, TARGET, with_main=True)[0]
+    assert plan.how.startswith("written order") and plan.tree is None
+    k = compile_c(FLOYD, {"N": 40})
+    assert "#pragma omp parallel" not in k.source
+    run_and_check(k)
+
+
+@pytest.mark.parametrize("example", ["layernorm.c", "softmax.c"])
+def test_row_operators_run_rows_in_parallel(example: str) -> None:
+    k = polydl.compile(ROOT / "examples" / example, {"N": 8, "D": 100})
+    assert k.schedule.scheduler == "affine" and "#pragma omp parallel for" in k.source
+    run_and_check(k)
+
+
+def test_explain_lists_each_band_of_the_general_scheduler() -> None:
+    text = explain(lower(parse_c(SEIDEL), {"T": 20, "N": 1000}))
+    summary = text.split("details:")[0]
+    assert "general scheduler" in summary and "skewed" in summary and "parallel" in summary
