@@ -4,7 +4,9 @@ Takes a `PolyModel`; returns a function that evaluates the nest in place on a di
 arrays, in the original statement order, computing in float64. It runs the inner loops of a
 statement as one numpy operation only where that cannot change the result: the statement is the
 only one in those loops and no dependence between its instances inside them exists other than
-accumulation into its own target (`+=` becomes `np.add.at`). Everything else runs loop by loop.
+accumulation into its own target (`+=` becomes `np.add.at`). A top-level loop whose iterations
+are independent (`vector_loops`) runs its body once for all its iterations. Everything else runs
+loop by loop.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from polydl.ir import (
     Statement,
     Unary,
     expr_loads,
+    int_vars,
 )
+from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 
 # Largest number of statement instances evaluated as one numpy operation (memory bound).
@@ -102,17 +106,68 @@ def _conflicts(s: StatementModel, write: isl.Map, reads: list[isl.Map], depth: i
     return False
 
 
+def vector_loops(model: PolyModel) -> frozenset[int]:
+    """Top-level loops (by position in the nest's body) whose iterations are independent:
+    no dependence joins two of them, and no bound or condition inside reads the loop's
+    variable. The reference runs their body once, for all iterations at once (a softmax's
+    rows, a stencil's time loop aside)."""
+    deps = dependences_of(model).all
+    out = set()
+    for index, node in enumerate(model.nest.body):
+        if not isinstance(node, Loop) or node.var in _inner_control_vars(node.body):
+            continue
+        names = {s.name for s in model.statements if s.group == index}
+        if names and not _crosses_outer(deps, names):
+            out.add(index)
+    return frozenset(out)
+
+
+def _inner_control_vars(nodes: tuple[Node, ...]) -> set[str]:
+    """Variables read by the bounds and conditions of the loops and guards in `nodes`."""
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, Loop):
+            out |= int_vars(node.lower) | int_vars(node.upper)
+        elif isinstance(node, Guard):
+            for c in node.conditions:
+                out |= int_vars(c.left) | int_vars(c.right)
+        if not isinstance(node, Statement):
+            out |= _inner_control_vars(node.body)
+    return out
+
+
+def _crosses_outer(deps: isl.UnionMap, names: set[str]) -> bool:
+    """Whether a dependence among the named statements joins two values of their first
+    iterator."""
+    found = False
+
+    def check(m: isl.Map) -> None:
+        nonlocal found
+        if m.get_tuple_name(isl.dim_type.in_) in names and m.get_tuple_name(isl.dim_type.out) in names:
+            same = m.equate(isl.dim_type.in_, 0, isl.dim_type.out, 0)
+            found |= not m.subtract(same).is_empty()
+
+    deps.foreach_map(check)
+    return found
+
+
 def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
     nest = model.nest
     depths = {s.name: batch_depth(s) for s in model.statements}
     params = dict(model.params)
+    vectors = vector_loops(model)
 
     def run(arrays: dict[str, np.ndarray]) -> None:
         work = {name: _to_work(arr, nest.array(name).dtype) for name, arr in arrays.items()}
         for local in nest.locals:
             work[local.name] = np.zeros(local.concrete_shape(params), dtype=np.float64)
         env = {k: np.array([v], dtype=np.int64) for k, v in params.items()}
-        _Evaluator(work, depths).body(nest.body, env, 0)
+        evaluator = _Evaluator(work, depths)
+        for index, node in enumerate(nest.body):
+            if index in vectors:
+                evaluator.vector_loop(node, env)
+            else:
+                evaluator.node(node, env, 0)
         for arr in nest.outputs:
             out = arrays[arr.name]
             if arr.dtype == "bfloat16":
@@ -166,6 +221,17 @@ class _Evaluator:
                 inner = dict(env)
                 inner[node.var] = np.array([value], dtype=np.int64)
                 self.body(node.body, inner, depth + 1)
+
+    def vector_loop(self, loop: Node, env: dict[str, np.ndarray]) -> None:
+        """Run the body once with the loop variable holding all its values."""
+        assert isinstance(loop, Loop)
+        lo = int(_int(loop.lower, env)[0])
+        hi = int(_int(loop.upper, env)[0])
+        if hi <= lo:
+            return
+        inner = dict(env)
+        inner[loop.var] = np.arange(lo, hi, loop.step, dtype=np.int64)
+        self.body(loop.body, inner, 1)
 
     def store(self, s: Statement, env: dict[str, np.ndarray]) -> None:
         target = self.arrays[s.target.array]

@@ -93,9 +93,13 @@ def _first_time_point(time_domain: isl.UnionSet) -> list[int]:
     point = sets[0]
     for s in sets[1:]:
         point = point.union(s)
-    lexmin = point.lexmin().sample_point()
-    n = point.dim(isl.dim_type.set)
-    return [lexmin.get_coordinate_val(isl.dim_type.set, d).to_python() for d in range(n)]
+    # dimension by dimension: isl's lexmin refuses some sets with strides (existentials)
+    out = []
+    for d in range(point.dim(isl.dim_type.set)):
+        low = point.dim_min_val(d)
+        out.append(low.to_python())
+        point = point.fix_val(isl.dim_type.set, d, low)
+    return out
 
 
 def _fix_prefix(first: list[int], level: int) -> isl.UnionSet:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polydl.dtypes import DTYPES
+from polydl.errors import ScheduleError
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.model import PolyModel
@@ -109,11 +110,23 @@ class _Scheduler:
         distributing a time loop, or by a point-level wavefront); where no parallel loop pays
         its forks that way, again without, for permutable bands whose tiles run as a
         wavefront."""
-        first = self._schedule(outer_coincidence=True)
-        if first.parallel:
+        first = self._try(outer_coincidence=True)
+        if first is not None and first.parallel:
             return first
-        second = self._schedule(outer_coincidence=False)
-        return second if second.parallel else first
+        second = self._try(outer_coincidence=False)
+        if second is not None and (second.parallel or first is None):
+            return second
+        if first is None:
+            raise ScheduleError("isl's scheduler found no schedule for this nest")
+        return first
+
+    def _try(self, outer_coincidence: bool) -> AffineSchedule | None:
+        """The schedule, or None where isl gives up (it cannot carry some dependences with
+        the coefficients it allows, or a bound it needs is not affine)."""
+        try:
+            return self._schedule(outer_coincidence)
+        except isl.Error:
+            return None
 
     def _schedule(self, outer_coincidence: bool) -> AffineSchedule:
         ctx = self.deps.get_ctx()

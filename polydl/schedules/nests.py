@@ -84,7 +84,11 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     loop parallel) where the general schedule found no parallel loop worth its forks and
     either skewed (losing the written innermost loop's unit stride for nothing) or the
     written order has a parallel loop."""
-    chosen = affine_schedule(model, target)
+    try:
+        chosen = affine_schedule(model, target)
+    except ScheduleError as exc:
+        written = apply_schedule(model, Schedule()).main
+        return replace(written, how=f"written order ({' > '.join(written.order) or '-'}): {exc}")
     if not chosen.parallel:
         written = apply_schedule(model, Schedule()).main
         if written.parallel_dims or any(b.skewed for b in chosen.bands):
