@@ -41,6 +41,7 @@ from polydl.ir import (
     expr_loads,
     int_vars,
 )
+from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 
@@ -149,6 +150,20 @@ def _crosses_outer(deps: isl.UnionMap, names: set[str]) -> bool:
 
     deps.foreach_map(check)
     return found
+
+
+def python_steps(model: PolyModel) -> int:
+    """How many numpy operations the reference runs (one per iteration of the loops it does
+    not batch): what its running time follows."""
+    vectors = vector_loops(model)
+    steps = 0
+    for s in model.statements:
+        outer = 1 if s.group in vectors else 0
+        depth = max(batch_depth(s), outer)
+        domain = s.domain
+        kept = domain.project_out(isl.dim_type.set, depth, len(s.iterators) - depth)
+        steps += count_points(kept.project_out(isl.dim_type.set, 0, outer)) if depth else 1
+    return steps
 
 
 def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
@@ -390,4 +405,4 @@ def _int(e: IntExpr, env: dict[str, np.ndarray]) -> np.ndarray:
     return np.mod(a, b)
 
 
-__all__ = ["make_reference", "batch_depth", "expr_loads"]
+__all__ = ["make_reference", "batch_depth", "expr_loads", "python_steps", "vector_loops"]

@@ -22,12 +22,29 @@ def test_run_verifies_and_prints_gflops(capsys: pytest.CaptureFixture[str]) -> N
     assert "verify   ok" in out and "GFLOP/s" in out
 
 
+def test_run_verifies_at_reduced_sizes_where_the_reference_would_take_minutes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "floyd.c"
+    spec.write_text("""void floyd(int N, double p[N][N]) {
+  for (int k = 0; k < N; k++)
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < N; j++)
+        p[i][j] = p[i][j] < p[i][k] + p[k][j] ? p[i][j] : p[i][k] + p[k][j];
+}""")
+    assert main(["run", str(spec), "-p", "N=128", "--repeat", "1"]) == 0
+    assert "verify   ok" in (out := capsys.readouterr().out) and "reduced sizes N=32" in out
+
+
 @pytest.mark.parametrize(
     "example, params",
     [
         ("matmul.c", ["M=64", "N=48", "K=40"]),
         ("linear_bias_relu.c", ["N=4", "C=37", "K=20"]),
         ("wavefront.c", ["N=40"]),
+        ("gemm_blas.c", ["M=30", "N=20", "K=12"]),
+        ("jacobi2d.c", ["T=3", "N=40"]),
+        ("softmax.c", ["N=5", "D=33"]),
         ("conv2d.toml", ["N=1", "H=8", "W=8", "C=5", "K=6"]),
         ("conv2d_bias_relu.toml", ["N=1", "H=9", "W=7", "C=3", "K=4"]),
     ],

@@ -1,0 +1,14 @@
+/* A 2-d Jacobi stencil over T time steps, written plainly. The general scheduler runs the rows
+ * of each sweep in parallel tiles:
+ *   polydl run examples/jacobi2d.c -p T=50 -p N=1000
+ *   polydl explain examples/jacobi2d.c -p T=50 -p N=1000      # the bands it chose */
+void jacobi2d(int T, int N, double A[N][N], double B[N][N]) {
+  for (int t = 0; t < T; t++) {
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 1; j < N - 1; j++)
+        B[i][j] = 0.2 * (A[i][j] + A[i][j - 1] + A[i][j + 1] + A[i + 1][j] + A[i - 1][j]);
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 1; j < N - 1; j++)
+        A[i][j] = 0.2 * (B[i][j] + B[i][j - 1] + B[i][j + 1] + B[i + 1][j] + B[i - 1][j]);
+  }
+}
