@@ -472,19 +472,18 @@ class _FunctionReader:
     def _local_scalar(self, decl: c_ast.Decl) -> tuple[Node, ...]:
         """`float s = v;` in a loop body: expanded to one cell per iteration of the loops around
         it (`s[i][j]`, zero-filled on each call), so iterations do not share it and the model
-        stays affine; its initialiser is a statement."""
+        stays affine; its initialiser is a statement. Loops with bounds that depend on outer
+        loops are left out of the expansion (their iterations share the cell, in order)."""
         self._check_name(decl.name, decl, "local variable")
         shape: list[IntExpr] = []
         index: list[IntExpr] = []
         for var, lowest, end in self.loop_ranges:
             if (int_vars(lowest) - set(self.scope.sizes) or int_vars(end) - set(self.scope.sizes)
                     or isinstance(lowest, IntMinMax) or isinstance(end, IntMinMax)):
-                raise self.error(
-                    f"local '{decl.name}' is declared inside loop '{var}', whose bounds depend "
-                    "on other loops; declare it in a loop with bounds of sizes only, or use an "
-                    "output array",
-                    decl,
-                )
+                # a loop whose bounds move with outer loops (a triangle) shares the cell
+                # among its iterations: still each one's own value, as every iteration
+                # assigns it before reading, but those iterations then run in order
+                continue
             shape.append(IntBinary("-", end, lowest))
             index.append(IntBinary("-", IntVar(var), lowest))
         if not shape:
@@ -670,7 +669,8 @@ class _FunctionReader:
             n = pending.pop()
             if isinstance(n, c_ast.ArrayRef):
                 return True
-            if isinstance(n, c_ast.ID) and self.scope.kind(n.name) == "array":
+            if isinstance(n, c_ast.ID) and (self.scope.kind(n.name) == "array"
+                                            or n.name in self.scope.local_scalars):
                 return True
             if isinstance(n, c_ast.Constant) and not is_int_constant(n):
                 return True
