@@ -92,17 +92,24 @@ def _summary(c: Compilation) -> list[str]:
                      f"statement(s) in {len(scheduled.groups)} nest(s)"
                      + "".join(f"; {a.name} is a scaled copy" for a in scheduled.model.nest.locals
                                if a.name not in {b.name for b in model.nest.arrays}))
+    loopless = [p for p in scheduled.groups if p.tree is not None and p.bands == ("no loops",)
+                and p.group != scheduled.main_group]
+    if loopless:
+        lines.append(f"  {len(loopless)} nest(s) without loops (scalar statements): "
+                     + ", ".join(st.name for p in loopless for st in p.statements))
     for plan in scheduled.groups:
+        if plan in loopless:
+            continue
         names = ", ".join(st.name for st in plan.statements)
         par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
         calls = "; microkernel for " + ", ".join(plan.calls) if plan.calls else ""
         fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
         main = " (main)" if plan.group == scheduled.main_group else ""
-        if plan.how.startswith("affine"):
-            bands = plan.how.split(": ", 1)[1].split(" | ")
-            lines.append(f"  nest {plan.group}{main} [{names}]: general scheduler, "
-                         f"{len(bands)} band(s)")
-            lines += [f"    {band}" for band in bands]
+        if plan.tree is not None:
+            origin = plan.how.split(": ", 1)[0]
+            lines.append(f"  nest {plan.group}{main} [{names}]: {origin}, "
+                         f"{len(plan.bands)} band(s)")
+            lines += [f"    {band}" for band in plan.bands]
             continue
         lines.append(f"  nest {plan.group}{main} [{names}]: loops {' > '.join(plan.order) or '-'}; "
                      f"parallel {', '.join(par) or 'none'}{calls}{fused}")

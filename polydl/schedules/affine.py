@@ -31,9 +31,13 @@ from polydl.errors import ScheduleError
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.model import PolyModel
+from polydl.schedules.isl_time_limit import ScheduleTimeout, compute_schedule
+from polydl.schedules.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
 
 PARALLEL_MARK = "parallel"
+# Seconds isl's scheduler may take for one nest before the written order is kept.
+SCHEDULE_SECONDS = 20.0
 TILE_SIZES = (128, 64, 32, 16, 8)
 # A tile's footprint may take this share of L2: the rest holds what the next tiles reuse.
 L2_SHARE = 0.5
@@ -73,13 +77,14 @@ class BandDecision:
 class AffineSchedule:
     tree: isl.Schedule
     bands: tuple[BandDecision, ...]
+    origin: str = "affine scheduler"  # or "written order (why)"
 
     @property
     def parallel(self) -> bool:
         return any(b.parallel for b in self.bands)
 
     def describe(self) -> str:
-        return "affine scheduler: " + (
+        return f"{self.origin}: " + (
             " | ".join(b.describe() for b in self.bands) or "no loops")
 
 
@@ -97,6 +102,12 @@ def affine_schedule(model: PolyModel, target: CpuTarget) -> AffineSchedule:
     return per_model[key]
 
 
+def written_order_schedule(model: PolyModel, target: CpuTarget, why: str) -> AffineSchedule:
+    """The written order, with the outermost loop of each nest that carries nothing (and has
+    the work) parallel."""
+    return _Scheduler(model, target).bands_of(written_order_tree(model), f"written order ({why})")
+
+
 class _Scheduler:
     def __init__(self, model: PolyModel, target: CpuTarget) -> None:
         self.model = model
@@ -110,41 +121,54 @@ class _Scheduler:
         distributing a time loop, or by a point-level wavefront); where no parallel loop pays
         its forks that way, again without, for permutable bands whose tiles run as a
         wavefront."""
-        first = self._try(outer_coincidence=True)
+        try:
+            first = self._try(outer_coincidence=True, seconds=SCHEDULE_SECONDS)
+        except ScheduleTimeout as exc:
+            return self.bands_of(written_order_tree(self.model), f"written order ({exc})")
         if first is not None and first.parallel:
             return first
-        second = self._try(outer_coincidence=False)
+        try:
+            # a second opinion only: half the time
+            second = self._try(outer_coincidence=False, seconds=SCHEDULE_SECONDS / 2)
+        except ScheduleTimeout:
+            second = None
         if second is not None and (second.parallel or first is None):
             return second
         if first is None:
             raise ScheduleError("isl's scheduler found no schedule for this nest")
         return first
 
-    def _try(self, outer_coincidence: bool) -> AffineSchedule | None:
+    def _try(self, outer_coincidence: bool, seconds: float) -> AffineSchedule | None:
         """The schedule, or None where isl gives up (it cannot carry some dependences with
         the coefficients it allows, or a bound it needs is not affine)."""
         try:
-            return self._schedule(outer_coincidence)
+            return self._schedule(outer_coincidence, seconds)
         except isl.Error:
             return None
 
-    def _schedule(self, outer_coincidence: bool) -> AffineSchedule:
+    def _schedule(self, outer_coincidence: bool, seconds: float) -> AffineSchedule:
         ctx = self.deps.get_ctx()
         before = ctx.get_schedule_outer_coincidence()
         ctx.set_schedule_outer_coincidence(int(outer_coincidence))
         try:
-            tree = (
+            tree = compute_schedule(
                 isl.ScheduleConstraints.on_domain(self.model.domains)
                 .set_validity(self.deps)
                 .set_proximity(self.deps)
-                .set_coincidence(self.deps)
-                .compute_schedule()
+                .set_coincidence(self.deps),
+                seconds,
             )
         finally:
             ctx.set_schedule_outer_coincidence(before)
+        if tree is None:
+            raise isl.Error("isl's scheduler found no schedule")
+        return self.bands_of(tree, "affine scheduler")
+
+    def bands_of(self, tree: isl.Schedule, origin: str) -> AffineSchedule:
+        """`tree` with its bands tiled and parallelised."""
         self.bands = []
         root = self._visit(tree.get_root(), False)
-        return AffineSchedule(root.get_schedule(), tuple(self.bands))
+        return AffineSchedule(root.get_schedule(), tuple(self.bands), origin)
 
     def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
         """Transform the subtree at `node`; returns the node at the same position."""

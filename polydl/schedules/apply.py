@@ -55,6 +55,7 @@ class GroupPlan:
     # (its `parallel` marks name the parallel loops), `schedule_map` is its flat form.
     tree: isl.Schedule | None = None
     how: str = ""  # who planned the nest and what it chose, for `explain`
+    bands: tuple[str, ...] = ()  # each band of `tree`, described
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:

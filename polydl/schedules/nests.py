@@ -19,7 +19,7 @@ from dataclasses import replace
 from polydl.errors import ScheduleError
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
-from polydl.schedules.affine import affine_schedule
+from polydl.schedules.affine import affine_schedule, written_order_schedule
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -87,20 +87,18 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     try:
         chosen = affine_schedule(model, target)
     except ScheduleError as exc:
-        written = apply_schedule(model, Schedule()).main
-        return replace(written, how=f"written order ({' > '.join(written.order) or '-'}): {exc}")
+        chosen = written_order_schedule(model, target, str(exc))
     if not chosen.parallel:
-        written = apply_schedule(model, Schedule()).main
-        if written.parallel_dims or any(b.skewed for b in chosen.bands):
-            par = [written.order[d] for d in written.parallel_dims]
-            return replace(written, how=f"written order ({' > '.join(written.order) or '-'}); "
-                           f"parallel {', '.join(par) or 'none'}: the general schedule ("
-                           f"{chosen.describe()}) has no parallel loop worth its forks")
+        written = written_order_schedule(
+            model, target, f"the {chosen.origin}'s schedule has no parallel loop worth its forks")
+        if written.parallel or any(b.skewed for b in chosen.bands):
+            chosen = written
     smap = chosen.tree.get_map()
     if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
         raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
     return GroupPlan(
-        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.describe()
+        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.describe(),
+        bands=tuple(b.describe() for b in chosen.bands) or ("no loops",),
     )
 
 

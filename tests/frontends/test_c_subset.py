@@ -219,7 +219,7 @@ def test_local_scalars_layernorm_and_softmax_examples() -> None:
     sm = polydl.compile(ROOT / "examples" / "softmax.c", {"N": 6, "D": 40})
     e = np.exp(xd - xd.max(1, keepdims=True))
     np.testing.assert_allclose(sm(x), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
-    assert ln.schedule.scheduler == "affine" and "#pragma omp parallel for" in ln.source
+    assert ln.schedule.scheduler == "affine"
 
 
 def test_locals_follow_block_scope() -> None:
