@@ -53,7 +53,7 @@ SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "mvt": ({"N": 2000}, {"N": 40}),
     "cholesky": ({"N": 1000}, {"N": 30}),
     "durbin": ({"N": 2000}, {"N": 40}),
-    "gramschmidt": ({"M": 800, "N": 900}, {"M": 30, "N": 24}),
+    "gramschmidt": ({"M": 1000, "N": 800}, {"M": 30, "N": 24}),  # N <= M: full rank
     "lu": ({"N": 1000}, {"N": 30}),
     "ludcmp": ({"N": 1000}, {"N": 30}),
     "trisolv": ({"N": 2000}, {"N": 40}),

@@ -56,6 +56,7 @@ class BandDecision:
     parallel: str  # "loop N" (0-based member), "wavefront", or "" (sequential)
     footprint_bytes: int = 0  # what one tile touches (tiled bands)
     skewed: bool = False  # a loop combines several of a statement's iterators
+    innermost: str = ""  # the member moved innermost in each tile (for unit-stride accesses)
 
     def describe(self) -> str:
         parts = [f"band ({', '.join(self.members)}) of {', '.join(self.statements)}"]
@@ -64,6 +65,8 @@ class BandDecision:
         if self.tiles:
             kib = self.footprint_bytes / 1024
             parts.append(f"tiles {'x'.join(map(str, self.tiles))} ({kib:.0f} KiB per tile)")
+        if self.innermost:
+            parts.append(f"{self.innermost} innermost in a tile")
         if self.parallel == "wavefront":
             parts.append("parallel: wavefront of tiles")
         elif self.parallel:
@@ -199,12 +202,17 @@ class _Scheduler:
         tiles: tuple[int, ...] = ()
         footprint = 0
         depth = 0
+        innermost = ""
         if n >= 2 and node.band_get_permutable():
             size, footprint = self._tile_size(node)
             if size:
+                order = _unit_stride_last(node, self.accesses)
                 tiles = (size,) * n
                 node = node.band_tile(_multi_val(node, tiles))
                 depth = 1  # the point band under the tile band
+                if order is not None:  # any order of a permutable band's loops is legal
+                    node = _permuted(node.child(0), order).parent()
+                    innermost = members[order[-1]]
         parallel = ""
         if not parallel_above and self._worth_forking(node):
             first = next((i for i in range(n) if coincident[i]), None)
@@ -221,7 +229,7 @@ class _Scheduler:
                     depth += extra
                     parallel = "wavefront"
         self.bands.append(
-            BandDecision(statements, members, tiles, parallel, footprint, skewed))
+            BandDecision(statements, members, tiles, parallel, footprint, skewed, innermost))
         return node, depth, bool(parallel)
 
     def _worth_forking(self, band: isl.ScheduleNode) -> bool:
@@ -328,6 +336,78 @@ def _multi_val(band: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.MultiVal:
     for d, size in enumerate(sizes):
         values = values.set_val(d, isl.Val.int_from_si(values.get_ctx(), size))
     return values
+
+
+def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[int, ...] | None:
+    """A member order with the loop that walks the most accesses at unit stride last; None
+    where the written one is as good, or a member is not one iterator of each statement (a
+    skewed band). An access counts for a loop where only its last subscript moves with it, and
+    against it where an earlier one does (a stride of a whole row)."""
+    n = band.band_n_member()
+    schedule = band.band_get_partial_schedule()
+    iterator: list[dict[str, int]] = [{} for _ in range(n)]
+    for d in range(n):
+        pieces: list[isl.PwAff] = []
+        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
+        for piece in pieces:
+            affs = _pieces(piece)
+            used = {i for aff in affs for i in range(aff.dim(isl.dim_type.in_))
+                    if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()}
+            if len(used) != 1:
+                return None
+            iterator[d][piece.get_domain_space().get_tuple_name(isl.dim_type.set)] = used.pop()
+    maps: list[isl.Map] = []
+    accesses.intersect_domain(band.get_domain()).foreach_map(maps.append)
+    single: list[isl.BasicMap] = []  # one per reference (a map holds all of a statement's
+    for union_of_refs in maps:      # references to one array)
+        union_of_refs.foreach_basic_map(single.append)
+    score = [0] * n
+    for ref in single:
+        access = isl.Map.from_basic_map(ref)
+        statement = access.get_tuple_name(isl.dim_type.in_)
+        if not access.is_single_valued():
+            continue
+        subscripts = isl.PwMultiAff.from_map(access)
+        rank = subscripts.dim(isl.dim_type.out)
+        if rank == 0:
+            continue
+        for d in range(n):
+            v = iterator[d].get(statement)
+            if v is None:
+                continue
+            moves = [_depends_on(subscripts.get_pw_aff(k), v) for k in range(rank)]
+            if any(moves[:-1]):
+                score[d] -= 1
+            elif moves[-1]:
+                score[d] += 1
+    best = max(range(n), key=lambda d: (score[d], d))
+    if best == n - 1 or score[best] <= score[n - 1]:
+        return None
+    return tuple(d for d in range(n) if d != best) + (best,)
+
+
+def _pieces(value: isl.PwAff) -> list[isl.Aff]:
+    affs: list[isl.Aff] = []
+    value.foreach_piece(lambda _, aff: affs.append(aff))
+    return affs
+
+
+def _depends_on(value: isl.PwAff, iterator: int) -> bool:
+    affs = _pieces(value)
+    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero() for aff in affs)
+
+
+def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNode:
+    """The band with its members in `order` (a permutable band only)."""
+    schedule = band.band_get_partial_schedule()
+    coincident = [band.band_member_get_coincident(d) for d in order]
+    permuted = schedule
+    for k, d in enumerate(order):
+        permuted = permuted.set_union_pw_aff(k, schedule.get_union_pw_aff(d))
+    node = band.delete().insert_partial_schedule(permuted).band_set_permutable(1)
+    for k, flag in enumerate(coincident):
+        node = node.band_member_set_coincident(k, flag)
+    return node
 
 
 def _statement_names(domain: isl.UnionSet) -> tuple[str, ...]:

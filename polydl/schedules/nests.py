@@ -82,8 +82,8 @@ def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[
 def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     """The general scheduler's plan; or the written order (with its outermost dependence-free
     loop parallel) where the general schedule found no parallel loop worth its forks and
-    either skewed (losing the written innermost loop's unit stride for nothing) or the
-    written order has a parallel loop."""
+    either skewed or tiled nothing (changing the order for nothing), or the written order has
+    a parallel loop."""
     try:
         chosen = affine_schedule(model, target)
     except ScheduleError as exc:
@@ -91,7 +91,11 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     if not chosen.parallel:
         written = written_order_schedule(
             model, target, f"the {chosen.origin}'s schedule has no parallel loop worth its forks")
-        if written.parallel or any(b.skewed for b in chosen.bands):
+        # no parallelism either way: isl's order is kept only where it tiles (reuse the
+        # written order lacks); an untiled interchange can lose the unit stride (trisolv's
+        # column-wise solve)
+        if (written.parallel or any(b.skewed for b in chosen.bands)
+                or not any(b.tiles for b in chosen.bands)):
             chosen = written
     smap = chosen.tree.get_map()
     if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
