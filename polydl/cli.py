@@ -16,7 +16,7 @@ from typing import NoReturn
 import numpy as np
 
 from polydl.bench import SUITE_FILES
-from polydl.errors import CompileError, PolyDLError
+from polydl.errors import CompileError, PolyDLError, SpecError
 from polydl.target.presets import PRESET_NAMES
 
 
@@ -257,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = shown
 
 
+def _error_lines(exc: PolyDLError) -> list[str]:
+    """What the command line prints: one line, or one per error of a spec with several."""
+    if isinstance(exc, SpecError) and len(exc.errors) > 1:
+        return exc.summary_lines()
+    return [_first_line(exc)]
+
+
 def _first_line(exc: PolyDLError) -> str:
     if isinstance(exc, CompileError):  # the compiler's own first error says most
         lines = [ln.strip() for ln in exc.output.strip().splitlines() if ln.strip()]
@@ -282,7 +289,8 @@ def _run(args: argparse.Namespace) -> int:
     except PolyDLError as exc:
         if args.debug:
             raise
-        print(f"polydl: {_first_line(exc)}", file=sys.stderr)
+        for line in _error_lines(exc):
+            print(f"polydl: {line}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug in polydl: still one line, with the way to see more
         if args.debug:

@@ -47,6 +47,11 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 _AFFINE_HINT = "only affine expressions of loop variables and size parameters are allowed"
 
 
+class Unusable(Exception):
+    """A construct that uses a name whose declaration failed: skipped without an error, as
+    the declaration's error already says what is wrong."""
+
+
 @dataclass
 class Scope:
     """The names a spec declares, and where errors point."""
@@ -62,6 +67,7 @@ class Scope:
     # local scalars in scope: name -> the access of its expanded array (one cell per iteration
     # of the loops around its declaration)
     local_scalars: dict[str, Access] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)  # names whose declaration was refused
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
         """Where `node` starts; a node pycparser left without one takes its first child's.
@@ -113,7 +119,9 @@ class Scope:
             return "function"
         return None
 
-    def undeclared(self, name: str, node: c_ast.Node) -> SpecError:
+    def undeclared(self, name: str, node: c_ast.Node) -> SpecError | Unusable:
+        if name in self.broken:
+            return Unusable(name)
         if name in self.declared_later:
             return self.error(
                 f"'{name}' is used before its declaration; declare size parameters before "

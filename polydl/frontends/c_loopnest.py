@@ -18,10 +18,11 @@ from typing import TypeVar
 from pycparser import c_ast
 
 from polydl.dtypes import C_SPELLINGS
-from polydl.errors import SourcePosition, SpecError
+from polydl.errors import ErrorCollector, SourcePosition, SpecError
 from polydl.frontends.c_expressions import (
     ExpressionReader,
     Scope,
+    Unusable,
     constant_value,
     is_int_constant,
     plus_one,
@@ -121,9 +122,23 @@ def on_large_stack(function: Callable[..., T], *args: object) -> T:
     return result[0]
 
 
+class _Fatal(Exception):
+    """An error after which reading on is not safe (a limit passed): reported with those
+    found before it, and reading stops."""
+
+    def __init__(self, error: SpecError) -> None:
+        self.error = error
+
+
 class _FunctionReader:
+    """Reads the function; an error in one parameter or one statement is recorded and reading
+    goes on with the next, so that one run reports every independent error (up to
+    `MAX_SPEC_ERRORS`). Constructs that use a name whose declaration failed are skipped
+    silently (`Unusable`): their errors would only repeat the first."""
+
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
+        self.diagnostics = ErrorCollector()
         self.exprs = ExpressionReader(scope)
         self.statements = 0
         self.locals: list[Array] = []  # expanded local scalars
@@ -132,6 +147,9 @@ class _FunctionReader:
 
     def error(self, message: str, node: c_ast.Node | None) -> SpecError:
         return self.scope.error(message, node)
+
+    def fatal(self, message: str, node: c_ast.Node | None) -> _Fatal:
+        return _Fatal(self.scope.error(message, node))
 
     # ------------------------------------------------------------------ the function
 
@@ -200,15 +218,27 @@ class _FunctionReader:
                 params[MAX_PARAMETERS],
             )
         self.scope.declared_later = {p.name for p in params if isinstance(p, c_ast.Decl)}
-        for p in params:
-            self._parameter(p)
-        if not any(not a.is_input for a in self.scope.arrays.values()):
-            raise self.error(
-                "the function has no output: declare at least one array parameter without "
-                "const (const arrays are inputs, the others outputs)",
-                decl,
-            )
-        body = self._block(func.body.block_items or [], 1)
+        body: tuple[Node, ...] = ()
+        try:
+            for p in params:
+                try:
+                    self._parameter(p)
+                except SpecError as error:
+                    self.diagnostics.add(error)
+                    if isinstance(p, c_ast.Decl) and p.name:
+                        self.scope.declared_later.discard(p.name)
+                        self.scope.broken.add(p.name)
+            if not any(not a.is_input for a in self.scope.arrays.values()) and not (
+                    self.scope.broken):
+                self.diagnostics.add(self.error(
+                    "the function has no output: declare at least one array parameter "
+                    "without const (const arrays are inputs, the others outputs)",
+                    decl,
+                ))
+            body = self._block(func.body.block_items or [], 1)
+        except _Fatal as stop:
+            self.diagnostics.add(stop.error)
+        self.diagnostics.raise_if_any()
         nest = LoopNest(
             name=decl.name,
             params=tuple(self.scope.sizes),
@@ -317,10 +347,24 @@ class _FunctionReader:
         visible = dict(self.scope.local_scalars)  # a block's locals end with it
         try:
             for item in items:
-                out.extend(self._item(item, depth))
+                try:
+                    out.extend(self._item(item, depth))
+                except SpecError as error:
+                    self.diagnostics.add(error)
+                    self._break_declared(item)
+                except Unusable:
+                    self._break_declared(item)
         finally:
             self.scope.local_scalars = visible
         return tuple(out)
+
+    def _break_declared(self, item: c_ast.Node) -> None:
+        """After a failed declaration, its names are known to be broken: their uses are
+        skipped instead of each being reported as undeclared."""
+        decls = item.decls if isinstance(item, c_ast.DeclList) else [item]
+        for decl in decls:
+            if isinstance(decl, c_ast.Decl) and decl.name and self.scope.kind(decl.name) is None:
+                self.scope.broken.add(decl.name)
 
     def _body(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
         if isinstance(node, c_ast.Compound):
@@ -329,7 +373,7 @@ class _FunctionReader:
 
     def _item(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
         if depth > MAX_NESTING:
-            raise self.error(
+            raise self.fatal(
                 f"loops, ifs and blocks nested too deeply (more than {MAX_NESTING} levels)", node
             )
         if isinstance(node, c_ast.Compound):
@@ -418,7 +462,7 @@ class _FunctionReader:
             target = self.exprs.access(node.lvalue, write=True)
         value = self.exprs.value(node.rvalue)
         if self.statements >= MAX_STATEMENTS:
-            raise self.error(
+            raise self.fatal(
                 f"more than {MAX_STATEMENTS} statements: polydl compiles loop nests of "
                 "primitives; split the spec into several",
                 node,
@@ -497,7 +541,7 @@ class _FunctionReader:
         if decl.init is None:
             return ()
         if self.statements >= MAX_STATEMENTS:
-            raise self.error(f"more than {MAX_STATEMENTS} statements", decl)
+            raise self.fatal(f"more than {MAX_STATEMENTS} statements", decl)
         value = self.exprs.value(decl.init)
         statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
                               value, self.scope.position(decl))

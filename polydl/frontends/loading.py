@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from polydl.errors import SpecError
+from polydl.errors import ErrorCollector, SpecError
 from polydl.frontends.c_loopnest import CSpec, read_c
 from polydl.frontends.c_source import check_size
 from polydl.frontends.toml_spec import parse_toml
@@ -59,23 +59,27 @@ def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
             nest.filename,
         )
     bound: dict[str, int] = {}
+    errors = ErrorCollector()
     for name, position in spec.size_positions.items():
         if name not in given:
-            raise SpecError.at(
+            errors.add(SpecError.at(
                 f"missing value for size parameter '{name}' (give it in params, or -p {name}=...)",
                 position,
                 nest.source,
-            )
+            ))
+            continue
         value = given[name]
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise SpecError.at(
+            errors.add(SpecError.at(
                 f"size parameter '{name}' must be an integer, not {value!r}", position, nest.source
-            )
-        if value < 1:
-            raise SpecError.at(
+            ))
+        elif value < 1:
+            errors.add(SpecError.at(
                 f"size parameter '{name}' must be >= 1, not {value}", position, nest.source
-            )
-        bound[name] = int(value)
+            ))
+        else:
+            bound[name] = int(value)
+    errors.raise_if_any()
     for array in nest.arrays:
         for dim, extent in enumerate(array.shape):
             value = eval_int(extent, bound)
