@@ -17,6 +17,7 @@ import numpy as np
 
 from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError, SpecError
+from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
 
 
@@ -121,11 +122,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         worst_ok &= ok
         worst_err = max(worst_err, err)
     gflops = kernel.flops / seconds / 1e9 if seconds > 0 else float("inf")
-    print(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})")
+    print(respell(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})"))
     print(f"target   {target.describe()}")
-    print(f"schedule {kernel.schedule.describe()}")
+    print(respell(f"schedule {kernel.schedule.describe()}"))
     where = ("" if checked == dict(params) else " at the reduced sizes "
-             + ", ".join(f"{k}={v}" for k, v in checked.items())
+             + respell(", ".join(f"{k}={v}" for k, v in checked.items()))
              + ": the reference's loops at full size would take minutes")
     print(f"verify   {'ok' if worst_ok else 'FAILED'} (max relative error {worst_err:.2e} vs numpy "
           f"reference{where})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polydl.names import respell
+
 
 class PolyDLError(Exception):
     """Root of every error polydl raises on purpose."""
@@ -129,7 +131,8 @@ class ArgumentError(PolyDLError):
 
 
 class ShapeError(PolyDLError):
-    """A kernel call whose argument does not match what the kernel was compiled for."""
+    """A kernel call whose argument does not match what the kernel was compiled for. Names
+    are the spec's spelling (`polydl.names`), whatever the generated code calls them."""
 
     def __init__(
         self,
@@ -138,6 +141,11 @@ class ShapeError(PolyDLError):
         expected: object = None,
         given: object = None,
     ) -> None:
+        array, message = respell(array), respell(message)
+        if isinstance(expected, str):
+            expected = respell(expected)
+        if isinstance(given, str):
+            given = respell(given)
         self.array = array
         self.message = message
         self.expected = expected

@@ -135,6 +135,28 @@ def substitute(value: Any, name: str, by: IntExpr) -> Any:
     return value
 
 
+def renamed(value: Any, names: dict[str, str]) -> Any:
+    """`value` (an IR node, an expression, a nest, or a tuple of them) with every variable,
+    array and size parameter named in `names` renamed (positions kept)."""
+    if not names:
+        return value
+    if isinstance(value, tuple):
+        return tuple(renamed(v, names) for v in value)
+    if not (is_dataclass(value) and not isinstance(value, type)):
+        return value
+    changes = {f.name: renamed(getattr(value, f.name), names)
+               for f in fields(value) if f.name != "position"}
+    if isinstance(value, IntVar | Array):
+        changes["name"] = names.get(value.name, value.name)
+    elif isinstance(value, Access):
+        changes["array"] = names.get(value.array, value.array)
+    elif isinstance(value, Loop):
+        changes["var"] = names.get(value.var, value.var)
+    elif isinstance(value, LoopNest):
+        changes["params"] = tuple(names.get(p, p) for p in value.params)
+    return replace(value, **changes)
+
+
 def eval_int(expr: IntExpr, env: dict[str, int]) -> int:
     """Evaluate an index expression with C-style floor semantics for `/` and `%` by constants."""
     if isinstance(expr, IntConst):

@@ -49,9 +49,11 @@ from polydl.ir import (
     Statement,
     expr_loads,
     int_vars,
+    renamed,
     substitute,
     walk_statements,
 )
+from polydl.names import internal_name
 
 ELEMENT_TYPES = C_SPELLINGS  # C spelling -> polydl dtype
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
@@ -139,6 +141,7 @@ class _FunctionReader:
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self.diagnostics = ErrorCollector()
+        self.declared: set[str] = set()  # every name the spec declares
         self.exprs = ExpressionReader(scope)
         self.statements = 0
         self.locals: list[Array] = []  # expanded local scalars
@@ -247,9 +250,12 @@ class _FunctionReader:
             source=self.scope.text,
             filename=self.scope.filename,
         )
-        return CSpec(nest, dict(self.scope.sizes))
+        # names that begin with '_' belong to generated code: the IR holds the spec's renamed
+        underscored = {n: internal_name(n) for n in self.declared if n.startswith("_")}
+        return CSpec(renamed(nest, underscored), dict(self.scope.sizes))
 
     def _check_name(self, name: str, node: c_ast.Node, what: str) -> None:
+        self.declared.add(name)
         why = refusal(name, is_function=what == "function")
         if why is not None:
             raise self.error(why, node)
@@ -532,7 +538,8 @@ class _FunctionReader:
             index.append(IntBinary("-", IntVar(var), lowest))
         if not shape:
             shape, index = [IntConst(1)], [IntConst(0)]
-        name = f"_pd_{decl.name}_{len(self.locals)}"
+        # `_pd_` and an IR name: a name only generated code uses (see polydl.names)
+        name = f"_pd_{internal_name(decl.name)}_{len(self.locals)}"
         t = decl.type
         array = Array(name, ELEMENT_TYPES[t.type.names[0]], tuple(shape), False,
                       self.scope.position(decl), local=True)

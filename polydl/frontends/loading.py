@@ -17,6 +17,7 @@ from polydl.frontends.c_loopnest import CSpec, read_c
 from polydl.frontends.c_source import check_size
 from polydl.frontends.toml_spec import parse_toml
 from polydl.ir import LoopNest, eval_int
+from polydl.names import internal_name, respell
 
 _TOML_SPEC = re.compile(r"""^\s*primitive\s*=\s*["']""", re.MULTILINE)
 
@@ -47,7 +48,8 @@ def read_spec(spec: str | os.PathLike[str]) -> tuple[str, str, str]:
 
 
 def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
-    """Check the caller's sizes against the spec's size parameters and its array extents."""
+    """Check the caller's sizes (named as the spec spells them) against the spec's size
+    parameters and its array extents; returns them by their IR names (`polydl.names`)."""
     nest = spec.nest
     given = dict(params or {})
     known = list(spec.size_positions)
@@ -78,15 +80,15 @@ def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
                 f"size parameter '{name}' must be >= 1, not {value}", position, nest.source
             ))
         else:
-            bound[name] = int(value)
+            bound[internal_name(name)] = int(value)
     errors.raise_if_any()
     for array in nest.arrays:
         for dim, extent in enumerate(array.shape):
             value = eval_int(extent, bound)
             if value < 1:
                 raise SpecError.at(
-                    f"dimension {dim + 1} of array '{array.name}' has extent {extent.to_c()} = "
-                    f"{value}; every extent must be >= 1",
+                    respell(f"dimension {dim + 1} of array '{array.name}' has extent "
+                            f"{extent.to_c()} = {value}; every extent must be >= 1"),
                     array.position,
                     nest.source,
                 )

@@ -24,6 +24,7 @@ from polydl.ir import (
     Node,
     Statement,
 )
+from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.index_range import check_array_sizes, check_index_ranges
 
@@ -207,8 +208,8 @@ def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
     if not statements:
         sizes = ", ".join(f"{k}={v}" for k, v in params.items())
         raise SpecError.at(
-            f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every iteration "
-            "domain is empty, so the kernel would do nothing",
+            respell(f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every "
+                    "iteration domain is empty, so the kernel would do nothing"),
             nest.statements()[0].position if nest.statements() else None,
             nest.source,
         )
@@ -256,12 +257,12 @@ def _prove_in_bounds(nest: LoopNest, model: StatementModel, acc: AccessModel, ex
     cell = outside.intersect_domain(isl.Set.from_point(point)).range().sample_point()
     index = _point_values(cell, len(acc.access.indices))
     arr = nest.array(acc.access.array)
-    shape = "x".join(_fmt_extent(e) for e in arr.shape)
+    shape = "x".join(respell(_fmt_extent(e)) for e in arr.shape)
     at = ", ".join(f"{k}={v}" for k, v in env.items()) or "the only iteration"
     verb = "writes" if acc.is_write else "reads"
     raise SpecError.at(
-        f"access {_fmt_access(acc.access)} {verb} outside array '{arr.name}' "
-        f"(extent {shape}) at iteration {at}: index [{', '.join(map(str, index))}]",
+        respell(f"access {_fmt_access(acc.access)} {verb} outside array '{arr.name}' "
+                f"(extent {shape}) at iteration {at}: index [{', '.join(map(str, index))}]"),
         acc.access.position or model.statement.position,
         nest.source,
     )
