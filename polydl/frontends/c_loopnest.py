@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pycparser import c_ast
 
-from polydl.dtypes import C_SPELLINGS
+from polydl.dtypes import C_SPELLINGS, DTYPES
 from polydl.errors import ErrorCollector, SourcePosition, SpecError
 from polydl.frontends.c_expressions import (
     ExpressionReader,
@@ -29,6 +29,7 @@ from polydl.frontends.c_expressions import (
 )
 from polydl.frontends.c_names import refusal
 from polydl.frontends.c_source import parse_translation_unit
+from polydl.frontends.c_values import ValueReader, element_dtype
 from polydl.ir import (
     Access,
     Array,
@@ -45,7 +46,6 @@ from polydl.ir import (
     Loop,
     LoopNest,
     Node,
-    Select,
     Statement,
     expr_loads,
     int_vars,
@@ -69,6 +69,9 @@ _STACK_LOCK = threading.Lock()
 T = TypeVar("T")
 STATEMENT_OPS = ("=", "+=", "-=", "*=", "/=")
 _LOOP_FORM = "for (int i = LO; i < HI; i++)"
+_ELEMENT_FORM = ("float, double, bfloat16 or an integer type (char, short, int, long, signed or "
+                 "unsigned char and short, int8_t ... int64_t); unsigned int and unsigned long "
+                 "are not supported")
 _BODY_FORM = "the body holds for loops, if guards and assignments to array elements"
 
 
@@ -143,6 +146,7 @@ class _FunctionReader:
         self.diagnostics = ErrorCollector()
         self.declared: set[str] = set()  # every name the spec declares
         self.exprs = ExpressionReader(scope)
+        self.values = ValueReader(scope, self.exprs)
         self.statements = 0
         self.locals: list[Array] = []  # expanded local scalars
         # (variable, lowest value, end) of the loops around the construct being read
@@ -285,15 +289,15 @@ class _FunctionReader:
                 assert position is not None
                 self.scope.sizes[p.name] = position
                 return
-            if len(names) == 1 and names[0] in ELEMENT_TYPES and set(p.quals) - {"const"}:
-                raise self.error(
-                    f"qualifier(s) {sorted(set(p.quals) - {'const'})} not allowed on '{p.name}'", p
-                )
-            if len(names) == 1 and names[0] in ELEMENT_TYPES:
+            scalar = element_dtype(names) if names else None
+            if scalar is not None and not DTYPES[scalar].is_integer:
+                if set(p.quals) - {"const"}:
+                    raise self.error(
+                        f"qualifier(s) {sorted(set(p.quals) - {'const'})} not allowed on "
+                        f"'{p.name}'", p
+                    )
                 # a call-time scalar (alpha, beta, eps): an input with no extents
-                self.scope.arrays[p.name] = Array(
-                    p.name, ELEMENT_TYPES[names[0]], (), True, position
-                )
+                self.scope.arrays[p.name] = Array(p.name, scalar, (), True, position)
                 return
             raise self.error(
                 f"size parameter '{p.name}' must be declared 'int'", p
@@ -311,12 +315,13 @@ class _FunctionReader:
             dims.append(t)
             t = t.type
         if isinstance(t, c_ast.PtrDecl):
-            raise self.error(f"'{p.name}' is an array of pointers; only arrays of float/double", p)
+            raise self.error(f"'{p.name}' is an array of pointers; only arrays of numbers", p)
         names = t.type.names if isinstance(t, c_ast.TypeDecl) and isinstance(
             t.type, c_ast.IdentifierType
         ) else []
-        if len(names) != 1 or names[0] not in ELEMENT_TYPES:
-            raise self.error(f"array '{p.name}' must have float, double or bfloat16 elements", p)
+        dtype = element_dtype(names) if names else None
+        if dtype is None:
+            raise self.error(f"array '{p.name}' must have elements of {_ELEMENT_FORM}", p)
         # restrict promises what polydl proves itself (its arrays never alias): accepted
         quals = set(p.quals) | set(t.quals)
         if quals - {"const", "restrict"}:
@@ -340,7 +345,7 @@ class _FunctionReader:
             shape.append(extent)
         self.scope.arrays[p.name] = Array(
             name=p.name,
-            dtype=ELEMENT_TYPES[names[0]],
+            dtype=dtype,
             shape=tuple(shape),
             is_input="const" in quals,
             position=position,
@@ -466,7 +471,7 @@ class _FunctionReader:
             target = self.scope.local_scalars[node.lvalue.name]
         else:
             target = self.exprs.access(node.lvalue, write=True)
-        value = self.exprs.value(node.rvalue)
+        op, value = self.values.assignment(target, node.op, self.values.typed(node.rvalue))
         if self.statements >= MAX_STATEMENTS:
             raise self.fatal(
                 f"more than {MAX_STATEMENTS} statements: polydl compiles loop nests of "
@@ -475,7 +480,7 @@ class _FunctionReader:
             )
         name = f"S{self.statements}"
         self.statements += 1
-        return Statement(name, target, node.op, value, self.scope.position(node))
+        return Statement(name, target, op, value, self.scope.position(node))
 
     # ------------------------------------------------------------------ loops and guards
 
@@ -515,6 +520,7 @@ class _FunctionReader:
             and isinstance(t.type, c_ast.IdentifierType)
             and len(t.type.names) == 1
             and t.type.names[0] in ELEMENT_TYPES
+            and not DTYPES[ELEMENT_TYPES[t.type.names[0]]].is_integer
             and not decl.storage
             and set(decl.quals) <= {"const"}
         )
@@ -549,7 +555,7 @@ class _FunctionReader:
             return ()
         if self.statements >= MAX_STATEMENTS:
             raise self.fatal(f"more than {MAX_STATEMENTS} statements", decl)
-        value = self.exprs.value(decl.init)
+        value = self.values.value(decl.init)
         statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
                               value, self.scope.position(decl))
         self.statements += 1
@@ -772,8 +778,8 @@ class _FunctionReader:
         if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
             return self._select(cond.left, yes, self._select(cond.right, yes, no))
         if isinstance(cond, c_ast.BinaryOp) and cond.op in _NEGATION:
-            return Select(cond.op, self.exprs.value(cond.left), self.exprs.value(cond.right),
-                          yes, no)
+            return self.values.select(cond.op, self.values.typed(cond.left),
+                                      self.values.typed(cond.right), yes, no)
         raise self.error(
             "a condition on data compares values (<, <=, >, >=, ==, !=) joined by &&, || and !",
             cond,

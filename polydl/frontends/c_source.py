@@ -149,10 +149,12 @@ def _deepest_bracket(clean: str, filename: str) -> SourcePosition:
     return position_of(clean, where, filename)
 
 
-# The bfloat16 element type, spelled `bfloat16` or `__bf16` (gcc's name): declared for the
-# parser before the spec; `#line 1` keeps every position in the spec's own numbering.
-BFLOAT16_TYPES = ("bfloat16", "__bf16")
-BFLOAT16_PRELUDE = "".join(f"typedef unsigned short {t}; " for t in BFLOAT16_TYPES) + "\n#line 1\n"
+# Element types spelled as type names, not keywords: bfloat16 (`bfloat16`, or gcc's `__bf16`)
+# and the fixed-width integers of stdint.h. Declared for the parser before the spec; `#line 1`
+# keeps every position in the spec's own numbering.
+PRELUDE_TYPES = ("bfloat16", "__bf16", "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
+                 "int64_t")
+PRELUDE = "".join(f"typedef int {t}; " for t in PRELUDE_TYPES) + "\n#line 1\n"
 
 
 # Longest spec accepted: real specs are a few KiB; the C parser's time grows with the text.
@@ -175,8 +177,8 @@ def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST
     check_brackets(clean, filename, text)
     parser = c_parser.CParser()
     try:
-        ast = parser.parse(BFLOAT16_PRELUDE + clean, filename)
-        ast.ext = ast.ext[len(BFLOAT16_TYPES):]
+        ast = parser.parse(PRELUDE + clean, filename)
+        ast.ext = ast.ext[len(PRELUDE_TYPES):]
         return ast
     except c_parser.ParseError as exc:
         raise _syntax_error(str(exc), filename, text, parser) from None
