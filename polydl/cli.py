@@ -54,7 +54,8 @@ def _load(args: argparse.Namespace):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
-    return load_spec(Path(args.spec), _params(args.param) or None, args.function)
+    return load_spec(Path(args.spec), _params(args.param) or None, args.function,
+                     args.define, args.include_dir)
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -207,6 +208,10 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
         c.add_argument("--function", default=None, metavar="NAME",
                        help="the function of a C file that defines several")
+        c.add_argument("-D", "--define", action="append", default=[], metavar="NAME[=VALUE]",
+                       help="define a macro for the C preprocessor")
+        c.add_argument("-I", "--include-dir", action="append", default=[], metavar="DIR",
+                       help="a folder of headers the spec includes")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")

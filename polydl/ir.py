@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from polydl.errors import SourcePosition
+from polydl.errors import SourcePosition, SpecError
 
 # ----------------------------------------------------------------------------- index expressions
 
@@ -462,6 +462,12 @@ class LoopNest:
 
     def statements(self) -> list[Statement]:
         return [s for s, _ in walk_statements(self.body)]
+
+    def error_at(self, message: str, position: SourcePosition | None) -> SpecError:
+        """An error at a position of the spec (shown without its line where the position is
+        in another file: a header the spec included)."""
+        same_file = position is not None and position.file == self.filename
+        return SpecError.at(message, position, self.source if same_file else None)
 
     def with_name(self, name: str) -> LoopNest:
         return replace(self, name=name)

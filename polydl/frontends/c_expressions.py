@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pycparser import c_ast
 
 from polydl.errors import SourcePosition, SpecError
+from polydl.frontends.c_source_map import SourceMap
 from polydl.ir import (
     Access,
     Array,
@@ -48,6 +49,8 @@ class Scope:
     filename: str
     text: str
     function: str = ""
+    # positions of the parsed text -> the user's files (the identity without preprocessing)
+    source_map: SourceMap | None = None
     sizes: dict[str, SourcePosition] = field(default_factory=dict)
     arrays: dict[str, Array] = field(default_factory=dict)
     loops: list[str] = field(default_factory=list)
@@ -57,6 +60,10 @@ class Scope:
     # of the loops around its declaration)
     local_scalars: dict[str, Access] = field(default_factory=dict)
     broken: set[str] = field(default_factory=set)  # names whose declaration was refused
+
+    def __post_init__(self) -> None:
+        if self.source_map is None:
+            self.source_map = SourceMap.identity(self.filename, self.text)
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
         """Where `node` starts; a node pycparser left without one takes its first child's.
@@ -74,15 +81,17 @@ class Scope:
             current = pending.pop(0)
             coord = getattr(current, "coord", None)
             if coord is not None and coord.line:
-                return SourcePosition(self.filename, coord.line, coord.column or 1)
+                assert self.source_map is not None
+                return self.source_map.position(coord.line, coord.column or 1)
             pending.extend(child for _, child in current.children())
         return None
 
     def _opening_paren(self, inner: SourcePosition) -> SourcePosition:
-        lines = self.text.splitlines()
-        if not 0 < inner.line <= len(lines):
+        assert self.source_map is not None
+        line = self.source_map.source_line(inner)
+        if line is None:
             return inner
-        before = lines[inner.line - 1][: inner.column - 1].rstrip()
+        before = line[: inner.column - 1].rstrip()
         if before.endswith("("):
             return SourcePosition(inner.file, inner.line, len(before))
         return inner
@@ -91,7 +100,8 @@ class Scope:
         position = self.position(node)
         if position is None:
             return SpecError(message, self.filename)
-        return SpecError.at(message, position, self.text)
+        assert self.source_map is not None
+        return self.source_map.error(message, position)
 
     def kind(self, name: str) -> str | None:
         if name in self.loops:

@@ -28,6 +28,7 @@ from polydl.frontends.c_expressions import (
     plus_one,
 )
 from polydl.frontends.c_names import refusal
+from polydl.frontends.c_preprocess import Preprocessing
 from polydl.frontends.c_source import parse_translation_unit
 from polydl.frontends.c_values import ValueReader, element_dtype
 from polydl.ir import (
@@ -83,20 +84,24 @@ class CSpec:
     size_positions: dict[str, SourcePosition]
 
 
-def parse_c(text: str, filename: str = "<spec>", function: str | None = None) -> LoopNest:
+def parse_c(text: str, filename: str = "<spec>", function: str | None = None,
+            preprocessing: Preprocessing | None = None) -> LoopNest:
     """Parse a C loop-nest spec into a `LoopNest` (sizes stay symbolic)."""
-    return read_c(text, filename, function).nest
+    return read_c(text, filename, function, preprocessing).nest
 
 
-def read_c(text: str, filename: str = "<spec>", function: str | None = None) -> CSpec:
-    """`function`: which function of the file is the spec (default: the only one)."""
-    return on_large_stack(_read_c, text, filename, function)
+def read_c(text: str, filename: str = "<spec>", function: str | None = None,
+           preprocessing: Preprocessing | None = None) -> CSpec:
+    """`function`: which function of the file is the spec (default: the only one);
+    `preprocessing`: macros and header folders for the C preprocessor."""
+    return on_large_stack(_read_c, text, filename, function, preprocessing)
 
 
-def _read_c(text: str, filename: str, function: str | None) -> CSpec:
-    ast = parse_translation_unit(text, filename)
+def _read_c(text: str, filename: str, function: str | None,
+            preprocessing: Preprocessing | None) -> CSpec:
+    ast, source_map = parse_translation_unit(text, filename, preprocessing)
     try:
-        return _FunctionReader(Scope(filename, text)).read(ast, function)
+        return _FunctionReader(Scope(filename, text, source_map=source_map)).read(ast, function)
     except RecursionError:
         raise SpecError("the spec is nested too deeply", filename) from None
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import islpy as isl
 
 from polydl.dtypes import DTYPES
-from polydl.errors import SourcePosition, SpecError
+from polydl.errors import SourcePosition
 from polydl.ir import (
     IntBinary,
     IntConst,
@@ -42,11 +42,10 @@ def check_array_sizes(nest: LoopNest, params: Mapping[str, int]) -> None:
             count *= eval_int(extent, dict(params))
         size = count * ELEMENT_BYTES.get(array.dtype, 8)
         if size > INDEX_LIMIT:
-            raise SpecError.at(
+            raise nest.error_at(
                 respell(f"array '{array.name}' would hold {count} elements ({size} bytes): its "
                         "offsets overflow 64-bit index arithmetic; use smaller sizes"),
-                array.position,
-                nest.source,
+                array.position
             )
 
 
@@ -81,11 +80,10 @@ def _check(
 ) -> None:
     low, high, widest = _interval(expr, env)
     if widest > INDEX_LIMIT:
-        raise SpecError.at(
+        raise nest.error_at(
             respell(f"{what}, {expr.to_c()}, reaches {widest} in magnitude at these sizes: it "
                     "overflows 64-bit index arithmetic; use smaller sizes"),
-            position,
-            nest.source,
+            position
         )
 
 

@@ -207,11 +207,10 @@ def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
     check_index_ranges(nest, params, ((s.statement, s.loops, s.domain) for s in statements))
     if not statements:
         sizes = ", ".join(f"{k}={v}" for k, v in params.items())
-        raise SpecError.at(
+        raise nest.error_at(
             respell(f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every "
                     "iteration domain is empty, so the kernel would do nothing"),
-            nest.statements()[0].position if nest.statements() else None,
-            nest.source,
+            nest.statements()[0].position if nest.statements() else None
         )
     return PolyModel(nest=nest, params=dict(params), statements=tuple(statements), extents=extents)
 
@@ -260,11 +259,10 @@ def _prove_in_bounds(nest: LoopNest, model: StatementModel, acc: AccessModel, ex
     shape = "x".join(respell(_fmt_extent(e)) for e in arr.shape)
     at = ", ".join(f"{k}={v}" for k, v in env.items()) or "the only iteration"
     verb = "writes" if acc.is_write else "reads"
-    raise SpecError.at(
+    raise nest.error_at(
         respell(f"access {_fmt_access(acc.access)} {verb} outside array '{arr.name}' "
                 f"(extent {shape}) at iteration {at}: index [{', '.join(map(str, index))}]"),
-        acc.access.position or model.statement.position,
-        nest.source,
+        acc.access.position or model.statement.position
     )
 
 
