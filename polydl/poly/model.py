@@ -27,6 +27,7 @@ from polydl.ir import (
 from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.index_range import check_array_sizes, check_index_ranges
+from polydl.poly.rounding import check_index_division
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,16 +154,16 @@ def _condition_constraints(cond: Condition) -> list[str]:
     return [cond.to_isl()]
 
 
-def _flatten_guards(body: tuple[Node, ...]) -> list[tuple[Loop | Statement, tuple[str, ...]]]:
+def _flatten_guards(body: tuple[Node, ...]) -> list[tuple[Loop | Statement, tuple[Condition, ...]]]:
     """Inline guard bodies into the enclosing sequence, carrying their conditions along.
 
     A guard opens no loop depth, so its children take consecutive positions among their
     siblings in the 2d+1 schedule."""
-    out: list[tuple[Loop | Statement, tuple[str, ...]]] = []
+    out: list[tuple[Loop | Statement, tuple[Condition, ...]]] = []
     for node in body:
         if isinstance(node, Guard):
-            cons = tuple(c for cond in node.conditions for c in _condition_constraints(cond))
-            out.extend((child, cons + inner) for child, inner in _flatten_guards(node.body))
+            out.extend((child, node.conditions + inner)
+                       for child, inner in _flatten_guards(node.body))
         else:
             out.append((node, ()))
     return out
@@ -188,19 +189,23 @@ def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
         loops: tuple[Loop, ...],
         positions: tuple[int, ...],
         constraints: tuple[str, ...],
+        conditions: tuple[Condition, ...],
     ) -> None:
-        for index, (node, guard_constraints) in enumerate(_flatten_guards(body)):
+        for index, (node, guard_conditions) in enumerate(_flatten_guards(body)):
             g = index if group is None else group
             pos = positions + (index,)
-            cons = constraints + guard_constraints
+            cons = constraints + tuple(c for cond in guard_conditions
+                                       for c in _condition_constraints(cond))
             if isinstance(node, Loop):
-                visit(node.body, g, loops + (node,), pos, cons + tuple(_loop_constraints(node)))
+                visit(node.body, g, loops + (node,), pos, cons + tuple(_loop_constraints(node)),
+                      conditions + guard_conditions)
             else:
-                statements.append(
-                    _statement_model(nest, params, node, g, loops, pos, cons, extents)
-                )
+                model = _statement_model(nest, params, node, g, loops, pos, cons, extents)
+                check_index_division(nest, params, node, loops, model.domain,
+                                     conditions + guard_conditions)
+                statements.append(model)
 
-    visit(nest.body, None, (), (), ())
+    visit(nest.body, None, (), (), (), ())
     # A statement that never runs at these sizes (e.g. a guard no iteration meets) has no
     # effect; later stages measure domains and need them non-empty.
     statements = [s for s in statements if not s.domain.is_empty()]
