@@ -41,7 +41,8 @@ _MACRO_NAME = re.compile(r"^[A-Za-z_]\w*$")
 class Preprocessing:
     """What the preprocessor is given besides the spec: macros (`-D NAME=VALUE`, a None value
     for `-D NAME`), folders of headers (`-I DIR`, searched in order) and the spec's own folder
-    (searched first for `#include "..."`; None for the text of a spec)."""
+    (searched first for `#include "..."`; None for the text of a spec, which the preprocessor
+    reads from its input and so searches the working directory)."""
 
     defines: tuple[tuple[str, str | None], ...] = ()
     include_dirs: tuple[str, ...] = ()

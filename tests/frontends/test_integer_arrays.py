@@ -240,3 +240,23 @@ def test_integer_refusals_keep_their_position(text: str, says: str) -> None:
     with pytest.raises(SpecError, match=says) as info:
         polydl.compile(text.replace("$", ""), {"N": 4})
     assert (info.value.line, info.value.column) == (1, column), info.value.message
+
+
+def test_cuda_lowering_of_integer_arrays() -> None:
+    """The GPU targets print the same integer arithmetic, with the same helpers on the device;
+    an integer matmul is no GPU GEMM either."""
+    from polydl.api import lower
+    from polydl.frontends import load_spec
+
+    nest, params = load_spec(ARITHMETIC, {"N": 64})
+    source = lower(nest, params, "cuda").code.source
+    assert "long _pd_idiv(long a, long b)" in source and "_pd_idiv(((long)a[" in source
+    assert "int32_t *__restrict__ q" in source
+    gemm = """void imm(int N, int C[N][N], const int A[N][N], const int B[N][N]) {
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+          for (int k = 0; k < N; k++)
+            C[i][j] += A[i][k] * B[k][j];
+    }"""
+    nest, params = load_spec(gemm, {"N": 256})
+    assert all(k.gemm is None for k in lower(nest, params, "cuda").schedule.kernels)
