@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +30,14 @@ from polydl.frontends.c_text import strip_comments
 
 STAND_IN_HEADERS = Path(__file__).with_name("c_include")
 STAND_IN_NAMES = ("math.h", "stdint.h", "stddef.h", "stdlib.h", "stdbool.h")
-# The preprocessed text may be larger than the spec (macros expand), within reason.
+# The preprocessed text may be larger than the spec (macros expand), within reason; and the
+# preprocessor runs with bounded time, memory and output, as a spec may `#include "/dev/zero"`
+# or expand a macro exponentially.
 MAX_PREPROCESSED_BYTES = 4 * 1024 * 1024
-TIMEOUT_SECONDS = 60
+TIMEOUT_SECONDS = 30
+MEMORY_LIMIT_KIB = 2 * 1024 * 1024
+_LIMITS = (f"ulimit -v {MEMORY_LIMIT_KIB} 2>/dev/null; "
+           f"ulimit -f {2 * MAX_PREPROCESSED_BYTES // 512} 2>/dev/null; exec \"$@\"")
 _DIRECTIVE = re.compile(r"^[ \t]*#", re.MULTILINE)
 _MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"(?: \d+)*$')
 _DIAGNOSTIC = re.compile(r"^(.+?):(\d+):(\d+): (?:fatal )?error: (.*)$")
@@ -112,22 +119,36 @@ def preprocess(
         command.append(f"-D{name}" if value is None else f"-D{name}={value}")
     command.append("-")
     source = f'#line 1 "{_escape(filename)}"\n{clean}'
-    try:
-        done = subprocess.run(command, input=source, capture_output=True, text=True,
-                              timeout=TIMEOUT_SECONDS)
-    except FileNotFoundError:
-        raise SpecError(
-            f"the spec needs the C preprocessor (it has directives or -D macros), but the C "
-            f"compiler '{compiler}' (POLYDL_CC) was not found", filename) from None
-    except subprocess.TimeoutExpired:
-        raise SpecError(f"the C preprocessor took more than {TIMEOUT_SECONDS} s", filename) from None
-    texts: dict[str, str | None] = {filename: text}
-    if done.returncode != 0:
-        raise _failure(done.stderr, filename, texts)
-    if len(done.stdout) > MAX_PREPROCESSED_BYTES:
-        raise SpecError(f"the spec is {len(done.stdout)} characters long after preprocessing, "
-                        f"more than the {MAX_PREPROCESSED_BYTES} accepted", filename)
-    return _unmark(done.stdout, filename, clean, texts)
+    shell = shutil.which("sh")
+    if shell is not None:
+        command = [shell, "-c", _LIMITS, "sh", *command]
+    with tempfile.TemporaryDirectory(prefix="polydl-cpp-") as folder:
+        out_path, err_path = Path(folder, "out"), Path(folder, "err")
+        try:
+            with open(out_path, "w") as out, open(err_path, "w") as err:
+                done = subprocess.run(command, input=source, stdout=out, stderr=err, text=True,
+                                      timeout=TIMEOUT_SECONDS)
+        except FileNotFoundError:
+            raise SpecError(
+                f"the spec needs the C preprocessor (it has directives or -D macros), but the "
+                f"C compiler '{compiler}' (POLYDL_CC) was not found", filename) from None
+        except subprocess.TimeoutExpired:
+            raise SpecError(f"the C preprocessor took more than {TIMEOUT_SECONDS} s",
+                            filename) from None
+        size = out_path.stat().st_size
+        if size > MAX_PREPROCESSED_BYTES:
+            raise SpecError(f"the spec is more than {MAX_PREPROCESSED_BYTES} characters long "
+                            "after preprocessing", filename)
+        stderr = err_path.read_text(errors="replace")
+        if shell is not None and done.returncode == 127 and "not found" in stderr:
+            raise SpecError(
+                f"the spec needs the C preprocessor (it has directives or -D macros), but the "
+                f"C compiler '{compiler}' (POLYDL_CC) was not found", filename)
+        texts: dict[str, str | None] = {filename: text}
+        if done.returncode != 0:
+            raise _failure(stderr, filename, texts)
+        output = out_path.read_text(errors="replace")
+    return _unmark(output, filename, clean, texts)
 
 
 def _escape(name: str) -> str:

@@ -202,3 +202,14 @@ def _options(defines: dict[str, object]):  # type: ignore[no-untyped-def]
     from polydl.frontends.c_preprocess import preprocessing
 
     return preprocessing(defines)
+
+
+@pytest.mark.parametrize("text, says", [
+    ('#include "/dev/zero"\nvoid f(float y[1]) { y[0] = 1; }', "the C preprocessor (failed|took)"),
+    ("#define A0 x x\n" + "".join(f"#define A{i + 1} A{i} A{i}\n" for i in range(40))
+     + "void f(float y[1]) { y[0] = 1; A40 }", "after preprocessing"),
+], ids=["endless-header", "macro-bomb"])
+def test_hostile_preprocessor_input_is_a_spec_error(text: str, says: str) -> None:
+    """The preprocessor runs with bounded memory, output and time."""
+    with pytest.raises(SpecError, match=says):
+        parse_c(text, "p.c")
