@@ -235,8 +235,9 @@ class _FunctionReader:
             for p in params:
                 try:
                     self._parameter(p)
-                except SpecError as error:
-                    self.diagnostics.add(error)
+                except (SpecError, Unusable) as error:
+                    if isinstance(error, SpecError):
+                        self.diagnostics.add(error)
                     if isinstance(p, c_ast.Decl) and p.name:
                         self.scope.declared_later.discard(p.name)
                         self.scope.broken.add(p.name)

@@ -115,3 +115,8 @@ def test_the_command_line_prints_one_line_per_error(tmp_path, capsys) -> None:  
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 5 and all(ln.startswith(f"polydl: {path}:") for ln in lines)
     assert lines[0].endswith("e.g. float p[N][M]")
+
+
+def test_a_refused_parameter_silences_the_extents_and_uses_that_name_it() -> None:
+    err = _errors("void f(int N, float *p, float A[p], float B[A]) { A[0] = p[0]; B[0] = q; }")
+    assert [(e.line, e.column) for e in err.errors] == [(1, 21)] and "pointer" in err.message
