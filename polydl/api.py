@@ -8,7 +8,7 @@ one target value, detecting this machine only for "native", and hands it to the 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polydl.driver import pipeline
@@ -60,11 +60,15 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
     function: str | None = None,
+    defines: Mapping[str, object] | None = None,
+    include_dirs: Sequence[str | os.PathLike[str]] | None = None,
 ) -> Kernel:
     """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel,
     for `target` described by `machine` (default: this machine); `function` picks one function
-    of a C file that defines several."""
-    nest, bound = load_spec(spec, params, function)
+    of a C file that defines several. A C spec goes through the C preprocessor where it has
+    directives or `defines` are given (`{"N": 64}` is `-D N=64`, a None value `-D N`), with
+    `include_dirs` searched for its headers (`-I DIR`)."""
+    nest, bound = load_spec(spec, params, function, defines, include_dirs)
     return build_kernel(nest, bound, target, schedule, machine=machine)
 
 

@@ -16,7 +16,8 @@ from typing import NoReturn
 import numpy as np
 
 from polydl.bench import SUITE_FILES
-from polydl.errors import CompileError, PolyDLError
+from polydl.errors import CompileError, PolyDLError, SpecError
+from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
 
 
@@ -53,7 +54,8 @@ def _load(args: argparse.Namespace):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
-    return load_spec(Path(args.spec), _params(args.param) or None, args.function)
+    return load_spec(Path(args.spec), _params(args.param) or None, args.function,
+                     args.define, args.include_dir)
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -121,11 +123,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         worst_ok &= ok
         worst_err = max(worst_err, err)
     gflops = kernel.flops / seconds / 1e9 if seconds > 0 else float("inf")
-    print(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})")
+    print(respell(f"kernel   {kernel.name} ({', '.join(f'{k}={v}' for k, v in kernel.params.items())})"))
     print(f"target   {target.describe()}")
-    print(f"schedule {kernel.schedule.describe()}")
+    print(respell(f"schedule {kernel.schedule.describe()}"))
     where = ("" if checked == dict(params) else " at the reduced sizes "
-             + ", ".join(f"{k}={v}" for k, v in checked.items())
+             + respell(", ".join(f"{k}={v}" for k, v in checked.items()))
              + ": the reference's loops at full size would take minutes")
     print(f"verify   {'ok' if worst_ok else 'FAILED'} (max relative error {worst_err:.2e} vs numpy "
           f"reference{where})")
@@ -206,6 +208,10 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
         c.add_argument("--function", default=None, metavar="NAME",
                        help="the function of a C file that defines several")
+        c.add_argument("-D", "--define", action="append", default=[], metavar="NAME[=VALUE]",
+                       help="define a macro for the C preprocessor")
+        c.add_argument("-I", "--include-dir", action="append", default=[], metavar="DIR",
+                       help="a folder of headers the spec includes")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")
@@ -257,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = shown
 
 
+def _error_lines(exc: PolyDLError) -> list[str]:
+    """What the command line prints: one line, or one per error of a spec with several."""
+    if isinstance(exc, SpecError) and len(exc.errors) > 1:
+        return exc.summary_lines()
+    return [_first_line(exc)]
+
+
 def _first_line(exc: PolyDLError) -> str:
     if isinstance(exc, CompileError):  # the compiler's own first error says most
         lines = [ln.strip() for ln in exc.output.strip().splitlines() if ln.strip()]
@@ -282,7 +295,8 @@ def _run(args: argparse.Namespace) -> int:
     except PolyDLError as exc:
         if args.debug:
             raise
-        print(f"polydl: {_first_line(exc)}", file=sys.stderr)
+        for line in _error_lines(exc):
+            print(f"polydl: {line}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug in polydl: still one line, with the way to see more
         if args.debug:

@@ -5,7 +5,11 @@ size, the dtype products accumulate in), code generation (the C type), the runti
 DLPack types, what a kernel's arrays hold) and verification (the tolerance against the float64
 reference). bfloat16 arrays hold raw 16-bit patterns (`uint16`; `ml_dtypes.bfloat16` arrays are
 accepted and viewed so); products of bfloat16 accumulate in float32, as the hardware's bf16
-dot products do.
+dot products do. The integer types are data, computed as C computes integers (in 64 bits here:
+every C integer type of a spec fits, and what C leaves undefined, overflow, may do anything);
+their results must equal the reference's exactly. C spellings are in canonical word order
+(`unsigned char`, `long long`; the C frontend puts a spec's words in that order); plain `char`
+is signed, as on x86-64 and in the generated code's `int8_t`.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import numpy as np
 
 from polydl.errors import PolyDLError
 
-# DLPack type codes (dlpack.h): kDLFloat, kDLBfloat
-DLPACK_FLOAT, DLPACK_BFLOAT = 2, 4
+# DLPack type codes (dlpack.h): kDLInt, kDLUInt, kDLFloat, kDLBfloat
+DLPACK_INT, DLPACK_UINT, DLPACK_FLOAT, DLPACK_BFLOAT = 0, 1, 2, 4
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,14 @@ class DataType:
     tolerance: float  # relative error accepted against the float64 reference
     accumulates_in: str  # the dtype its products are summed in
     c_spellings: tuple[str, ...]  # how a C spec declares an array of it
+    is_integer: bool = False  # integer data (never a microkernel's operand)
+
+
+def _integer(name: str, bits: int, signed: bool, spellings: tuple[str, ...]) -> DataType:
+    byte_order = "|" if bits == 8 else "<"
+    return DataType(name, bits // 8, f"{name}_t", name, (DLPACK_INT if signed else DLPACK_UINT, bits),
+                    (f"{byte_order}{'i' if signed else 'u'}{bits // 8}",), 0.0, name,
+                    (*spellings, f"{name}_t"), is_integer=True)
 
 
 DTYPES: dict[str, DataType] = {
@@ -42,8 +54,16 @@ DTYPES: dict[str, DataType] = {
                  "float64", ("double",)),
         DataType("bfloat16", 2, "uint16_t", "uint16", (DLPACK_BFLOAT, 16), ("<V2", "<u2", "|V2"),
                  2e-2, "float32", ("bfloat16", "__bf16")),
+        _integer("int8", 8, True, ("char", "signed char")),
+        _integer("uint8", 8, False, ("unsigned char",)),
+        _integer("int16", 16, True, ("short",)),
+        _integer("uint16", 16, False, ("unsigned short",)),
+        _integer("int32", 32, True, ("int",)),
+        _integer("int64", 64, True, ("long", "long long")),
     )
 }
+FLOAT_DTYPES = tuple(name for name, d in DTYPES.items() if not d.is_integer)
+INTEGER_DTYPES = tuple(name for name, d in DTYPES.items() if d.is_integer)
 # C spelling -> polydl dtype name
 C_SPELLINGS: dict[str, str] = {s: d.name for d in DTYPES.values() for s in d.c_spellings}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polydl.names import respell
+
 
 class PolyDLError(Exception):
     """Root of every error polydl raises on purpose."""
@@ -21,8 +23,17 @@ class SourcePosition:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+# The most errors one spec reports, as C compilers stop after a number of them: past this the
+# rest are mostly consequences of the first.
+MAX_SPEC_ERRORS = 20
+
+
 class SpecError(PolyDLError):
-    """A spec that polydl cannot accept, with the position of the offending construct."""
+    """A spec that polydl cannot accept, with the position of the offending construct.
+
+    One error may stand for several found in the same spec: `errors` holds each (the first
+    gives this error's own fields), and `left_out` says whether reading stopped with more to
+    find. A single error is its own only entry."""
 
     def __init__(
         self,
@@ -31,13 +42,18 @@ class SpecError(PolyDLError):
         line: int = 0,
         column: int = 0,
         source_line: str | None = None,
+        *,
+        errors: tuple[SpecError, ...] = (),
+        left_out: bool = False,
     ) -> None:
         self.message = message
         self.file = file
         self.line = line
         self.column = column
         self.source_line = source_line
-        super().__init__(self._render())
+        self.errors: tuple[SpecError, ...] = errors or (self,)
+        self.left_out = left_out
+        super().__init__(self._render_all())
 
     @classmethod
     def at(cls, message: str, position: SourcePosition | None, source: str | None = None) -> SpecError:
@@ -50,6 +66,15 @@ class SpecError(PolyDLError):
                 source_line = lines[position.line - 1]
         return cls(message, position.file, position.line, position.column, source_line)
 
+    @classmethod
+    def several(cls, errors: list[SpecError] | tuple[SpecError, ...], left_out: bool = False) -> SpecError:
+        """One error for all of `errors` (each a single error), in the order found."""
+        if len(errors) == 1 and not left_out:
+            return errors[0]
+        first = errors[0]
+        return cls(first.message, first.file, first.line, first.column, first.source_line,
+                   errors=tuple(errors), left_out=left_out)
+
     def _render(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}: " if self.line else f"{self.file}: "
         text = f"{where}error: {self.message}"
@@ -57,6 +82,43 @@ class SpecError(PolyDLError):
             caret = " " * max(self.column - 1, 0) + "^"
             text += f"\n  {self.source_line}\n  {caret}"
         return text
+
+    def _render_all(self) -> str:
+        if self.errors == (self,):
+            return self._render()
+        text = "\n".join(e._render() for e in self.errors)
+        if self.left_out:
+            text += f"\n{self.file}: note: stopped after {len(self.errors)} errors; the rest were left out"
+        return text
+
+    def summary_lines(self) -> list[str]:
+        """One line per error (where and what, no source line), as the command line prints."""
+        lines = [e._render().splitlines()[0] for e in self.errors]
+        if self.left_out:
+            lines.append(f"{self.file}: note: stopped after {len(self.errors)} errors; "
+                         "the rest were left out")
+        return lines
+
+
+class ErrorCollector:
+    """The errors of one spec so far: reading goes on after each, and stops (raising them all)
+    at the `MAX_SPEC_ERRORS + 1`-th."""
+
+    def __init__(self, limit: int = MAX_SPEC_ERRORS) -> None:
+        self.limit = limit
+        self.found: list[SpecError] = []
+
+    def add(self, error: SpecError) -> None:
+        for single in error.errors:
+            if len(self.found) == self.limit:
+                raise SpecError.several(self.found, left_out=True)
+            self.found.append(single)
+        if error.left_out:
+            raise SpecError.several(self.found, left_out=True)
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise SpecError.several(self.found)
 
 
 class ArgumentError(PolyDLError):
@@ -69,7 +131,8 @@ class ArgumentError(PolyDLError):
 
 
 class ShapeError(PolyDLError):
-    """A kernel call whose argument does not match what the kernel was compiled for."""
+    """A kernel call whose argument does not match what the kernel was compiled for. Names
+    are the spec's spelling (`polydl.names`), whatever the generated code calls them."""
 
     def __init__(
         self,
@@ -78,6 +141,11 @@ class ShapeError(PolyDLError):
         expected: object = None,
         given: object = None,
     ) -> None:
+        array, message = respell(array), respell(message)
+        if isinstance(expected, str):
+            expected = respell(expected)
+        if isinstance(given, str):
+            given = respell(given)
         self.array = array
         self.message = message
         self.expected = expected

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from polydl.errors import SourcePosition
+from polydl.errors import SourcePosition, SpecError
 
 # ----------------------------------------------------------------------------- index expressions
 
@@ -135,6 +135,28 @@ def substitute(value: Any, name: str, by: IntExpr) -> Any:
     return value
 
 
+def renamed(value: Any, names: dict[str, str]) -> Any:
+    """`value` (an IR node, an expression, a nest, or a tuple of them) with every variable,
+    array and size parameter named in `names` renamed (positions kept)."""
+    if not names:
+        return value
+    if isinstance(value, tuple):
+        return tuple(renamed(v, names) for v in value)
+    if not (is_dataclass(value) and not isinstance(value, type)):
+        return value
+    changes = {f.name: renamed(getattr(value, f.name), names)
+               for f in fields(value) if f.name != "position"}
+    if isinstance(value, IntVar | Array):
+        changes["name"] = names.get(value.name, value.name)
+    elif isinstance(value, Access):
+        changes["array"] = names.get(value.array, value.array)
+    elif isinstance(value, Loop):
+        changes["var"] = names.get(value.var, value.var)
+    elif isinstance(value, LoopNest):
+        changes["params"] = tuple(names.get(p, p) for p in value.params)
+    return replace(value, **changes)
+
+
 def eval_int(expr: IntExpr, env: dict[str, int]) -> int:
     """Evaluate an index expression with C-style floor semantics for `/` and `%` by constants."""
     if isinstance(expr, IntConst):
@@ -184,7 +206,8 @@ class Load:
 
 @dataclass(frozen=True)
 class IndexValue:
-    """An index expression used as a value (converted to the element type)."""
+    """An index expression used as a value: an integer, converted to the element type where
+    floating-point arithmetic uses it."""
 
     expr: IntExpr
 
@@ -221,7 +244,50 @@ class Select:
     if_false: Expr
 
 
-Expr = Const | Load | IndexValue | Unary | Binary | Call | Select
+@dataclass(frozen=True)
+class IntOp:
+    """Integer arithmetic on integer values, as C does it (in 64 bits): `+`, `-`, `*`, `/`
+    rounding toward zero and `%` with the dividend's sign. Where C leaves a result undefined
+    and the hardware would trap, it is defined instead: a division or remainder by zero gives
+    0, a division by -1 negates (wrapping), a remainder by -1 is 0."""
+
+    op: str  # "+", "-", "*", "/", "%"
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class ToFloat:
+    """An integer value (an element of an integer array, integer arithmetic) where
+    floating-point arithmetic uses it: C's usual arithmetic conversion."""
+
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class ToInt:
+    """A value converted to an integer dtype, as a C cast converts: a floating-point value
+    rounds toward zero, an integer keeps the low bits of the type's width."""
+
+    dtype: str
+    operand: Expr
+
+
+Expr = Const | Load | IndexValue | Unary | Binary | Call | Select | IntOp | ToFloat | ToInt
+
+
+def is_integer_value(expr: Expr, integer_arrays: frozenset[str] | set[str]) -> bool:
+    """Whether C computes `expr` as an integer, given the arrays of integer elements: loads of
+    them, index values, integer arithmetic and conversions, and selects between integers.
+    Everything else (`Binary`, `Unary`, `Call`, constants) is floating point."""
+    if isinstance(expr, Load):
+        return expr.access.array in integer_arrays
+    if isinstance(expr, IndexValue | IntOp | ToInt):
+        return True
+    if isinstance(expr, Select):
+        return (is_integer_value(expr.if_true, integer_arrays)
+                and is_integer_value(expr.if_false, integer_arrays))
+    return False
 
 # float function name -> number of arguments. The double form drops the trailing "f".
 MATH_FUNCTIONS: dict[str, int] = {
@@ -256,6 +322,10 @@ def expr_loads(expr: Expr) -> list[Access]:
             + expr_loads(expr.if_true)
             + expr_loads(expr.if_false)
         )
+    if isinstance(expr, IntOp):
+        return expr_loads(expr.left) + expr_loads(expr.right)
+    if isinstance(expr, ToFloat | ToInt):
+        return expr_loads(expr.operand)
     return []
 
 
@@ -269,6 +339,10 @@ def count_flops(expr: Expr) -> int:
         return 1 + sum(count_flops(a) for a in expr.args)
     if isinstance(expr, Select):
         return 1 + sum(count_flops(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
+    if isinstance(expr, IntOp):  # integer operations are no flops; their operands may hold some
+        return count_flops(expr.left) + count_flops(expr.right)
+    if isinstance(expr, ToFloat | ToInt):
+        return count_flops(expr.operand)
     return 0
 
 
@@ -388,6 +462,12 @@ class LoopNest:
 
     def statements(self) -> list[Statement]:
         return [s for s, _ in walk_statements(self.body)]
+
+    def error_at(self, message: str, position: SourcePosition | None) -> SpecError:
+        """An error at a position of the spec (shown without its line where the position is
+        in another file: a header the spec included)."""
+        same_file = position is not None and position.file == self.filename
+        return SpecError.at(message, position, self.source if same_file else None)
 
     def with_name(self, name: str) -> LoopNest:
         return replace(self, name=name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from polydl.names import spelling
+
 
 @dataclass(frozen=True)
 class KernelArgument:
@@ -13,6 +15,11 @@ class KernelArgument:
     shape: tuple[int, ...]
     is_input: bool
     c_type: str
+
+    @property
+    def spelling(self) -> str:
+        """The name as the spec spells it (`name` is the generated code's)."""
+        return spelling(self.name)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Takes IR values (statements, index and value expressions) and isl `AstExpr`s; returns strings.
 Arrays are flat pointers indexed with their row-major strides (sizes are bound at compile time);
-bfloat16 elements are stored as `uint16_t` and computed in float.
+bfloat16 elements are stored as `uint16_t` and computed in float. Integer values are computed
+in `long` (64 bits) and converted to an integer array's type where stored, as C converts.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from polydl.ir import (
     Const,
     Expr,
     IndexValue,
+    IntOp,
     Load,
     Select,
     Statement,
+    ToFloat,
+    ToInt,
     Unary,
+    is_integer_value,
 )
 
 # Generated identifiers start with "_pd" or "_t"; the frontends reject user names with "_".
@@ -34,6 +39,11 @@ static inline long _pd_floord(long a, long b) { return (a >= 0) ? a / b : -((-a 
 static inline long _pd_mod(long a, long b) { long r = a % b; return r < 0 ? r + b : r; }
 static inline long _pd_min(long a, long b) { return a < b ? a : b; }
 static inline long _pd_max(long a, long b) { return a > b ? a : b; }
+/* C's integer / and %, defined where C is not and the hardware traps (see ir.IntOp) */
+static inline long _pd_idiv(long a, long b) {
+  return b == 0 ? 0 : b == -1 ? (long)(0UL - (unsigned long)a) : a / b;
+}
+static inline long _pd_irem(long a, long b) { return (b == 0 || b == -1) ? 0 : a % b; }
 static inline float _pd_bf16_to_f32(uint16_t v) {
   union { uint32_t u; float f; } x; x.u = (uint32_t)v << 16; return x.f;
 }
@@ -71,10 +81,18 @@ def compute_type(layouts: dict[str, ArrayLayout]) -> str:
     return "double" if any(a.dtype == "float64" for a in layouts.values()) else "float"
 
 
+_INTEGER_CALLS = {"/": "_pd_idiv", "%": "_pd_irem"}
+
+
 class StatementPrinter:
     def __init__(self, layouts: dict[str, ArrayLayout]) -> None:
         self.layouts = layouts
         self.ctype = compute_type(layouts)
+        self.integer_arrays = frozenset(
+            name for name, a in layouts.items() if DTYPES[a.dtype].is_integer)
+
+    def is_integer(self, e: Expr) -> bool:
+        return is_integer_value(e, self.integer_arrays)
 
     def element(self, acc: Access) -> str:
         layout = self.layouts[acc.array]
@@ -102,12 +120,16 @@ class StatementPrinter:
         return name if self.ctype == "float" else name[:-1]
 
     def expr(self, e: Expr) -> str:
+        """`e` as a value of the compute type (an integer value converted)."""
         if isinstance(e, Const):
             return self.literal(e.value)
-        if isinstance(e, Load):
-            return self.load(e.access)
         if isinstance(e, IndexValue):
             return f"(({self.ctype})({e.expr.to_c()}))"
+        if isinstance(e, ToFloat) or self.is_integer(e):
+            inner = e.operand if isinstance(e, ToFloat) else e
+            return f"(({self.ctype}){self.integer(inner)})"
+        if isinstance(e, Load):
+            return self.load(e.access)
         if isinstance(e, Unary):
             return f"(-{self.expr(e.operand)})"
         if isinstance(e, Binary):
@@ -115,16 +137,52 @@ class StatementPrinter:
         if isinstance(e, Call):
             return f"{self.function(e.function)}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Select):
-            return (
-                f"(({self.expr(e.left)} {e.op} {self.expr(e.right)}) ? "
-                f"{self.expr(e.if_true)} : {self.expr(e.if_false)})"
-            )
+            return f"({self.comparison(e)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
         raise TypeError(e)
+
+    def integer(self, e: Expr) -> str:
+        """An integer value `e` as a C `long`."""
+        if isinstance(e, IndexValue):
+            return f"((long)({e.expr.to_c()}))"
+        if isinstance(e, Load):
+            return f"((long){self.element(e.access)})"
+        if isinstance(e, IntOp):
+            a, b = self.integer(e.left), self.integer(e.right)
+            if e.op in _INTEGER_CALLS:
+                return f"{_INTEGER_CALLS[e.op]}({a}, {b})"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, ToInt):
+            inner = self.integer(e.operand) if self.is_integer(e.operand) else self.expr(e.operand)
+            return f"((long)({DTYPES[e.dtype].c_type})({inner}))"
+        if isinstance(e, Select):
+            return (f"({self.comparison(e)} ? {self.integer(e.if_true)} : "
+                    f"{self.integer(e.if_false)})")
+        raise TypeError(e)
+
+    def comparison(self, e: Select) -> str:
+        """The condition of a select: in integers where both sides are integers."""
+        if self.is_integer(e.left) and self.is_integer(e.right):
+            return f"({self.integer(e.left)} {e.op} {self.integer(e.right)})"
+        return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
 
     def statement(self, s: Statement) -> str:
         target = self.element(s.target)
+        dtype = DTYPES[self.layouts[s.target.array].dtype]
+        if dtype.is_integer:
+            # computed in long or the compute type, converted to the element type on the store
+            if self.is_integer(s.value):
+                value = self.integer(s.value)
+                if s.op in ("/=", "%="):
+                    value = f"{_INTEGER_CALLS[s.op[0]]}((long){target}, {value})"
+                elif s.op != "=":
+                    value = f"((long){target} {s.op[0]} {value})"
+            else:
+                value = self.expr(s.value)
+                if s.op != "=":
+                    value = f"(({self.ctype}){target} {s.op[0]} {value})"
+            return f"{target} = ({dtype.c_type})({value});"
         value = self.expr(s.value)
-        if self.layouts[s.target.array].dtype == "bfloat16":
+        if dtype.name == "bfloat16":
             if s.op != "=":
                 value = f"{self.load(s.target)} {s.op[0]} {value}"
             return f"{target} = _pd_f32_to_bf16({value});"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polydl.driver.compilation import Compilation
+from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.schedules.fusion import level_loop
@@ -69,7 +70,7 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     if ranking > 0:
         lines.append("")
         lines += _ranking(c, ranking)
-    return "\n".join(lines)
+    return respell("\n".join(lines))  # IR names as the spec spells them
 
 
 def _summary(c: Compilation) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from polydl.dtypes import DTYPES
 from polydl.errors import ArgumentError
 from polydl.frontends.spec_writing import (
     Built,
@@ -25,7 +24,6 @@ from polydl.frontends.spec_writing import (
 )
 from polydl.layouts import BLOCK
 
-SUPPORTED_DTYPES = tuple(DTYPES)
 # The other layers (backward passes, linear, pooling, ...) are float32 or float64 for now.
 FLOAT_DTYPES = ("float32", "float64")
 # C element types of a primitive's (inputs, outputs) per dtype: bfloat16 inputs are multiplied
@@ -36,6 +34,7 @@ ELEMENT_CTYPES = {
     "float64": ("double", "double"),
     "bfloat16": ("bfloat16", "float"),
 }
+SUPPORTED_DTYPES = tuple(ELEMENT_CTYPES)  # the primitives compute in floating point
 LAYOUTS = ("nchw", "nchw16c")
 
 

@@ -1,38 +1,28 @@
-"""C expressions -> IR index expressions (`IntExpr`) and value expressions (`Expr`).
+"""C expressions -> IR index expressions (`IntExpr`) and array accesses.
 
 Takes pycparser expression nodes and the names in scope (`Scope`); returns IR values or raises
 a `SpecError` at the offending node saying what is allowed instead. Index expressions are affine
 in loop variables and size parameters (constant multiples, floor `/` and `%` by positive
-constants). As in C, an arithmetic value whose operands are all integers is computed in
-integers: it becomes an `IndexValue`; everything else is computed in floating point.
+constants). Value expressions are read by `c_values`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pycparser import c_ast
 
 from polydl.errors import SourcePosition, SpecError
+from polydl.frontends.c_source_map import SourceMap
 from polydl.ir import (
-    MATH_FUNCTIONS,
     Access,
     Array,
-    Binary,
-    Call,
-    Const,
-    Expr,
-    IndexValue,
     IntBinary,
     IntConst,
     IntExpr,
     IntMinMax,
     IntNeg,
     IntVar,
-    Load,
-    Select,
-    Unary,
     eval_int,
     int_vars,
 )
@@ -47,6 +37,11 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 _AFFINE_HINT = "only affine expressions of loop variables and size parameters are allowed"
 
 
+class Unusable(Exception):
+    """A construct that uses a name whose declaration failed: skipped without an error, as
+    the declaration's error already says what is wrong."""
+
+
 @dataclass
 class Scope:
     """The names a spec declares, and where errors point."""
@@ -54,6 +49,8 @@ class Scope:
     filename: str
     text: str
     function: str = ""
+    # positions of the parsed text -> the user's files (the identity without preprocessing)
+    source_map: SourceMap | None = None
     sizes: dict[str, SourcePosition] = field(default_factory=dict)
     arrays: dict[str, Array] = field(default_factory=dict)
     loops: list[str] = field(default_factory=list)
@@ -62,6 +59,11 @@ class Scope:
     # local scalars in scope: name -> the access of its expanded array (one cell per iteration
     # of the loops around its declaration)
     local_scalars: dict[str, Access] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)  # names whose declaration was refused
+
+    def __post_init__(self) -> None:
+        if self.source_map is None:
+            self.source_map = SourceMap.identity(self.filename, self.text)
 
     def position(self, node: c_ast.Node | None) -> SourcePosition | None:
         """Where `node` starts; a node pycparser left without one takes its first child's.
@@ -79,15 +81,17 @@ class Scope:
             current = pending.pop(0)
             coord = getattr(current, "coord", None)
             if coord is not None and coord.line:
-                return SourcePosition(self.filename, coord.line, coord.column or 1)
+                assert self.source_map is not None
+                return self.source_map.position(coord.line, coord.column or 1)
             pending.extend(child for _, child in current.children())
         return None
 
     def _opening_paren(self, inner: SourcePosition) -> SourcePosition:
-        lines = self.text.splitlines()
-        if not 0 < inner.line <= len(lines):
+        assert self.source_map is not None
+        line = self.source_map.source_line(inner)
+        if line is None:
             return inner
-        before = lines[inner.line - 1][: inner.column - 1].rstrip()
+        before = line[: inner.column - 1].rstrip()
         if before.endswith("("):
             return SourcePosition(inner.file, inner.line, len(before))
         return inner
@@ -96,7 +100,8 @@ class Scope:
         position = self.position(node)
         if position is None:
             return SpecError(message, self.filename)
-        return SpecError.at(message, position, self.text)
+        assert self.source_map is not None
+        return self.source_map.error(message, position)
 
     def kind(self, name: str) -> str | None:
         if name in self.loops:
@@ -113,7 +118,9 @@ class Scope:
             return "function"
         return None
 
-    def undeclared(self, name: str, node: c_ast.Node) -> SpecError:
+    def undeclared(self, name: str, node: c_ast.Node) -> SpecError | Unusable:
+        if name in self.broken:
+            return Unusable(name)
         if name in self.declared_later:
             return self.error(
                 f"'{name}' is used before its declaration; declare size parameters before "
@@ -323,158 +330,3 @@ class ExpressionReader:
             )
         indices = tuple(self.index(s, "a subscript") for s in subscripts)
         return Access(name, indices, self.scope.position(node))
-
-    # ------------------------------------------------------------------ value expressions
-
-    def is_integer(self, node: c_ast.Node, depth: int = 0) -> bool:
-        """Whether C computes `node` in integers (all operands integer)."""
-        depth = self._deeper(node, depth)
-        if isinstance(node, c_ast.Constant):
-            return is_int_constant(node)
-        if isinstance(node, c_ast.ID):
-            return self.scope.kind(node.name) in ("loop variable", "size parameter")
-        if isinstance(node, c_ast.BinaryOp) and node.op in ("+", "-", "*", "/", "%"):
-            return self.is_integer(node.left, depth) and self.is_integer(node.right, depth)
-        if isinstance(node, c_ast.UnaryOp) and node.op in ("+", "-"):
-            return self.is_integer(node.expr, depth)
-        if isinstance(node, c_ast.TernaryOp):
-            return self.is_integer(node.iftrue, depth) and self.is_integer(node.iffalse, depth)
-        return False
-
-    def value(self, node: c_ast.Node) -> Expr:
-        return self._value(node, 0)
-
-    def _integer_value(self, node: c_ast.Node) -> Expr:
-        expr = self.index(node, "an integer value expression")
-        if isinstance(expr, IntConst):
-            return Const(float(expr.value))
-        return IndexValue(expr)
-
-    def _value(self, node: c_ast.Node, depth: int) -> Expr:
-        depth = self._deeper(node, depth)
-        error = self.scope.error
-        if not isinstance(node, c_ast.TernaryOp) and self.is_integer(node):
-            return self._integer_value(node)
-        if isinstance(node, c_ast.Constant):
-            if node.type in ("char", "string"):
-                raise error(f"{node.type} constants are not allowed; use numbers", node)
-            value = float_literal(node.value)
-            if value is None or not math.isfinite(value):
-                raise error(f"floating-point constant {node.value} is not a finite number", node)
-            if node.value.lower().endswith("f") and abs(value) > FLOAT_MAX:
-                # C rounds it to infinity; the float64 reference would not
-                raise error(
-                    f"floating-point constant {node.value} is beyond the range of float "
-                    f"(largest {FLOAT_MAX:.7g}); drop the 'f' suffix for a double constant",
-                    node,
-                )
-            return Const(value)
-        if isinstance(node, c_ast.ID):
-            kind = self.scope.kind(node.name)
-            if kind is None:
-                raise self.scope.undeclared(node.name, node)
-            if kind == "local variable":
-                return Load(self.scope.local_scalars[node.name])
-            if kind == "array":
-                rank = len(self.scope.arrays[node.name].shape)
-                if rank == 0:  # a scalar parameter
-                    return Load(Access(node.name, ()))
-                raise error(
-                    f"array '{node.name}' must be used with {rank} subscript(s)", node
-                )
-            raise error(f"the {kind} '{node.name}' cannot be used as a value", node)
-        if isinstance(node, c_ast.ArrayRef):
-            return Load(self.access(node, write=False))
-        if isinstance(node, c_ast.BinaryOp):
-            if node.op in ("+", "-", "*", "/"):
-                return Binary(
-                    node.op, self._value(node.left, depth), self._value(node.right, depth)
-                )
-            if node.op == "%":
-                raise error(
-                    "'%' needs integer operands (loop variables, size parameters, integers)",
-                    node,
-                )
-            if node.op in COMPARISONS:
-                raise error(
-                    f"a comparison is only allowed as the condition of ?: (a {node.op} b ? x : y)",
-                    node,
-                )
-            raise error(f"operator '{node.op}' is not allowed; use + - * / on values", node)
-        if isinstance(node, c_ast.UnaryOp):
-            if node.op == "+":
-                return self._value(node.expr, depth)
-            if node.op == "-":
-                operand = self._value(node.expr, depth)
-                if isinstance(operand, Const):
-                    return Const(-operand.value)
-                return Unary("-", operand)
-            if node.op in ("++", "--", "p++", "p--"):
-                raise error("increments are only allowed in the header of a for loop", node)
-            raise error(f"operator '{node.op}' is not allowed; use + - * / on values", node)
-        if isinstance(node, c_ast.Cast):
-            target = _cast_type(node)
-            if target not in ("float", "double"):
-                raise error("only (float) and (double) casts are allowed", node)
-            if self.is_integer(node.expr):
-                return self._integer_value(node.expr)
-            return self._value(node.expr, depth)
-        if isinstance(node, c_ast.FuncCall):
-            return self._call(node, depth)
-        if isinstance(node, c_ast.TernaryOp):
-            cond = node.cond
-            if not (isinstance(cond, c_ast.BinaryOp) and cond.op in COMPARISONS):
-                raise error(
-                    "the condition of ?: must compare two values (a < b, a == b, ...); "
-                    "&&, || and other conditions are not allowed",
-                    cond,
-                )
-            return Select(
-                cond.op,
-                self._value(cond.left, depth),
-                self._value(cond.right, depth),
-                self._value(node.iftrue, depth),
-                self._value(node.iffalse, depth),
-            )
-        if isinstance(node, c_ast.Assignment):
-            raise error("an assignment cannot be used as a value", node)
-        if isinstance(node, c_ast.ExprList):
-            raise error("the comma operator is not allowed", node)
-        raise error(
-            "this expression is not allowed; values are numbers, array elements, loop "
-            "variables, + - * /, ?: and math functions",
-            node,
-        )
-
-    def _call(self, node: c_ast.FuncCall, depth: int) -> Expr:
-        error = self.scope.error
-        if not isinstance(node.name, c_ast.ID):
-            raise error("only math functions can be called, by name", node)
-        name = node.name.name
-        if name in MATH_FUNCTIONS:
-            function = name
-        elif name + "f" in MATH_FUNCTIONS:
-            function = name + "f"
-        elif name in ("min", "max"):
-            raise error(
-                f"{name}() is only allowed in loop bounds; for values use f{name}f()", node
-            )
-        else:
-            allowed = ", ".join(sorted(MATH_FUNCTIONS))
-            raise error(
-                f"function '{name}' is not allowed; the math functions allowed are {allowed} "
-                "(and their double forms without 'f')",
-                node,
-            )
-        args = node.args.exprs if node.args is not None else []
-        arity = MATH_FUNCTIONS[function]
-        if len(args) != arity:
-            raise error(f"{name}() takes {arity} argument(s), not {len(args)}", node)
-        return Call(function, tuple(self._value(a, depth) for a in args))
-
-
-def _cast_type(node: c_ast.Cast) -> str | None:
-    decl = node.to_type.type
-    if isinstance(decl, c_ast.TypeDecl) and isinstance(decl.type, c_ast.IdentifierType):
-        return " ".join(decl.type.names)
-    return None

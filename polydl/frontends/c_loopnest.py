@@ -17,17 +17,20 @@ from typing import TypeVar
 
 from pycparser import c_ast
 
-from polydl.dtypes import C_SPELLINGS
-from polydl.errors import SourcePosition, SpecError
+from polydl.dtypes import C_SPELLINGS, DTYPES
+from polydl.errors import ErrorCollector, SourcePosition, SpecError
 from polydl.frontends.c_expressions import (
     ExpressionReader,
     Scope,
+    Unusable,
     constant_value,
     is_int_constant,
     plus_one,
 )
 from polydl.frontends.c_names import refusal
+from polydl.frontends.c_preprocess import Preprocessing
 from polydl.frontends.c_source import parse_translation_unit
+from polydl.frontends.c_values import ValueReader, element_dtype
 from polydl.ir import (
     Access,
     Array,
@@ -44,13 +47,14 @@ from polydl.ir import (
     Loop,
     LoopNest,
     Node,
-    Select,
     Statement,
     expr_loads,
     int_vars,
+    renamed,
     substitute,
     walk_statements,
 )
+from polydl.names import internal_name
 
 ELEMENT_TYPES = C_SPELLINGS  # C spelling -> polydl dtype
 # Deepest nesting of loops, guards and blocks: real nests are far shallower, and every later
@@ -66,6 +70,9 @@ _STACK_LOCK = threading.Lock()
 T = TypeVar("T")
 STATEMENT_OPS = ("=", "+=", "-=", "*=", "/=")
 _LOOP_FORM = "for (int i = LO; i < HI; i++)"
+_ELEMENT_FORM = ("float, double, bfloat16 or an integer type (char, short, int, long, signed or "
+                 "unsigned char and short, int8_t ... int64_t); unsigned int and unsigned long "
+                 "are not supported")
 _BODY_FORM = "the body holds for loops, if guards and assignments to array elements"
 
 
@@ -77,20 +84,24 @@ class CSpec:
     size_positions: dict[str, SourcePosition]
 
 
-def parse_c(text: str, filename: str = "<spec>", function: str | None = None) -> LoopNest:
+def parse_c(text: str, filename: str = "<spec>", function: str | None = None,
+            preprocessing: Preprocessing | None = None) -> LoopNest:
     """Parse a C loop-nest spec into a `LoopNest` (sizes stay symbolic)."""
-    return read_c(text, filename, function).nest
+    return read_c(text, filename, function, preprocessing).nest
 
 
-def read_c(text: str, filename: str = "<spec>", function: str | None = None) -> CSpec:
-    """`function`: which function of the file is the spec (default: the only one)."""
-    return on_large_stack(_read_c, text, filename, function)
+def read_c(text: str, filename: str = "<spec>", function: str | None = None,
+           preprocessing: Preprocessing | None = None) -> CSpec:
+    """`function`: which function of the file is the spec (default: the only one);
+    `preprocessing`: macros and header folders for the C preprocessor."""
+    return on_large_stack(_read_c, text, filename, function, preprocessing)
 
 
-def _read_c(text: str, filename: str, function: str | None) -> CSpec:
-    ast = parse_translation_unit(text, filename)
+def _read_c(text: str, filename: str, function: str | None,
+            preprocessing: Preprocessing | None) -> CSpec:
+    ast, source_map = parse_translation_unit(text, filename, preprocessing)
     try:
-        return _FunctionReader(Scope(filename, text)).read(ast, function)
+        return _FunctionReader(Scope(filename, text, source_map=source_map)).read(ast, function)
     except RecursionError:
         raise SpecError("the spec is nested too deeply", filename) from None
 
@@ -121,10 +132,26 @@ def on_large_stack(function: Callable[..., T], *args: object) -> T:
     return result[0]
 
 
+class _Fatal(Exception):
+    """An error after which reading on is not safe (a limit passed): reported with those
+    found before it, and reading stops."""
+
+    def __init__(self, error: SpecError) -> None:
+        self.error = error
+
+
 class _FunctionReader:
+    """Reads the function; an error in one parameter or one statement is recorded and reading
+    goes on with the next, so that one run reports every independent error (up to
+    `MAX_SPEC_ERRORS`). Constructs that use a name whose declaration failed are skipped
+    silently (`Unusable`): their errors would only repeat the first."""
+
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
+        self.diagnostics = ErrorCollector()
+        self.declared: set[str] = set()  # every name the spec declares
         self.exprs = ExpressionReader(scope)
+        self.values = ValueReader(scope, self.exprs)
         self.statements = 0
         self.locals: list[Array] = []  # expanded local scalars
         # (variable, lowest value, end) of the loops around the construct being read
@@ -132,6 +159,9 @@ class _FunctionReader:
 
     def error(self, message: str, node: c_ast.Node | None) -> SpecError:
         return self.scope.error(message, node)
+
+    def fatal(self, message: str, node: c_ast.Node | None) -> _Fatal:
+        return _Fatal(self.scope.error(message, node))
 
     # ------------------------------------------------------------------ the function
 
@@ -200,15 +230,28 @@ class _FunctionReader:
                 params[MAX_PARAMETERS],
             )
         self.scope.declared_later = {p.name for p in params if isinstance(p, c_ast.Decl)}
-        for p in params:
-            self._parameter(p)
-        if not any(not a.is_input for a in self.scope.arrays.values()):
-            raise self.error(
-                "the function has no output: declare at least one array parameter without "
-                "const (const arrays are inputs, the others outputs)",
-                decl,
-            )
-        body = self._block(func.body.block_items or [], 1)
+        body: tuple[Node, ...] = ()
+        try:
+            for p in params:
+                try:
+                    self._parameter(p)
+                except (SpecError, Unusable) as error:
+                    if isinstance(error, SpecError):
+                        self.diagnostics.add(error)
+                    if isinstance(p, c_ast.Decl) and p.name:
+                        self.scope.declared_later.discard(p.name)
+                        self.scope.broken.add(p.name)
+            if not any(not a.is_input for a in self.scope.arrays.values()) and not (
+                    self.scope.broken):
+                self.diagnostics.add(self.error(
+                    "the function has no output: declare at least one array parameter "
+                    "without const (const arrays are inputs, the others outputs)",
+                    decl,
+                ))
+            body = self._block(func.body.block_items or [], 1)
+        except _Fatal as stop:
+            self.diagnostics.add(stop.error)
+        self.diagnostics.raise_if_any()
         nest = LoopNest(
             name=decl.name,
             params=tuple(self.scope.sizes),
@@ -217,9 +260,12 @@ class _FunctionReader:
             source=self.scope.text,
             filename=self.scope.filename,
         )
-        return CSpec(nest, dict(self.scope.sizes))
+        # names that begin with '_' belong to generated code: the IR holds the spec's renamed
+        underscored = {n: internal_name(n) for n in self.declared if n.startswith("_")}
+        return CSpec(renamed(nest, underscored), dict(self.scope.sizes))
 
     def _check_name(self, name: str, node: c_ast.Node, what: str) -> None:
+        self.declared.add(name)
         why = refusal(name, is_function=what == "function")
         if why is not None:
             raise self.error(why, node)
@@ -249,15 +295,15 @@ class _FunctionReader:
                 assert position is not None
                 self.scope.sizes[p.name] = position
                 return
-            if len(names) == 1 and names[0] in ELEMENT_TYPES and set(p.quals) - {"const"}:
-                raise self.error(
-                    f"qualifier(s) {sorted(set(p.quals) - {'const'})} not allowed on '{p.name}'", p
-                )
-            if len(names) == 1 and names[0] in ELEMENT_TYPES:
+            scalar = element_dtype(names) if names else None
+            if scalar is not None and not DTYPES[scalar].is_integer:
+                if set(p.quals) - {"const"}:
+                    raise self.error(
+                        f"qualifier(s) {sorted(set(p.quals) - {'const'})} not allowed on "
+                        f"'{p.name}'", p
+                    )
                 # a call-time scalar (alpha, beta, eps): an input with no extents
-                self.scope.arrays[p.name] = Array(
-                    p.name, ELEMENT_TYPES[names[0]], (), True, position
-                )
+                self.scope.arrays[p.name] = Array(p.name, scalar, (), True, position)
                 return
             raise self.error(
                 f"size parameter '{p.name}' must be declared 'int'", p
@@ -275,12 +321,13 @@ class _FunctionReader:
             dims.append(t)
             t = t.type
         if isinstance(t, c_ast.PtrDecl):
-            raise self.error(f"'{p.name}' is an array of pointers; only arrays of float/double", p)
+            raise self.error(f"'{p.name}' is an array of pointers; only arrays of numbers", p)
         names = t.type.names if isinstance(t, c_ast.TypeDecl) and isinstance(
             t.type, c_ast.IdentifierType
         ) else []
-        if len(names) != 1 or names[0] not in ELEMENT_TYPES:
-            raise self.error(f"array '{p.name}' must have float, double or bfloat16 elements", p)
+        dtype = element_dtype(names) if names else None
+        if dtype is None:
+            raise self.error(f"array '{p.name}' must have elements of {_ELEMENT_FORM}", p)
         # restrict promises what polydl proves itself (its arrays never alias): accepted
         quals = set(p.quals) | set(t.quals)
         if quals - {"const", "restrict"}:
@@ -304,7 +351,7 @@ class _FunctionReader:
             shape.append(extent)
         self.scope.arrays[p.name] = Array(
             name=p.name,
-            dtype=ELEMENT_TYPES[names[0]],
+            dtype=dtype,
             shape=tuple(shape),
             is_input="const" in quals,
             position=position,
@@ -317,10 +364,24 @@ class _FunctionReader:
         visible = dict(self.scope.local_scalars)  # a block's locals end with it
         try:
             for item in items:
-                out.extend(self._item(item, depth))
+                try:
+                    out.extend(self._item(item, depth))
+                except SpecError as error:
+                    self.diagnostics.add(error)
+                    self._break_declared(item)
+                except Unusable:
+                    self._break_declared(item)
         finally:
             self.scope.local_scalars = visible
         return tuple(out)
+
+    def _break_declared(self, item: c_ast.Node) -> None:
+        """After a failed declaration, its names are known to be broken: their uses are
+        skipped instead of each being reported as undeclared."""
+        decls = item.decls if isinstance(item, c_ast.DeclList) else [item]
+        for decl in decls:
+            if isinstance(decl, c_ast.Decl) and decl.name and self.scope.kind(decl.name) is None:
+                self.scope.broken.add(decl.name)
 
     def _body(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
         if isinstance(node, c_ast.Compound):
@@ -329,7 +390,7 @@ class _FunctionReader:
 
     def _item(self, node: c_ast.Node, depth: int) -> tuple[Node, ...]:
         if depth > MAX_NESTING:
-            raise self.error(
+            raise self.fatal(
                 f"loops, ifs and blocks nested too deeply (more than {MAX_NESTING} levels)", node
             )
         if isinstance(node, c_ast.Compound):
@@ -416,16 +477,16 @@ class _FunctionReader:
             target = self.scope.local_scalars[node.lvalue.name]
         else:
             target = self.exprs.access(node.lvalue, write=True)
-        value = self.exprs.value(node.rvalue)
+        op, value = self.values.assignment(target, node.op, self.values.typed(node.rvalue))
         if self.statements >= MAX_STATEMENTS:
-            raise self.error(
+            raise self.fatal(
                 f"more than {MAX_STATEMENTS} statements: polydl compiles loop nests of "
                 "primitives; split the spec into several",
                 node,
             )
         name = f"S{self.statements}"
         self.statements += 1
-        return Statement(name, target, node.op, value, self.scope.position(node))
+        return Statement(name, target, op, value, self.scope.position(node))
 
     # ------------------------------------------------------------------ loops and guards
 
@@ -465,6 +526,7 @@ class _FunctionReader:
             and isinstance(t.type, c_ast.IdentifierType)
             and len(t.type.names) == 1
             and t.type.names[0] in ELEMENT_TYPES
+            and not DTYPES[ELEMENT_TYPES[t.type.names[0]]].is_integer
             and not decl.storage
             and set(decl.quals) <= {"const"}
         )
@@ -488,7 +550,8 @@ class _FunctionReader:
             index.append(IntBinary("-", IntVar(var), lowest))
         if not shape:
             shape, index = [IntConst(1)], [IntConst(0)]
-        name = f"_pd_{decl.name}_{len(self.locals)}"
+        # `_pd_` and an IR name: a name only generated code uses (see polydl.names)
+        name = f"_pd_{internal_name(decl.name)}_{len(self.locals)}"
         t = decl.type
         array = Array(name, ELEMENT_TYPES[t.type.names[0]], tuple(shape), False,
                       self.scope.position(decl), local=True)
@@ -497,8 +560,8 @@ class _FunctionReader:
         if decl.init is None:
             return ()
         if self.statements >= MAX_STATEMENTS:
-            raise self.error(f"more than {MAX_STATEMENTS} statements", decl)
-        value = self.exprs.value(decl.init)
+            raise self.fatal(f"more than {MAX_STATEMENTS} statements", decl)
+        value = self.values.value(decl.init)
         statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
                               value, self.scope.position(decl))
         self.statements += 1
@@ -721,8 +784,8 @@ class _FunctionReader:
         if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
             return self._select(cond.left, yes, self._select(cond.right, yes, no))
         if isinstance(cond, c_ast.BinaryOp) and cond.op in _NEGATION:
-            return Select(cond.op, self.exprs.value(cond.left), self.exprs.value(cond.right),
-                          yes, no)
+            return self.values.select(cond.op, self.values.typed(cond.left),
+                                      self.values.typed(cond.right), yes, no)
         raise self.error(
             "a condition on data compares values (<, <=, >, >=, ==, !=) joined by &&, || and !",
             cond,

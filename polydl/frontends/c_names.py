@@ -2,7 +2,9 @@
 
 Takes a name; says why it is refused, or None. Keywords of C are already syntax errors; the
 names here are the library functions, macros and types the generated code includes or calls,
-C++ keywords (the GPU targets compile as C++), and the prefix `_` kept for generated names.
+C++ keywords (the GPU targets compile as C++), and, for the function only, the prefix `_` kept
+for generated names. Other names that begin with `_` are accepted: the IR holds them renamed
+(`polydl.names`), so they meet neither generated names nor the headers' macros.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ def refusal(name: str, is_function: bool = False) -> str | None:
     """Why `name` cannot name a function (`is_function`), parameter or loop variable; None if
     it can."""
     if name.startswith("_"):
+        if not is_function:
+            return None  # renamed inside polydl (see polydl.names)
         return (
-            f"identifier '{name}' starts with '_', which is reserved for generated code; "
+            f"function name '{name}' starts with '_', which is reserved for generated code; "
             "use a name starting with a letter"
         )
     if name.startswith(RESERVED_PREFIXES):

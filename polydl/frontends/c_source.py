@@ -1,8 +1,10 @@
 """C spec text -> pycparser AST, with every failure turned into a positioned `SpecError`.
 
-Takes the spec text and its file name; returns a `pycparser.c_ast.FileAST` of the text with
-comments blanked out (pycparser has no preprocessor), so every line and column in the AST is
-the one in the original text.
+Takes the spec text, its file name and the preprocessor's options; returns a
+`pycparser.c_ast.FileAST` and the `SourceMap` that turns the AST's positions into positions in
+the user's files. Comments and `#pragma` lines are blanked first. A spec with directives (or
+given macros) then goes through the C preprocessor (`c_preprocess`); one without keeps its text,
+so every line and column in the AST is the one in the original text.
 """
 
 from __future__ import annotations
@@ -11,104 +13,49 @@ import re
 
 from pycparser import c_ast, c_parser
 
-from polydl.errors import SourcePosition, SpecError
+from polydl.errors import SpecError
+from polydl.frontends.c_preprocess import Preprocessing, needs_preprocessor, preprocess
+from polydl.frontends.c_source_map import SourceMap
+from polydl.frontends.c_text import blank_pragmas, position_of, strip_comments
 
 
-def strip_comments(text: str, filename: str = "<spec>") -> str:
-    """Replace `//` and `/* */` comments by spaces, keeping newlines so positions stay exact."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "/" and text.startswith("//", i):
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            out.append(" " * (end - i))
-            i = end
-        elif ch == "/" and text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise SpecError.at("unterminated /* comment", position_of(text, i, filename), text)
-            out.append("".join(c if c == "\n" else " " for c in text[i : end + 2]))
-            i = end + 2
-        elif ch in "\"'":
-            # skip a literal so that '//' inside it is kept; the parser rejects literals anyway
-            j = i + 1
-            while j < n and text[j] not in (ch, "\n"):
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            out.append(text[i:j])
-            i = j
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def position_of(text: str, offset: int, filename: str) -> SourcePosition:
-    line = text.count("\n", 0, offset) + 1
-    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return SourcePosition(filename, line, column)
-
-
-_PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma\b.*$", re.MULTILINE)
-
-
-def blank_pragmas(clean: str) -> str:
-    """`#pragma` lines (`#pragma scop`, `#pragma omp ...`) blanked: polydl chooses the schedule
-    and its parallel loops itself, so a pragma says nothing it needs. A pragma continued onto
-    the next line (a trailing backslash) is blanked with its continuation lines."""
-    lines = clean.split("\n")
-    blanking = False
-    for i, line in enumerate(lines):
-        if blanking or _PRAGMA.fullmatch(line):
-            blanking = line.rstrip().endswith("\\")
-            lines[i] = " " * len(line)
-    return "\n".join(lines)
-
-
-def reject_preprocessor(clean: str, filename: str, text: str) -> None:
-    # any '#', not only at the start of a line: pycparser's lexer obeys `#line` anywhere
-    offset = clean.find("#")
+def reject_stray_hash(parsed: str, source_map: SourceMap) -> None:
+    # a '#' left after preprocessing is none of its directives: pycparser's lexer would obey
+    # `#line` anywhere, so it is refused here
+    offset = parsed.find("#")
     if offset >= 0:
-        raise SpecError.at(
-            "preprocessor directives are not allowed: the spec is one self-contained "
-            "function (math functions need no #include, sizes are int parameters)",
-            position_of(clean, offset, filename),
-            text,
+        where = position_of(parsed, offset, source_map.filename)
+        raise source_map.error_at(
+            "stray '#' outside a preprocessor directive (a directive starts its line)",
+            where.line, where.column,
         )
 
 
-def check_brackets(clean: str, filename: str, text: str) -> None:
+def check_brackets(parsed: str, source_map: SourceMap) -> None:
     """Unbalanced brackets, found before pycparser (which asserts on a stray '}')."""
     closing = {")": "(", "]": "[", "}": "{"}
     stack: list[tuple[str, int]] = []
-    for offset, ch in enumerate(clean):
+    for offset, ch in enumerate(parsed):
         if ch in "([{":
             stack.append((ch, offset))
         elif ch in closing:
             if not stack or stack[-1][0] != closing[ch]:
-                raise SpecError.at(
-                    f"syntax error: unmatched '{ch}'", position_of(clean, offset, filename), text
-                )
+                where = position_of(parsed, offset, source_map.filename)
+                raise source_map.error_at(f"syntax error: unmatched '{ch}'", where.line,
+                                          where.column)
             stack.pop()
     if stack:
         ch, offset = stack[-1]
-        raise SpecError.at(
-            f"syntax error: '{ch}' is never closed", position_of(clean, offset, filename), text
-        )
-
-
-def _line(text: str, number: int) -> str | None:
-    lines = text.splitlines()
-    return lines[number - 1] if 0 < number <= len(lines) else None
+        where = position_of(parsed, offset, source_map.filename)
+        raise source_map.error_at(f"syntax error: '{ch}' is never closed", where.line,
+                                  where.column)
 
 
 _PARSE_ERROR = re.compile(r"^(\d+)(?::(\d+))?:\s*(.*)$", re.DOTALL)
 
 
 def _syntax_error(
-    raw: str, filename: str, text: str, parser: c_parser.CParser
+    raw: str, filename: str, parsed: str, parser: c_parser.CParser, source_map: SourceMap
 ) -> SpecError:
     rest = raw[len(filename) + 1 :] if raw.startswith(filename + ":") else raw
     match = _PARSE_ERROR.match(rest)
@@ -118,12 +65,18 @@ def _syntax_error(
     else:
         # some pycparser errors carry no position: take the token the parser stopped at
         detail = rest.strip()
-        line, column = _stopped_at(parser, text)
+        line, column = _stopped_at(parser, parsed)
     if detail.startswith("before:"):
         message = f"syntax error before '{detail[len('before:'):].strip()}'"
     else:
         message = f"syntax error: {detail}"
-    return SpecError(message, filename, line, column, _line(text, line))
+    position = source_map.position(line, column)
+    if source_map.expanded(line, column):
+        name = re.match(r"[A-Za-z_]\w*", (source_map.source_line(position) or "")[
+            position.column - 1:])
+        message += f" (in the expansion of macro '{name.group()}')" if name else (
+            " (in the expansion of a macro)")
+    return source_map.error(message, position)
 
 
 def _stopped_at(parser: c_parser.CParser, text: str) -> tuple[int, int]:
@@ -137,22 +90,25 @@ def _stopped_at(parser: c_parser.CParser, text: str) -> tuple[int, int]:
     return len(lines), len(lines[-1]) + 1
 
 
-def _deepest_bracket(clean: str, filename: str) -> SourcePosition:
+def _deepest_bracket(parsed: str) -> tuple[int, int]:
     depth, best, where = 0, -1, 0
-    for offset, ch in enumerate(clean):
+    for offset, ch in enumerate(parsed):
         if ch in "([{":
             depth += 1
             if depth > best:
                 best, where = depth, offset
         elif ch in ")]}":
             depth -= 1
-    return position_of(clean, where, filename)
+    position = position_of(parsed, where, "")
+    return position.line, position.column
 
 
-# The bfloat16 element type, spelled `bfloat16` or `__bf16` (gcc's name): declared for the
-# parser before the spec; `#line 1` keeps every position in the spec's own numbering.
-BFLOAT16_TYPES = ("bfloat16", "__bf16")
-BFLOAT16_PRELUDE = "".join(f"typedef unsigned short {t}; " for t in BFLOAT16_TYPES) + "\n#line 1\n"
+# Element types spelled as type names, not keywords: bfloat16 (`bfloat16`, or gcc's `__bf16`)
+# and the fixed-width integers of stdint.h. Declared for the parser before the spec; `#line 1`
+# keeps every position in the spec's own numbering.
+PRELUDE_TYPES = ("bfloat16", "__bf16", "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
+                 "int64_t")
+PRELUDE = "".join(f"typedef int {t}; " for t in PRELUDE_TYPES) + "\n#line 1\n"
 
 
 # Longest spec accepted: real specs are a few KiB; the C parser's time grows with the text.
@@ -168,28 +124,31 @@ def check_size(text: str, filename: str) -> None:
         )
 
 
-def parse_translation_unit(text: str, filename: str = "<spec>") -> c_ast.FileAST:
+def parse_translation_unit(
+    text: str, filename: str = "<spec>", options: Preprocessing | None = None
+) -> tuple[c_ast.FileAST, SourceMap]:
     check_size(text, filename)
+    options = options or Preprocessing()
     clean = blank_pragmas(strip_comments(text, filename))
-    reject_preprocessor(clean, filename, text)
-    check_brackets(clean, filename, text)
+    if needs_preprocessor(clean, options):
+        parsed, source_map = preprocess(clean, text, filename, options)
+        parsed = blank_pragmas(parsed)  # pragmas of headers, and those _Pragma() writes
+    else:
+        parsed, source_map = clean, SourceMap.identity(filename, text)
+    reject_stray_hash(parsed, source_map)
+    check_brackets(parsed, source_map)
     parser = c_parser.CParser()
     try:
-        ast = parser.parse(BFLOAT16_PRELUDE + clean, filename)
-        ast.ext = ast.ext[len(BFLOAT16_TYPES):]
-        return ast
+        ast = parser.parse(PRELUDE + parsed, filename)
+        ast.ext = ast.ext[len(PRELUDE_TYPES):]
+        return ast, source_map
     except c_parser.ParseError as exc:
-        raise _syntax_error(str(exc), filename, text, parser) from None
+        raise _syntax_error(str(exc), filename, parsed, parser, source_map) from None
     except RecursionError:
-        raise SpecError.at(
-            "the spec is nested too deeply to parse", _deepest_bracket(clean, filename), text
+        raise source_map.error_at(
+            "the spec is nested too deeply to parse", *_deepest_bracket(parsed)
         ) from None
     except Exception as exc:  # pycparser's own assertions on input it does not expect
-        line, column = _stopped_at(parser, text)
-        raise SpecError(
-            f"syntax error ({type(exc).__name__} in the C parser)",
-            filename,
-            line,
-            column,
-            _line(text, line),
+        raise source_map.error_at(
+            f"syntax error ({type(exc).__name__} in the C parser)", *_stopped_at(parser, parsed)
         ) from None

@@ -9,14 +9,16 @@ from __future__ import annotations
 import numbers
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from polydl.errors import SpecError
+from polydl.errors import ErrorCollector, SpecError
 from polydl.frontends.c_loopnest import CSpec, read_c
+from polydl.frontends.c_preprocess import preprocessing
 from polydl.frontends.c_source import check_size
 from polydl.frontends.toml_spec import parse_toml
 from polydl.ir import LoopNest, eval_int
+from polydl.names import internal_name, respell
 
 _TOML_SPEC = re.compile(r"""^\s*primitive\s*=\s*["']""", re.MULTILINE)
 
@@ -47,7 +49,8 @@ def read_spec(spec: str | os.PathLike[str]) -> tuple[str, str, str]:
 
 
 def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
-    """Check the caller's sizes against the spec's size parameters and its array extents."""
+    """Check the caller's sizes (named as the spec spells them) against the spec's size
+    parameters and its array extents; returns them by their IR names (`polydl.names`)."""
     nest = spec.nest
     given = dict(params or {})
     known = list(spec.size_positions)
@@ -59,32 +62,34 @@ def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
             nest.filename,
         )
     bound: dict[str, int] = {}
+    errors = ErrorCollector()
     for name, position in spec.size_positions.items():
         if name not in given:
-            raise SpecError.at(
+            errors.add(nest.error_at(
                 f"missing value for size parameter '{name}' (give it in params, or -p {name}=...)",
-                position,
-                nest.source,
-            )
+                position
+            ))
+            continue
         value = given[name]
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise SpecError.at(
-                f"size parameter '{name}' must be an integer, not {value!r}", position, nest.source
-            )
-        if value < 1:
-            raise SpecError.at(
-                f"size parameter '{name}' must be >= 1, not {value}", position, nest.source
-            )
-        bound[name] = int(value)
+            errors.add(nest.error_at(
+                f"size parameter '{name}' must be an integer, not {value!r}", position
+            ))
+        elif value < 1:
+            errors.add(nest.error_at(
+                f"size parameter '{name}' must be >= 1, not {value}", position
+            ))
+        else:
+            bound[internal_name(name)] = int(value)
+    errors.raise_if_any()
     for array in nest.arrays:
         for dim, extent in enumerate(array.shape):
             value = eval_int(extent, bound)
             if value < 1:
-                raise SpecError.at(
-                    f"dimension {dim + 1} of array '{array.name}' has extent {extent.to_c()} = "
-                    f"{value}; every extent must be >= 1",
-                    array.position,
-                    nest.source,
+                raise nest.error_at(
+                    respell(f"dimension {dim + 1} of array '{array.name}' has extent "
+                            f"{extent.to_c()} = {value}; every extent must be >= 1"),
+                    array.position
                 )
     return bound
 
@@ -92,15 +97,23 @@ def bind_sizes(spec: CSpec, params: Mapping[str, int] | None) -> dict[str, int]:
 def load_spec(
     spec: str | os.PathLike[str], params: Mapping[str, int] | None = None,
     function: str | None = None,
+    defines: Mapping[str, object] | Iterable[str] | None = None,
+    include_dirs: Iterable[str | os.PathLike[str]] | None = None,
 ) -> tuple[LoopNest, dict[str, int]]:
     """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes;
-    `function` picks one function of a C file that defines several."""
+    `function` picks one function of a C file that defines several; `defines` and
+    `include_dirs` are the C preprocessor's macros and header folders (`-D`, `-I`)."""
     text, filename, kind = read_spec(spec)
     check_size(text, filename)
     if kind == "toml":
         if function is not None:
             raise SpecError(f"function='{function}' chooses a function of a C spec; "
                             "a TOML spec names a primitive", filename)
+        if defines or include_dirs:
+            raise SpecError("defines and include_dirs are for the C preprocessor; a TOML spec "
+                            "names a primitive", filename)
         return parse_toml(text, filename, params)
-    parsed = read_c(text, filename, function)
+    base_dir = None if filename == "<spec>" else str(Path(filename).resolve().parent)
+    options = preprocessing(defines, include_dirs, base_dir)
+    parsed = read_c(text, filename, function, options)
     return parsed.nest, bind_sizes(parsed, params)

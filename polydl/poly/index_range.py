@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import islpy as isl
 
 from polydl.dtypes import DTYPES
-from polydl.errors import SourcePosition, SpecError
+from polydl.errors import SourcePosition
 from polydl.ir import (
     IntBinary,
     IntConst,
@@ -26,6 +26,7 @@ from polydl.ir import (
     Statement,
     eval_int,
 )
+from polydl.names import respell
 
 # 2**62: a margin below 2**63 for what codegen adds on top of checked values (one tile step,
 # `upper + 1`, a linearised offset that stays below the array's element count).
@@ -41,11 +42,10 @@ def check_array_sizes(nest: LoopNest, params: Mapping[str, int]) -> None:
             count *= eval_int(extent, dict(params))
         size = count * ELEMENT_BYTES.get(array.dtype, 8)
         if size > INDEX_LIMIT:
-            raise SpecError.at(
-                f"array '{array.name}' would hold {count} elements ({size} bytes): its offsets "
-                "overflow 64-bit index arithmetic; use smaller sizes",
-                array.position,
-                nest.source,
+            raise nest.error_at(
+                respell(f"array '{array.name}' would hold {count} elements ({size} bytes): its "
+                        "offsets overflow 64-bit index arithmetic; use smaller sizes"),
+                array.position
             )
 
 
@@ -80,11 +80,10 @@ def _check(
 ) -> None:
     low, high, widest = _interval(expr, env)
     if widest > INDEX_LIMIT:
-        raise SpecError.at(
-            f"{what}, {expr.to_c()}, reaches {widest} in magnitude at these sizes: it "
-            "overflows 64-bit index arithmetic; use smaller sizes",
-            position,
-            nest.source,
+        raise nest.error_at(
+            respell(f"{what}, {expr.to_c()}, reaches {widest} in magnitude at these sizes: it "
+                    "overflows 64-bit index arithmetic; use smaller sizes"),
+            position
         )
 
 

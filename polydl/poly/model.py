@@ -24,8 +24,10 @@ from polydl.ir import (
     Node,
     Statement,
 )
+from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.index_range import check_array_sizes, check_index_ranges
+from polydl.poly.rounding import check_index_division
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,16 +154,16 @@ def _condition_constraints(cond: Condition) -> list[str]:
     return [cond.to_isl()]
 
 
-def _flatten_guards(body: tuple[Node, ...]) -> list[tuple[Loop | Statement, tuple[str, ...]]]:
+def _flatten_guards(body: tuple[Node, ...]) -> list[tuple[Loop | Statement, tuple[Condition, ...]]]:
     """Inline guard bodies into the enclosing sequence, carrying their conditions along.
 
     A guard opens no loop depth, so its children take consecutive positions among their
     siblings in the 2d+1 schedule."""
-    out: list[tuple[Loop | Statement, tuple[str, ...]]] = []
+    out: list[tuple[Loop | Statement, tuple[Condition, ...]]] = []
     for node in body:
         if isinstance(node, Guard):
-            cons = tuple(c for cond in node.conditions for c in _condition_constraints(cond))
-            out.extend((child, cons + inner) for child, inner in _flatten_guards(node.body))
+            out.extend((child, node.conditions + inner)
+                       for child, inner in _flatten_guards(node.body))
         else:
             out.append((node, ()))
     return out
@@ -187,30 +189,33 @@ def build_model(nest: LoopNest, params: dict[str, int]) -> PolyModel:
         loops: tuple[Loop, ...],
         positions: tuple[int, ...],
         constraints: tuple[str, ...],
+        conditions: tuple[Condition, ...],
     ) -> None:
-        for index, (node, guard_constraints) in enumerate(_flatten_guards(body)):
+        for index, (node, guard_conditions) in enumerate(_flatten_guards(body)):
             g = index if group is None else group
             pos = positions + (index,)
-            cons = constraints + guard_constraints
+            cons = constraints + tuple(c for cond in guard_conditions
+                                       for c in _condition_constraints(cond))
             if isinstance(node, Loop):
-                visit(node.body, g, loops + (node,), pos, cons + tuple(_loop_constraints(node)))
+                visit(node.body, g, loops + (node,), pos, cons + tuple(_loop_constraints(node)),
+                      conditions + guard_conditions)
             else:
-                statements.append(
-                    _statement_model(nest, params, node, g, loops, pos, cons, extents)
-                )
+                model = _statement_model(nest, params, node, g, loops, pos, cons, extents)
+                check_index_division(nest, params, node, loops, model.domain,
+                                     conditions + guard_conditions)
+                statements.append(model)
 
-    visit(nest.body, None, (), (), ())
+    visit(nest.body, None, (), (), (), ())
     # A statement that never runs at these sizes (e.g. a guard no iteration meets) has no
     # effect; later stages measure domains and need them non-empty.
     statements = [s for s in statements if not s.domain.is_empty()]
     check_index_ranges(nest, params, ((s.statement, s.loops, s.domain) for s in statements))
     if not statements:
         sizes = ", ".join(f"{k}={v}" for k, v in params.items())
-        raise SpecError.at(
-            f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every iteration "
-            "domain is empty, so the kernel would do nothing",
-            nest.statements()[0].position if nest.statements() else None,
-            nest.source,
+        raise nest.error_at(
+            respell(f"no statement of '{nest.name}' runs at {sizes or 'these sizes'}: every "
+                    "iteration domain is empty, so the kernel would do nothing"),
+            nest.statements()[0].position if nest.statements() else None
         )
     return PolyModel(nest=nest, params=dict(params), statements=tuple(statements), extents=extents)
 
@@ -256,14 +261,13 @@ def _prove_in_bounds(nest: LoopNest, model: StatementModel, acc: AccessModel, ex
     cell = outside.intersect_domain(isl.Set.from_point(point)).range().sample_point()
     index = _point_values(cell, len(acc.access.indices))
     arr = nest.array(acc.access.array)
-    shape = "x".join(_fmt_extent(e) for e in arr.shape)
+    shape = "x".join(respell(_fmt_extent(e)) for e in arr.shape)
     at = ", ".join(f"{k}={v}" for k, v in env.items()) or "the only iteration"
     verb = "writes" if acc.is_write else "reads"
-    raise SpecError.at(
-        f"access {_fmt_access(acc.access)} {verb} outside array '{arr.name}' "
-        f"(extent {shape}) at iteration {at}: index [{', '.join(map(str, index))}]",
-        acc.access.position or model.statement.position,
-        nest.source,
+    raise nest.error_at(
+        respell(f"access {_fmt_access(acc.access)} {verb} outside array '{arr.name}' "
+                f"(extent {shape}) at iteration {at}: index [{', '.join(map(str, index))}]"),
+        acc.access.position or model.statement.position
     )
 
 

@@ -1,7 +1,8 @@
 """Plain numpy evaluation of a loop nest: the independent reference every kernel is checked against.
 
 Takes a `PolyModel`; returns a function that evaluates the nest in place on a dict of numpy
-arrays, in the original statement order, computing in float64. It runs the inner loops of a
+arrays, in the original statement order, computing in float64 (integer values in int64, with
+C's integer division, each stored value converted to its array's type). It runs the inner loops of a
 statement as one numpy operation only where that cannot change the result: the statement is the
 only one in those loops and no dependence between its instances inside them exists other than
 accumulation into its own target (`+=` becomes `np.add.at`). A top-level loop whose iterations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import islpy as isl
 import numpy as np
 
-from polydl.dtypes import bf16_to_f32, f32_to_bf16
+from polydl.dtypes import DTYPES, bf16_to_f32, f32_to_bf16
 from polydl.ir import (
     Binary,
     Call,
@@ -31,12 +32,15 @@ from polydl.ir import (
     IntExpr,
     IntMinMax,
     IntNeg,
+    IntOp,
     IntVar,
     Load,
     Loop,
     Node,
     Select,
     Statement,
+    ToFloat,
+    ToInt,
     Unary,
     expr_loads,
     int_vars,
@@ -177,7 +181,7 @@ def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
         for local in nest.locals:
             work[local.name] = np.zeros(local.concrete_shape(params), dtype=np.float64)
         env = {k: np.array([v], dtype=np.int64) for k, v in params.items()}
-        evaluator = _Evaluator(work, depths)
+        evaluator = _Evaluator(work, depths, {a.name: a.dtype for a in nest.arrays})
         for index, node in enumerate(nest.body):
             if index in vectors:
                 evaluator.vector_loop(node, env)
@@ -196,7 +200,33 @@ def make_reference(model: PolyModel) -> Callable[[dict[str, np.ndarray]], None]:
 def _to_work(arr: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         return bf16_to_f32(arr.view(np.uint16)).astype(np.float64)
+    if DTYPES[dtype].is_integer:
+        return arr.astype(np.int64)
     return arr.astype(np.float64)
+
+
+def _as_integer(values: np.ndarray, dtype: str) -> np.ndarray:
+    """`values` converted to the integer `dtype` as C converts (a float rounded toward zero,
+    an integer keeping its low bits), held in int64."""
+    values = np.asarray(values)
+    with np.errstate(all="ignore"):
+        if values.dtype.kind == "f":
+            values = np.trunc(values).astype(np.int64)
+        return values.astype(DTYPES[dtype].numpy).astype(np.int64)
+
+
+def _c_division(a: np.ndarray, b: np.ndarray, op: str) -> np.ndarray:
+    """C's integer `a / b` or `a % b` (toward zero), with `ir.IntOp`'s values at 0 and -1."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+    special = (b == 0) | (b == -1)
+    divisor = np.where(special, 1, b)
+    with np.errstate(all="ignore"):
+        quotient = np.floor_divide(a, divisor)
+        # floor and truncation differ where the exact quotient is negative and not whole
+        quotient = quotient + ((a - quotient * divisor != 0) & ((a < 0) != (divisor < 0)))
+        if op == "%":
+            return np.where(special, 0, a - quotient * divisor)
+        return np.where(b == 0, 0, np.where(b == -1, np.negative(a), quotient))
 
 
 class _TooLarge(Exception):
@@ -204,9 +234,12 @@ class _TooLarge(Exception):
 
 
 class _Evaluator:
-    def __init__(self, arrays: dict[str, np.ndarray], depths: dict[str, int]) -> None:
+    def __init__(self, arrays: dict[str, np.ndarray], depths: dict[str, int],
+                 dtypes: dict[str, str]) -> None:
         self.arrays = arrays
         self.depths = depths
+        self.integer = {name for name, d in dtypes.items() if DTYPES[d].is_integer}
+        self.dtypes = dtypes
 
     def body(self, nodes: tuple[Node, ...], env: dict[str, np.ndarray], depth: int) -> None:
         for node in nodes:
@@ -258,12 +291,38 @@ class _Evaluator:
         if not index:
             index = (np.zeros(shape, dtype=np.int64),)
             target = target.reshape(1)
-        if s.op == "=":
+        if s.target.array in self.integer:
+            self._store_integer(s, target, index, value)
+        elif s.op == "=":
             target[index] = value
         elif s.op in ("+=", "-=") and value.size > 1:
             _accumulate(target, index, value, s.op == "-=")
         else:
             _STORE_UFUNC[s.op].at(target, index, value)
+
+    def _store_integer(self, s: Statement, target: np.ndarray, index: tuple[np.ndarray, ...],
+                       value: np.ndarray) -> None:
+        """A store into an integer array: the value computed in the operands' type, converted
+        to the element type. The C frontend writes every such update as `=` (so that no
+        instance of it is batched with another of the same cell); `+=`, `-=` and `*=` are
+        exact modulo the width in any order, and the rest are taken one cell at a time."""
+        dtype = self.dtypes[s.target.array]
+        if s.op == "=":
+            target[index] = _as_integer(value, dtype)
+            return
+        if value.dtype.kind != "f" and s.op in ("+=", "-=", "*="):
+            ufunc = {"+=": np.add, "-=": np.subtract, "*=": np.multiply}[s.op]
+            with np.errstate(all="ignore"):
+                ufunc.at(target, index, value.astype(np.int64))
+            target[index] = _as_integer(target[index], dtype)
+            return
+        current = target[index]
+        if value.dtype.kind != "f":
+            updated = _c_division(current, value, "/")
+        else:
+            with np.errstate(all="ignore"):
+                updated = _STORE_UFUNC[s.op](current.astype(np.float64), value)
+        target[index] = _as_integer(updated, dtype)
 
     def value(self, e: Expr, env: dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(e, Const):
@@ -278,11 +337,22 @@ class _Evaluator:
                 flat = flat + _int(index, env) * stride
             return np.take(arr.reshape(-1), flat)
         if isinstance(e, IndexValue):
-            return _int(e.expr, env).astype(np.float64)
+            return _int(e.expr, env)
+        if isinstance(e, IntOp):
+            a, b = self.value(e.left, env), self.value(e.right, env)
+            if e.op in ("/", "%"):
+                return _c_division(a, b, e.op)
+            with np.errstate(all="ignore"):  # int64 wraps, as the kernels' long does in practice
+                return a + b if e.op == "+" else a - b if e.op == "-" else a * b
+        if isinstance(e, ToFloat):
+            return self.value(e.operand, env).astype(np.float64)
+        if isinstance(e, ToInt):
+            return _as_integer(self.value(e.operand, env), e.dtype)
         if isinstance(e, Unary):
             return -self.value(e.operand, env)
         if isinstance(e, Binary):
-            a, b = self.value(e.left, env), self.value(e.right, env)
+            a = np.asarray(self.value(e.left, env), dtype=np.float64)
+            b = np.asarray(self.value(e.right, env), dtype=np.float64)
             with np.errstate(all="ignore"):
                 if e.op == "+":
                     return a + b
@@ -293,7 +363,8 @@ class _Evaluator:
                 return a / b
         if isinstance(e, Call):
             with np.errstate(all="ignore"):
-                return _UFUNCS[e.function](*(self.value(a, env) for a in e.args))
+                return _UFUNCS[e.function](
+                    *(np.asarray(self.value(a, env), dtype=np.float64) for a in e.args))
         if isinstance(e, Select):
             test = _COMPARE[e.op](self.value(e.left, env), self.value(e.right, env))
             return np.where(test, self.value(e.if_true, env), self.value(e.if_false, env))

@@ -128,7 +128,9 @@ def is_device_array(value: Any) -> bool:
 
 
 _TORCH_DTYPES = {"torch.float32": "float32", "torch.float64": "float64",
-                 "torch.bfloat16": "bfloat16", "torch.uint16": "uint16"}
+                 "torch.bfloat16": "bfloat16", "torch.uint16": "uint16", "torch.int8": "int8",
+                 "torch.uint8": "uint8", "torch.int16": "int16", "torch.int32": "int32",
+                 "torch.int64": "int64"}
 
 
 def _from_torch(value: Any) -> DeviceArray:

@@ -23,6 +23,7 @@ from polydl.codegen.c_target import c_parameters
 from polydl.dtypes import DTYPES, f32_to_bf16
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
+from polydl.names import respell, spelling
 from polydl.runtime.sanitize import require_runtime
 from polydl.schedules.schedule import Schedule
 
@@ -85,7 +86,8 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"<polydl.{type(self).__name__} {self.name}({sizes}) {self.schedule.describe()}>"
+        return respell(f"<polydl.{type(self).__name__} {self.name}({sizes}) "
+                       f"{self.schedule.describe()}>")
 
     # ------------------------------------------------------------------ checking a call
     def reference(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -100,7 +102,8 @@ class CompiledKernel:
 
     def _gather(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
         """The value of every argument given, by name: inputs by position, anything by name."""
-        inputs, by_name = self.inputs, {a.name: a for a in self.arguments}
+        # by the spec's spelling of each name (`_y`, not the IR's name for it)
+        inputs, by_name = self.inputs, {spelling(a.name): a for a in self.arguments}
         if len(args) > len(inputs):
             raise ShapeError(
                 "<call>",
@@ -116,12 +119,12 @@ class CompiledKernel:
                     name, f"{self.name} has no argument '{name}'",
                     expected=", ".join(by_name), given=name,
                 )
-            if name in given:
+            if by_name[name].name in given:
                 raise ShapeError(
                     name, "given both by position and by name",
                     expected="one value", given="two values",
                 )
-            given[name] = value
+            given[by_name[name].name] = value
         missing = [a.name for a in inputs if a.name not in given]
         if missing:
             raise ShapeError(

@@ -235,7 +235,13 @@ def test_locals_follow_block_scope() -> None:
 
 def test_a_condition_may_read_a_local() -> None:
     """`float t = x[i][j]; if (t > 0) y = t; else y = slope * t;`: the local is data."""
-    spec = (ROOT / "benchmarks" / "general" / "leaky_relu.c").read_text()
+    spec = """void leaky_relu(int N, int D, float y[N][D], const float x[N][D], float slope) {
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < D; j++) {
+          float t = x[i][j];
+          if (t > 0) y[i][j] = t; else y[i][j] = slope * t;
+        }
+    }"""
     k = polydl.compile(spec, {"N": 5, "D": 7})
     x = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
     np.testing.assert_allclose(k(x, 0.01), np.where(x > 0, x, 0.01 * x), rtol=1e-6)
@@ -275,3 +281,39 @@ def test_locals_inside_triangular_loops() -> None:
 def test_local_refusals(body: str, says: str) -> None:
     with pytest.raises(SpecError, match=says):
         polydl.compile(f"void f(int N, float y[N]) {{ {body} }}", {"N": 4})
+
+
+HISTOGRAM = """#include <stdint.h>
+#include "bins.h"
+#define CLAMP(v) ((v) < 0 ? 0 : (v) >= BINS ? BINS - 1 : (v))
+/* counts of quantised values per row, and the rows' means of the codes */
+void histogram(int _N, int32_t _count[_N][BINS], float _mean[_N],
+               const unsigned char _codes[_N][WIDTH]) {
+  for (int _i = 0; _i < _N; _i++)
+    for (int _b = 0; _b < BINS; _b++)
+      for (int _j = 0; _j < WIDTH; _j++)
+        _count[_i][_b] += CLAMP(_codes[_i][_j] / STEP) == _b ? 1 : 0;
+  for (int _i = 0; _i < _N; _i++)
+    for (int _j = 0; _j < WIDTH; _j++)
+      _mean[_i] += _codes[_i][_j] / (float)WIDTH;
+}
+"""
+
+
+def test_the_subset_together_preprocessor_underscores_and_integers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A histogram of byte codes: macros from a header and from -D, names that begin with
+    '_', int and unsigned char arrays, integer division; checked against numpy."""
+    (tmp_path / "bins.h").write_text("#define BINS 8\n#define WIDTH 24\n")
+    spec = tmp_path / "histogram.c"
+    spec.write_text(HISTOGRAM)
+    k = polydl.compile(spec, {"_N": 5}, defines={"STEP": 32})
+    codes = np.random.default_rng(5).integers(0, 256, (5, 24)).astype(np.uint8)
+    count, mean = k(codes)
+    want = np.stack([np.bincount(row // 32, minlength=8) for row in codes.astype(np.int64)])
+    np.testing.assert_array_equal(count, want.astype(np.int32))
+    np.testing.assert_allclose(mean, codes.mean(axis=1), rtol=1e-5)
+    assert count.dtype == np.int32 and k.schedule.microkernel is None
+    with pytest.raises(SpecError) as info:
+        polydl.compile(spec, {"_N": 5})  # STEP undefined
+    assert [(e.line, e.column) for e in info.value.errors] == [(10, 50)]
+    assert "undeclared identifier 'STEP'" in info.value.message

@@ -7,10 +7,11 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 import polydl
-from polydl.errors import SpecError
+from polydl.errors import ShapeError, SpecError
 from polydl.frontends.c_loopnest import parse_c
 from polydl.frontends.c_names import refusal
 from tests.kernels import run_and_check
@@ -62,7 +63,7 @@ def _refused(text: str, keyword: str) -> SpecError:
         ("PRId64", "macro"), ("EXIT_SUCCESS", "macro"), ("RAND_MAX", "macro"),
         ("size_t", "reserved"), ("div_t", "type"), ("libxsmm_init", "libxsmm_"),
         ("LIBXSMM_VERSION", "LIBXSMM_"), ("polydl_gflops", "polydl_"), ("POLYDL_F_H", "POLYDL_"),
-        ("omp_get_thread_num", "omp_"), ("_t0", "_"), ("_pd_min", "_"),
+        ("omp_get_thread_num", "omp_"),
     ],
 )
 def test_names_the_generated_code_or_its_headers_own_are_refused(name: str, keyword: str) -> None:
@@ -102,3 +103,65 @@ def test_header_function_names_may_name_arrays_and_loops() -> None:
 }
 """
     run_and_check(polydl.compile(text, {"N": 13}), lambda j1: j1 + 1)
+
+
+UNDERSCORED = """void f(int _N, float _y[_N][_N], const float _t0[_N][_N], const float __x[_N],
+       float _pd_min) {
+  for (int _i = 0; _i < _N; _i++)
+    for (int _t1 = 0; _t1 < _N; _t1++) {
+      float _s = _t0[_i][_t1] * __x[_t1];
+      _y[_i][_t1] += _s + _pd_min + _i;
+    }
+}
+"""
+
+
+def test_names_beginning_with_underscore_are_renamed_not_refused() -> None:
+    """Arrays, sizes, scalars, loop variables and locals named like generated code (`_t0`,
+    `_pd_min`) compile; the kernel takes them by the spec's spelling."""
+    k = polydl.compile(UNDERSCORED, {"_N": 6})
+    assert [a.spelling for a in k.arguments] == ["_y", "_t0", "__x", "_pd_min"]
+    rng = np.random.default_rng(0)
+    t0, x = rng.random((6, 6), dtype=np.float32), rng.random(6, dtype=np.float32)
+    want = t0 * x + 2.0 + np.arange(6)[:, None]
+    np.testing.assert_allclose(k(t0, x, 2.0), want, rtol=1e-6)
+    y = np.ones((6, 6), np.float32)
+    k(_t0=t0, __x=x, _pd_min=2.0, _y=y)
+    np.testing.assert_allclose(y, want + 1, rtol=1e-6)
+    np.testing.assert_allclose(k.reference(t0, x, 2.0), want, rtol=1e-6)
+    assert "_N=6" in repr(k)
+
+
+def test_underscored_names_keep_their_spelling_in_errors() -> None:
+    k = polydl.compile(UNDERSCORED, {"_N": 3})
+    t0 = np.zeros((3, 3), np.float32)
+    with pytest.raises(ShapeError) as info:
+        k(t0, np.zeros(3, np.float64), 1.0)
+    assert info.value.array == "__x" and "__x" in str(info.value)
+    with pytest.raises(ShapeError, match="has no argument 'y' .*expected _y, _t0, __x, _pd_min"):
+        k(t0, np.zeros(3, np.float32), 1.0, y=t0)
+    with pytest.raises(SpecError, match=r"access _t0\[\(_i \+ 1\)\]\[_t1\] reads outside array "
+                                        r"'_t0' \(extent _Nx_N\) at iteration _i=2"):
+        polydl.compile(UNDERSCORED.replace("_t0[_i][_t1]", "_t0[_i + 1][_t1]"), {"_N": 3})
+    with pytest.raises(SpecError, match="missing value for size parameter '_N'"):
+        polydl.compile(UNDERSCORED, {})
+    with pytest.raises(SpecError, match="undeclared identifier '_j'"):
+        polydl.compile(UNDERSCORED.replace("+ _i;", "+ _j;"), {"_N": 3})
+
+
+def test_underscored_names_meet_no_generated_name() -> None:
+    """A spec's `_t0` and `_pd_min` are not the generated iterator and helper: the C text holds
+    them renamed, and explain shows the spec's spelling."""
+    from polydl.api import lower
+    from polydl.driver.explain import explain
+    from polydl.frontends import load_spec
+
+    nest, params = load_spec(UNDERSCORED, {"_N": 4})
+    compilation = lower(nest, params)
+    assert "_pd___t0" in compilation.code.source and "_pd___pd_min" in compilation.code.source
+    text = explain(compilation)
+    assert "_t0 (input)" in text and "_pd___t0" not in text and "_pd___pd_min" not in text
+
+
+def test_the_function_name_may_not_begin_with_underscore() -> None:
+    _refused("void $_f(float v[1]) { v[0] = 1; }", "reserved for generated code")
