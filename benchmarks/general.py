@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(data)
         ms = data["ms"]
 
-        def ratio(a: str, b: str) -> float | None:
+        def ratio(a: str, b: str, ms: dict = ms) -> float | None:
             return ms[b] / ms[a] if a in ms and b in ms and ms[a] > 0 else None
 
         print(f"{name:17s} {fmt(ms.get('polydl'), '.3f'):>10s} {fmt(ms.get('gcc'), '.3f'):>9s} "
