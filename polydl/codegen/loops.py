@@ -13,6 +13,7 @@ from collections.abc import Callable
 import islpy as isl
 
 from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
+from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.affine import PARALLEL_MARK
 from polydl.schedules.apply import GroupPlan
@@ -23,7 +24,9 @@ InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
 
 def build_ast(plan: GroupPlan) -> isl.AstNode:
     ctx = plan.schedule_map.get_ctx()
-    width = _width(plan.schedule_map) + (8 if plan.tree is not None else 0)
+    # a tree's bands may have been tiled and split: its map's width, plus room, bounds the
+    # loops on any path
+    width = out_width(plan.schedule_map) + (8 if plan.tree is not None else 0)
     iterators = isl.IdList.alloc(ctx, width)
     for d in range(width):
         iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
@@ -32,14 +35,6 @@ def build_ast(plan: GroupPlan) -> isl.AstNode:
         return build.node_from_schedule(plan.tree)
     # The schedule map is already restricted to the instances it runs (statements or calls).
     return build.node_from_schedule_map(plan.schedule_map)
-
-
-def _width(smap: isl.UnionMap) -> int:
-    """Output dimensions of the schedule map: with a tree, an upper bound of the loops on any
-    path (its bands may have been tiled and split)."""
-    maps: list[isl.Map] = []
-    smap.foreach_map(maps.append)
-    return maps[0].dim(isl.dim_type.out) if maps else 0
 
 
 def _dim_of(iterator: str) -> int:

@@ -8,20 +8,13 @@ candidates with their working sets. Nothing is decided again here.
 
 from __future__ import annotations
 
-import islpy as isl
-
 from polydl.driver.compilation import Compilation
 from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
+from polydl.poly.isl_parts import maps_of
 from polydl.schedules.fusion import level_loop
 from polydl.target import CpuTarget
-
-
-def _maps(union: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    union.foreach_map(out.append)
-    return out
 
 
 def explain(c: Compilation, ranking: int = 5) -> str:
@@ -46,11 +39,11 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     deps = dependences_of(model)
     lines.append("")
     lines.append("dependences (flow, value-based):")
-    flow = _maps(deps.flow)
+    flow = maps_of(deps.flow)
     lines += [f"  {m}" for m in flow] or ["  none"]
     lines.append("dependences (memory-based, kept in order by every schedule):")
     for kind, rel in (("RAW", deps.raw), ("WAR", deps.war), ("WAW", deps.waw)):
-        for m in _maps(rel):
+        for m in maps_of(rel):
             lines.append(f"  {kind} {m}")
     lines.append("")
     lines.append(f"schedule: {c.schedule.describe()}")

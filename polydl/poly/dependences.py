@@ -14,6 +14,7 @@ from functools import cached_property
 
 import islpy as isl
 
+from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel
 
 
@@ -78,7 +79,7 @@ def carries(relation: isl.UnionMap, schedule: isl.UnionMap, dim: int) -> bool:
     if relation.is_empty():
         return False
     in_time = relation.apply_domain(schedule).apply_range(schedule)
-    for m in _maps(in_time):
+    for m in maps_of(in_time):
         if dim >= m.dim(isl.dim_type.in_):
             continue
         for d in range(dim):
@@ -94,12 +95,6 @@ def _dim_is_zero(deltas: isl.Set, dim: int) -> bool:
         isl.dim_type.set, dim, isl.Val.zero(deltas.get_ctx())
     )
     return deltas.is_subset(zero)
-
-
-def _maps(union: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    union.foreach_map(out.append)
-    return out
 
 
 _CACHE: weakref.WeakKeyDictionary[PolyModel, Dependences] = weakref.WeakKeyDictionary()

@@ -14,6 +14,7 @@ import islpy as isl
 
 from polydl.dtypes import DTYPES
 from polydl.poly.counting import count_points
+from polydl.poly.isl_parts import sets_of
 from polydl.poly.model import PolyModel, StatementModel
 
 
@@ -88,8 +89,7 @@ def working_sets(
 
 
 def _first_time_point(time_domain: isl.UnionSet) -> list[int]:
-    sets: list[isl.Set] = []
-    time_domain.foreach_set(sets.append)
+    sets = sets_of(time_domain)
     point = sets[0]
     for s in sets[1:]:
         point = point.union(s)
@@ -109,10 +109,8 @@ def _fix_prefix(first: list[int], level: int) -> isl.UnionSet:
 
 
 def _project_prefix(time_domain: isl.UnionSet, level: int) -> isl.Set:
-    sets: list[isl.Set] = []
-    time_domain.foreach_set(sets.append)
     out = None
-    for s in sets:
+    for s in sets_of(time_domain):
         n = s.dim(isl.dim_type.set)
         p = s.project_out(isl.dim_type.set, level, n - level)
         out = p if out is None else out.union(p)

@@ -30,6 +30,7 @@ from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
+from polydl.poly.isl_parts import affs_of, maps_of, out_width, pw_affs_of, sets_of
 from polydl.poly.model import PolyModel
 from polydl.schedules.isl_time_limit import ScheduleTimeout, compute_schedule
 from polydl.schedules.written_tree import written_order_tree
@@ -239,9 +240,7 @@ class _Scheduler:
         entries = max(count_points(band.get_prefix_schedule_union_map()
                                    .intersect_domain(domain).range()), 1)
         work = 0
-        sets: list[isl.Set] = []
-        domain.foreach_set(sets.append)
-        for instances in sets:
+        for instances in sets_of(domain):
             flops = self.model.statement(instances.get_tuple_name()).statement.flops
             work += count_points(instances) * max(flops, 1)
         return work / entries >= MIN_WORK_PER_FORK
@@ -283,7 +282,7 @@ class _Scheduler:
         relation = self.deps.intersect_domain(domain).intersect_range(domain)
         prefix = band.get_prefix_schedule_union_map()
         first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_union_pw_aff(0))
-        width = _range_dims(prefix)
+        width = out_width(prefix)
         return not carries(relation, prefix.flat_range_product(first), width)
 
     def _tile_size(self, band: isl.ScheduleNode) -> tuple[int, int]:
@@ -323,9 +322,7 @@ class _Scheduler:
     def _footprint(self, instances: isl.UnionSet) -> int:
         cells = self.accesses.intersect_domain(instances).range()
         total = 0
-        sets: list[isl.Set] = []
-        cells.foreach_set(sets.append)
-        for cell_set in sets:
+        for cell_set in sets_of(cells):
             dtype = self.model.nest.array(cell_set.get_tuple_name()).dtype
             total += count_points(cell_set) * DTYPES[dtype].bytes
         return total
@@ -347,19 +344,14 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
     schedule = band.band_get_partial_schedule()
     iterator: list[dict[str, int]] = [{} for _ in range(n)]
     for d in range(n):
-        pieces: list[isl.PwAff] = []
-        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
-        for piece in pieces:
-            affs = _pieces(piece)
-            used = {i for aff in affs for i in range(aff.dim(isl.dim_type.in_))
+        for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
+            used = {i for aff in affs_of(piece) for i in range(aff.dim(isl.dim_type.in_))
                     if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()}
             if len(used) != 1:
                 return None
             iterator[d][piece.get_domain_space().get_tuple_name(isl.dim_type.set)] = used.pop()
-    maps: list[isl.Map] = []
-    accesses.intersect_domain(band.get_domain()).foreach_map(maps.append)
     single: list[isl.BasicMap] = []  # one per reference (a map holds all of a statement's
-    for union_of_refs in maps:      # references to one array)
+    for union_of_refs in maps_of(accesses.intersect_domain(band.get_domain())):  # to an array)
         union_of_refs.foreach_basic_map(single.append)
     score = [0] * n
     for ref in single:
@@ -386,15 +378,9 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
     return tuple(d for d in range(n) if d != best) + (best,)
 
 
-def _pieces(value: isl.PwAff) -> list[isl.Aff]:
-    affs: list[isl.Aff] = []
-    value.foreach_piece(lambda _, aff: affs.append(aff))
-    return affs
-
-
 def _depends_on(value: isl.PwAff, iterator: int) -> bool:
-    affs = _pieces(value)
-    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero() for aff in affs)
+    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero()
+               for aff in affs_of(value))
 
 
 def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNode:
@@ -411,8 +397,7 @@ def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNod
 
 
 def _statement_names(domain: isl.UnionSet) -> tuple[str, ...]:
-    names: list[str] = []
-    domain.foreach_set(lambda s: names.append(s.get_tuple_name()))
+    names = [s.get_tuple_name() for s in sets_of(domain)]
     return tuple(sorted(names, key=lambda n: (len(n), n)))
 
 
@@ -421,8 +406,7 @@ def _members(band: isl.ScheduleNode) -> tuple[str, ...]:
     schedule = band.band_get_partial_schedule()
     out = []
     for d in range(band.band_n_member()):
-        pieces: list[isl.PwAff] = []
-        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
+        pieces = pw_affs_of(schedule.get_union_pw_aff(d))
         text = max((str(p) for p in pieces), key=lambda t: (len(t), t))  # the most telling
         out.append(text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text)
     return tuple(out)
@@ -443,29 +427,15 @@ def _middle_point(points: isl.Set) -> isl.Set:
 def _is_skewed(band: isl.ScheduleNode) -> bool:
     """Whether some band loop is a combination of two or more iterators of a statement."""
     schedule = band.band_get_partial_schedule()
-    found = False
-
-    def piece(_: isl.Set, aff: isl.Aff) -> None:
-        nonlocal found
-        used = sum(not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()
-                   for d in range(aff.dim(isl.dim_type.in_)))
-        found |= used > 1
-
-    for d in range(band.band_n_member()):
-        pieces: list[isl.PwAff] = []
-        schedule.get_union_pw_aff(d).foreach_pw_aff(pieces.append)
-        for pa in pieces:
-            pa.foreach_piece(piece)
-    return found
+    return any(
+        sum(not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()
+            for i in range(aff.dim(isl.dim_type.in_))) > 1
+        for d in range(band.band_n_member())
+        for piece in pw_affs_of(schedule.get_union_pw_aff(d))
+        for aff in affs_of(piece)
+    )
 
 
 def _single_set(union: isl.UnionSet) -> isl.Set | None:
-    sets: list[isl.Set] = []
-    union.foreach_set(sets.append)
+    sets = sets_of(union)
     return sets[0] if len(sets) == 1 else None
-
-
-def _range_dims(umap: isl.UnionMap) -> int:
-    maps: list[isl.Map] = []
-    umap.foreach_map(maps.append)
-    return maps[0].dim(isl.dim_type.out) if maps else 0

@@ -21,6 +21,7 @@ from polydl.errors import ScheduleError
 from polydl.ir import Loop
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import Dependences, carries, dependences_of
+from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.fusion import FusedMaps, fuse_at, fusion_levels
 from polydl.schedules.microkernel import MicrokernelCall, bind_microkernel
@@ -225,9 +226,7 @@ def _bind_call(
         )
     call = bind_microkernel(model, target, binding, order, tiles, parallel_dims)
     outer = len(call.outer)
-    maps: list[isl.Map] = []
-    smap.foreach_map(maps.append)
-    times = next(m for m in maps if m.get_tuple_name(isl.dim_type.in_) == target.name).range()
+    times = next(m for m in maps_of(smap) if m.get_tuple_name(isl.dim_type.in_) == target.name).range()
     points = times.project_out(isl.dim_type.set, outer, width - outer).set_tuple_name(target.name)
     names = [f"t{d}" for d in range(outer)]
     vec = names + ["0"] * (width - outer)
@@ -292,9 +291,7 @@ def _band_dependences(deps: Dependences, statements: tuple[StatementModel, ...])
     band = [loop.var for loop in band_of(statements)]
     nb = len(band)
     permutable, moving = True, set()
-    maps: list[isl.Map] = []
-    relation.foreach_map(maps.append)
-    for m in maps:
+    for m in maps_of(relation):
         on_band = m.project_out(isl.dim_type.in_, nb, m.dim(isl.dim_type.in_) - nb)
         on_band = on_band.project_out(isl.dim_type.out, nb, on_band.dim(isl.dim_type.out) - nb)
         on_band = on_band.set_tuple_name(isl.dim_type.in_, "B").set_tuple_name(isl.dim_type.out, "B")
@@ -326,9 +323,7 @@ def loop_is_parallel(model: PolyModel, plan: GroupPlan, dim: int) -> bool:
 
 
 def _sample(deps: isl.UnionMap) -> str:
-    maps: list[isl.Map] = []
-    deps.foreach_map(maps.append)
-    point = maps[0].wrap().sample_point()
+    point = maps_of(deps)[0].wrap().sample_point()
     return str(isl.Set.from_point(point).unwrap()).strip("{} ")
 
 

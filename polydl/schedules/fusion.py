@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polydl.poly.dependences import carries, dependences_of
+from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import working_sets
 from polydl.target.cpu import CpuTarget
@@ -62,7 +63,7 @@ class FusedMaps:
 
     def producer_map(self, smap: isl.UnionMap) -> isl.UnionMap:
         """Any map of the producer (e.g. the microkernel-call map) with the same insertion."""
-        return _union(_pad(_insert(m, self.level), self.width) for m in _maps(smap))
+        return _union(_pad(_insert(m, self.level), self.width) for m in maps_of(smap))
 
 
 def fusion_levels(max_level: int, parallel_dims: Sequence[int]) -> range:
@@ -96,7 +97,7 @@ def fuse_at(
             return found
         outer.append(found)
     depth = max(2 * len(s.loops) for s in consumers)
-    width = max(_width(instance_map) + 1, level + depth + 2)
+    width = max(out_width(instance_map) + 1, level + depth + 2)
     consumer_maps = []
     for rank, (s, out) in enumerate(zip(consumers, outer, strict=True)):
         inner: list[str] = ["1"]
@@ -106,7 +107,7 @@ def fuse_at(
         text = f"{{ {s.name}[{', '.join(s.iterators)}] -> [{', '.join(inner)}] }}"
         full = out.flat_range_product(isl.Map(text).intersect_domain(s.domain))
         consumer_maps.append(_pad(full, width))
-    producer = _union(_pad(_insert(m, level), width) for m in _maps(instance_map))
+    producer = _union(_pad(_insert(m, level), width) for m in maps_of(instance_map))
     consumer = _union(consumer_maps)
     smap = producer.union(consumer)
 
@@ -181,7 +182,7 @@ def epilogue_vector_dims(
         return frozenset()
     relation = dependences_of(model).all
     return frozenset(
-        d for d in range(_width(schedule_map)) if not carries(relation, schedule_map, d)
+        d for d in range(out_width(schedule_map)) if not carries(relation, schedule_map, d)
     )
 
 
@@ -190,12 +191,6 @@ def fits_cache(machine: CpuTarget, nbytes: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- isl helpers
-
-
-def _maps(union: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    union.foreach_map(out.append)
-    return out
 
 
 def _union(maps) -> isl.UnionMap:  # type: ignore[no-untyped-def]
@@ -210,10 +205,6 @@ def _domains(statements: Sequence[StatementModel]) -> isl.UnionSet:
     for s in statements:
         out = out.union(isl.UnionSet.from_set(s.domain))
     return out
-
-
-def _width(smap: isl.UnionMap) -> int:
-    return max((m.dim(isl.dim_type.out) for m in _maps(smap)), default=0)
 
 
 def _insert(m: isl.Map, level: int) -> isl.Map:
@@ -232,6 +223,6 @@ def _pad(m: isl.Map, width: int) -> isl.Map:
 
 
 def _sample(relation: isl.UnionMap) -> str:
-    m = _maps(relation)[0]
+    m = maps_of(relation)[0]
     point = m.wrap().sample_point()
     return str(isl.Set.from_point(point).unwrap()).strip("{} ")

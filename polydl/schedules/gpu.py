@@ -29,6 +29,7 @@ from polydl.errors import ScheduleError
 from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
+from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.microkernel import (
     _only_accumulation,
@@ -189,15 +190,9 @@ class GpuSchedule:
 # ----------------------------------------------------------------------------- legality
 
 
-def _maps(union: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    union.foreach_map(out.append)
-    return out
-
-
 def _between(deps: isl.UnionMap, source: str, sink: str) -> list[isl.Map]:
     return [
-        m for m in _maps(deps)
+        m for m in maps_of(deps)
         if m.get_tuple_name(isl.dim_type.in_) == source
         and m.get_tuple_name(isl.dim_type.out) == sink
     ]

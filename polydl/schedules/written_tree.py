@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import PolyModel
 
 
 def written_order_tree(model: PolyModel) -> isl.Schedule:
     times = model.original_schedule.intersect_domain(model.domains)
-    width = _width(times)
+    width = out_width(times)
     leaf = isl.Schedule.from_domain(model.domains).get_root().child(0)
     return _build(leaf, model.domains, times, 0, width).get_schedule()
 
@@ -29,8 +30,7 @@ def _build(leaf: isl.ScheduleNode, domain: isl.UnionSet, times: isl.UnionMap, di
     if dim >= width:
         return leaf
     here = _dimension(times.intersect_domain(domain), dim, width)
-    maps: list[isl.Map] = []
-    here.foreach_map(maps.append)
+    maps = maps_of(here)
     if dim % 2 == 0:
         positions: dict[int, isl.UnionSet] = {}
         for m in maps:
@@ -56,15 +56,7 @@ def _build(leaf: isl.ScheduleNode, domain: isl.UnionSet, times: isl.UnionMap, di
 
 def _dimension(times: isl.UnionMap, dim: int, width: int) -> isl.UnionMap:
     out = isl.UnionMap.empty(times.get_space())
-    maps: list[isl.Map] = []
-    times.foreach_map(maps.append)
-    for m in maps:
+    for m in maps_of(times):
         m = m.project_out(isl.dim_type.out, dim + 1, width - dim - 1)
         out = out.union(isl.UnionMap.from_map(m.project_out(isl.dim_type.out, 0, dim)))
     return out
-
-
-def _width(times: isl.UnionMap) -> int:
-    maps: list[isl.Map] = []
-    times.foreach_map(maps.append)
-    return maps[0].dim(isl.dim_type.out) if maps else 0
