@@ -248,13 +248,13 @@ class _Scheduler:
     def _mark_parallel(
         self, band: isl.ScheduleNode, member: int
     ) -> tuple[isl.ScheduleNode, int] | None:
-        """Mark `member` of the band parallel (splitting the band before it); None if the exact
-        check finds a dependence it carries."""
+        """Mark `member` of the band parallel (splitting the band before it); None if it is
+        no loop in the code or the exact check finds a dependence it carries."""
         extra = 0
         if member > 0:
             band = band.band_split(member).child(0)
             extra = 1
-        if not self._carries_nothing(band):
+        if not self._can_run_in_parallel(band):
             return None
         marked = band.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
         top = marked
@@ -263,27 +263,33 @@ class _Scheduler:
         return top, extra + 1
 
     def _wavefront(self, band: isl.ScheduleNode) -> tuple[isl.ScheduleNode, int] | None:
-        """Turn the first tile loop into the sum of the first two; the second then carries no
-        dependence (every distance along the band is >= 0), which the check confirms."""
+        """Turn a tile loop into the sum of it and the next one; that next one then carries no
+        dependence (every distance along the band is >= 0), which the check confirms. The
+        first pair whose second loop is still a loop (a time dimension shorter than one tile
+        leaves its tile loop out of the code) and passes the check is taken."""
         schedule = band.band_get_partial_schedule()
-        front = schedule.get_union_pw_aff(0).add(schedule.get_union_pw_aff(1))
-        schedule = schedule.set_union_pw_aff(0, front)
-        skewed = band.delete().insert_partial_schedule(schedule)
-        skewed = skewed.band_set_permutable(1)
-        inner = skewed.band_split(1).child(0)
-        if not self._carries_nothing(inner):
-            return None
-        marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
-        return marked.parent(), 2
+        for k in range(band.band_n_member() - 1):
+            front = schedule.get_union_pw_aff(k).add(schedule.get_union_pw_aff(k + 1))
+            skewed = band.delete().insert_partial_schedule(schedule.set_union_pw_aff(k, front))
+            skewed = skewed.band_set_permutable(1)
+            inner = skewed.band_split(k + 1).child(0)
+            if self._can_run_in_parallel(inner):
+                marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+                return marked.parent(), 2
+        return None
 
-    def _carries_nothing(self, band: isl.ScheduleNode) -> bool:
-        """Whether the band's first loop carries no dependence among the instances under it."""
+    def _can_run_in_parallel(self, band: isl.ScheduleNode) -> bool:
+        """Whether the band's first loop is a loop in the code and carries no dependence among
+        the instances under it. A loop with one value for each iteration of the loops outside
+        it (a tile loop over a dimension shorter than one tile) is left out of the code, and a
+        parallel mark above it would fall on the next loop, which may carry one."""
         domain = band.get_domain()
-        relation = self.deps.intersect_domain(domain).intersect_range(domain)
-        prefix = band.get_prefix_schedule_union_map()
+        prefix = band.get_prefix_schedule_union_map().intersect_domain(domain)
         first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_union_pw_aff(0))
-        width = out_width(prefix)
-        return not carries(relation, prefix.flat_range_product(first), width)
+        if prefix.reverse().apply_range(first.intersect_domain(domain)).is_single_valued():
+            return False
+        relation = self.deps.intersect_domain(domain).intersect_range(domain)
+        return not carries(relation, prefix.flat_range_product(first), out_width(prefix))
 
     def _tile_size(self, band: isl.ScheduleNode) -> tuple[int, int]:
         """The largest tile size whose footprint fits the L2 share, and that footprint; (0, 0)

@@ -193,6 +193,15 @@ def test_row_operators_run_rows_in_parallel(example: str) -> None:
     run_and_check(k)
 
 
+def test_a_tile_loop_that_runs_once_is_never_marked_parallel() -> None:
+    """64 rows in tiles of 128: the row-tile loop is left out of the code, and a mark on it
+    would have run the next loop (a sweep along the row, which carries the sums) in parallel."""
+    model = build_model(*load_spec(ROOT / "examples" / "layernorm.c", {"N": 64, "D": 256}))
+    tiled = [b for b in affine_schedule(model, TARGET).bands if b.tiles]
+    assert tiled and not any(b.parallel for b in tiled)
+    run_and_check(polydl.compile(ROOT / "examples" / "layernorm.c", {"N": 64, "D": 256}))
+
+
 def test_explain_lists_each_band_of_the_general_scheduler() -> None:
     text = explain(lower(parse_c(SEIDEL), {"T": 20, "N": 1000}))
     summary = text.split("details:")[0]
