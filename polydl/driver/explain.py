@@ -86,8 +86,8 @@ def _summary(c: Compilation) -> list[str]:
                      f"statement(s) in {len(scheduled.groups)} nest(s)"
                      + "".join(f"; {a.name} is a scaled copy" for a in scheduled.model.nest.locals
                                if a.name not in {b.name for b in model.nest.arrays}))
-    loopless = [p for p in scheduled.groups if p.tree is not None and p.bands == ("no loops",)
-                and p.group != scheduled.main_group]
+    loopless = [p for p in scheduled.groups
+                if p.tree is not None and not p.bands and p.group != scheduled.main_group]
     if loopless:
         lines.append(f"  {len(loopless)} nest(s) without loops (scalar statements): "
                      + ", ".join(st.name for p in loopless for st in p.statements))
@@ -100,10 +100,9 @@ def _summary(c: Compilation) -> list[str]:
         fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
         main = " (main)" if plan.group == scheduled.main_group else ""
         if plan.tree is not None:
-            origin = plan.how.split(": ", 1)[0]
-            lines.append(f"  nest {plan.group}{main} [{names}]: {origin}, "
+            lines.append(f"  nest {plan.group}{main} [{names}]: {plan.how}, "
                          f"{len(plan.bands)} band(s)")
-            lines += [f"    {band}" for band in plan.bands]
+            lines += [f"    {band}" for band in plan.bands or ("no loops",)]
             continue
         lines.append(f"  nest {plan.group}{main} [{names}]: loops {' > '.join(plan.order) or '-'}; "
                      f"parallel {', '.join(par) or 'none'}{calls}{fused}")

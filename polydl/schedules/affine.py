@@ -37,6 +37,7 @@ from polydl.schedules.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
 
 PARALLEL_MARK = "parallel"
+ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
 # Seconds isl's scheduler may take for one nest before the written order is kept.
 SCHEDULE_SECONDS = 20.0
 TILE_SIZES = (128, 64, 32, 16, 8)
@@ -81,7 +82,7 @@ class BandDecision:
 class AffineSchedule:
     tree: isl.Schedule
     bands: tuple[BandDecision, ...]
-    origin: str = "affine scheduler"  # or "written order (why)"
+    origin: str = ISL_ORIGIN  # or "written order (why)"
 
     @property
     def parallel(self) -> bool:
@@ -109,7 +110,7 @@ def affine_schedule(model: PolyModel, target: CpuTarget) -> AffineSchedule:
 def written_order_schedule(model: PolyModel, target: CpuTarget, why: str) -> AffineSchedule:
     """The written order, with the outermost loop of each nest that carries nothing (and has
     the work) parallel."""
-    return _Scheduler(model, target).bands_of(written_order_tree(model), f"written order ({why})")
+    return _Scheduler(model, target).written_order(why)
 
 
 class _Scheduler:
@@ -128,7 +129,7 @@ class _Scheduler:
         try:
             first = self._try(outer_coincidence=True, seconds=SCHEDULE_SECONDS)
         except ScheduleTimeout as exc:
-            return self.bands_of(written_order_tree(self.model), f"written order ({exc})")
+            return self.written_order(str(exc))
         if first is not None and first.parallel:
             return first
         try:
@@ -150,7 +151,7 @@ class _Scheduler:
         except isl.Error:
             return None
 
-    def _schedule(self, outer_coincidence: bool, seconds: float) -> AffineSchedule:
+    def _schedule(self, outer_coincidence: bool, seconds: float) -> AffineSchedule | None:
         ctx = self.deps.get_ctx()
         before = ctx.get_schedule_outer_coincidence()
         ctx.set_schedule_outer_coincidence(int(outer_coincidence))
@@ -164,9 +165,10 @@ class _Scheduler:
             )
         finally:
             ctx.set_schedule_outer_coincidence(before)
-        if tree is None:
-            raise isl.Error("isl's scheduler found no schedule")
-        return self.bands_of(tree, "affine scheduler")
+        return None if tree is None else self.bands_of(tree, ISL_ORIGIN)
+
+    def written_order(self, why: str) -> AffineSchedule:
+        return self.bands_of(written_order_tree(self.model), f"written order ({why})")
 
     def bands_of(self, tree: isl.Schedule, origin: str) -> AffineSchedule:
         """`tree` with its bands tiled and parallelised."""

@@ -55,8 +55,8 @@ class GroupPlan:
     # A plan from the general scheduler (`affine.py`): the code follows this schedule tree
     # (its `parallel` marks name the parallel loops), `schedule_map` is its flat form.
     tree: isl.Schedule | None = None
-    how: str = ""  # who planned the nest and what it chose, for `explain`
-    bands: tuple[str, ...] = ()  # each band of `tree`, described
+    how: str = ""  # who planned the nest (and, without a tree, what it chose), for `explain`
+    bands: tuple[str, ...] = ()  # each band of `tree`, described (none: no loops)
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:

@@ -4,8 +4,9 @@
 forked child and returns its schedule, or None where isl finds none; after `seconds` it stops
 the child and raises `ScheduleTimeout`. isl's scheduler solves integer programs per schedule
 row and, on some nests (two statements of four loops each: a 3-d heat stencil), spends minutes
-on them; isl's own operation limit does not bound that time, a child process does. The schedule comes back as isl's
-text form (bands with their permutable and coincident flags), read in the parent's context.
+on them; isl's own operation limit does not bound that time, a child process does. The
+schedule comes back as isl's text form (bands with their permutable and coincident flags),
+read in the parent's context.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import replace
 from polydl.errors import ScheduleError
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
-from polydl.schedules.affine import affine_schedule, written_order_schedule
+from polydl.schedules.affine import ISL_ORIGIN, affine_schedule, written_order_schedule
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -88,7 +88,7 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
         chosen = affine_schedule(model, target)
     except ScheduleError as exc:
         chosen = written_order_schedule(model, target, str(exc))
-    if not chosen.parallel:
+    if not chosen.parallel and chosen.origin == ISL_ORIGIN:
         written = written_order_schedule(
             model, target, f"the {chosen.origin}'s schedule has no parallel loop worth its forks")
         # no parallelism either way: isl's order is kept only where it tiles (reuse the
@@ -101,8 +101,8 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
         raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
     return GroupPlan(
-        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.describe(),
-        bands=tuple(b.describe() for b in chosen.bands) or ("no loops",),
+        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.origin,
+        bands=tuple(b.describe() for b in chosen.bands),
     )
 
 
