@@ -33,7 +33,11 @@ from polydl.errors import PolyDLError
 from polydl.frontends import load_spec
 from polydl.ir import LoopNest
 
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "general"
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL_DIR = ROOT / "benchmarks" / "general"
+# kernels the examples already hold, run from there
+FROM_EXAMPLES = {"layernorm": "layernorm.c", "softmax": "softmax.c",
+                 "linear_bias_relu": "linear_bias_relu.c", "jacobi_2d": "jacobi2d.c"}
 
 # name -> (bench sizes, small sizes). The bench sizes take gcc -O3 roughly 10-500 ms.
 SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
@@ -85,7 +89,14 @@ CLASSIC = tuple(name for name in SIZES if name not in DL_OPERATORS)
 SCALARS = {"alpha": 1.5, "beta": 1.2, "eps": 1e-5, "scale": 0.125, "slope": 0.01}
 
 
-def _conditioned(name: str, arg: str, value: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def kernel_path(name: str) -> Path:
+    if name in FROM_EXAMPLES:
+        return ROOT / "examples" / FROM_EXAMPLES[name]
+    return KERNEL_DIR / f"{name}.c"
+
+
+def _conditioned(name: str, arg: str, value: np.ndarray, rng: np.random.Generator,
+                 sizes: Mapping[str, int]) -> np.ndarray:
     n = value.shape[0] if value.ndim else 0
     if name in ("cholesky", "lu", "ludcmp") and arg == "A":
         b = rng.random(value.shape)
@@ -103,11 +114,8 @@ def _conditioned(name: str, arg: str, value: np.ndarray, rng: np.random.Generato
     if name == "deriche" and arg == "alpha":
         return np.asarray(0.25, value.dtype)
     if name in ("correlation", "covariance") and arg == "float_n":
-        return np.asarray(float(SIZES_NOW.get("N", 1)), value.dtype)
+        return np.asarray(float(sizes["N"]), value.dtype)
     return value
-
-
-SIZES_NOW: dict[str, int] = {}
 
 
 @dataclass(frozen=True)
@@ -148,7 +156,8 @@ def arguments(nest: LoopNest, sizes: Mapping[str, int]) -> list[Argument]:
     ]
 
 
-def make_inputs(name: str, args: list[Argument], seed: int = 0) -> dict[str, np.ndarray]:
+def make_inputs(name: str, args: list[Argument], sizes: Mapping[str, int],
+                seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for a in args:
@@ -156,7 +165,7 @@ def make_inputs(name: str, args: list[Argument], seed: int = 0) -> dict[str, np.
             value = np.asarray(SCALARS.get(a.name, 0.5), a.dtype)
         else:
             value = rng.random(a.shape).astype(a.dtype)
-        value = _conditioned(name, a.name, value, rng)
+        value = _conditioned(name, a.name, value, rng, sizes)
         out[a.name] = np.ascontiguousarray(value) if a.shape else value
     return out
 
@@ -283,9 +292,7 @@ def tolerance(dtype: np.dtype) -> float:
 def run_kernel(name: str, sizes: Mapping[str, int], sides: tuple[str, ...], rounds: int,
                workdir: Path, torch: Any = None) -> Result:
     """Build `name` for every side, check each against gcc, time them interleaved."""
-    SIZES_NOW.clear()
-    SIZES_NOW.update(sizes)
-    path = KERNEL_DIR / f"{name}.c"
+    path = kernel_path(name)
     result = Result(name, dict(sizes))
     try:
         nest, params = load_spec(path, dict(sizes))
@@ -312,7 +319,7 @@ def run_kernel(name: str, sizes: Mapping[str, int], sides: tuple[str, ...], roun
             op = torch_operator(name, torch)
             if op is not None:
                 callers["torch"] = op
-    pristine = make_inputs(name, args)
+    pristine = make_inputs(name, args, sizes)
     outputs = [a for a in args if not a.is_input]
     buffers = {side: {k: v.copy() for k, v in pristine.items()} for side in callers}
 

@@ -23,7 +23,9 @@ SLOW_TO_SCHEDULE = {"heat_3d", "adi"}
 
 def test_every_kernel_file_has_sizes_and_every_size_a_file() -> None:
     files = {p.stem for p in general.KERNEL_DIR.glob("*.c")}
-    assert files == set(general.SIZES)
+    assert files | set(general.FROM_EXAMPLES) == set(general.SIZES)
+    assert not files & set(general.FROM_EXAMPLES)
+    assert all(general.kernel_path(name).is_file() for name in general.SIZES)
     assert len(general.CLASSIC) == 30 and len(general.DL_OPERATORS) == 6
 
 
@@ -44,9 +46,9 @@ def test_constant_size_source_drops_the_size_parameters() -> None:
 
 
 def test_inputs_are_conditioned_for_factorisations() -> None:
-    nest, params = load_spec(general.KERNEL_DIR / "cholesky.c", general.SIZES["cholesky"][1])
+    nest, params = load_spec(general.kernel_path("cholesky"), general.SIZES["cholesky"][1])
     args = general.arguments(nest, params)
-    a = general.make_inputs("cholesky", args)["A"]
+    a = general.make_inputs("cholesky", args, params)["A"]
     np.testing.assert_allclose(a, a.T)
     assert np.linalg.eigvalsh(a).min() > 0.5
 
