@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from polydl.bench import general
+from polydl.errors import PolyDLError
 from polydl.frontends import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,10 @@ def test_constant_size_source_drops_the_size_parameters() -> None:
     source = "void f(int N, int M, double A[N][M], double s) { A[0][0] = s; }"
     out = general.constant_size_source(source, "f", {"N": 4, "M": 5})
     assert out == "void f(double A[N][M], double s) { A[0][0] = s; }"
+    with pytest.raises(PolyDLError, match="size parameter 'int K,' not found in f's signature"):
+        general.constant_size_source(source, "f", {"K": 4})
+    with pytest.raises(PolyDLError, match="function g not found"):
+        general.constant_size_source(source, "g", {"N": 4})
 
 
 def test_inputs_are_conditioned_for_factorisations() -> None:

@@ -249,3 +249,11 @@ def test_isl_schedule_in_a_child_comes_back_with_its_flags() -> None:
     assert band.band_get_permutable() and band.band_member_get_coincident(0)
     with pytest.raises(ScheduleTimeout):
         compute_schedule(constraints, 0.0)
+
+
+def test_isl_schedule_in_process_where_there_is_no_fork(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delattr("os.fork")
+    domain = isl.UnionSet("{ S[i] : 0 <= i < 10 }")
+    dep = isl.UnionMap("{ S[i] -> S[i + 1] : 0 <= i < 9 }")
+    constraints = isl.ScheduleConstraints.on_domain(domain).set_validity(dep)
+    assert compute_schedule(constraints, 0.0).get_map().is_equal(isl.UnionMap("{ S[i] -> [i] }"))
