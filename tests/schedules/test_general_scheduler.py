@@ -222,7 +222,7 @@ void heat(int T, int N, double A[N][N], double B[N][N]) {
 
 
 def test_written_order_tree_keeps_the_source_order() -> None:
-    model = _model(HEAT + "\n", T=2, N=6)
+    model = _model(HEAT, T=2, N=6)
     tree = written_order_tree(model).get_map()
     written = model.original_schedule.intersect_domain(model.domains)
     assert tree.lex_lt_union_map(tree).is_equal(written.lex_lt_union_map(written))
