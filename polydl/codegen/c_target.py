@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from polydl.codegen.accumulators import AccumulatorPrinter
 from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
@@ -110,6 +111,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if call.pack is not None
     }
     placements = []
+    sums = AccumulatorPrinter(printer)
     a_packs = {
         call.pack_a_statement: call
         for plan in scheduled.groups
@@ -121,7 +123,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         placements += [placement] if placement is not None else []
         plan_calls = plan.calls
         simd_dims = epilogue_vector_dims(model, plan.epilogues, plan.schedule_map)
-        body += LoopPrinter(plan, instance, simd_dims=simd_dims).lines()
+        body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,
          "count": math.prod(layouts[a.name].shape), "zeroed": True}

@@ -3,7 +3,8 @@
 Takes a `GroupPlan` (statement domains and their schedule map); returns C lines. isl decides
 every loop bound and guard; this module only prints its AST, binds each statement's original
 iterators to the AST's arguments, and puts an OpenMP `parallel for` on the outermost loop of a
-dimension the plan proved dependence-free.
+dimension the plan proved dependence-free. Sums into one cell along an innermost loop run in a
+register (`accumulators.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 import islpy as isl
 
+from polydl.codegen.accumulators import AccumulatorPrinter, Instance
 from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
 from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
@@ -48,6 +50,7 @@ class LoopPrinter:
         print_instance: InstancePrinter,
         parallel_pragma: str = "#pragma omp parallel for schedule(static)",
         simd_dims: frozenset[int] = frozenset(),
+        accumulators: AccumulatorPrinter | None = None,
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
@@ -55,6 +58,7 @@ class LoopPrinter:
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
+        self.accumulators = accumulators
         self.epilogue_names = {s.name for s in plan.epilogues}
         # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
         self.marked_parallel = False
@@ -116,10 +120,40 @@ class LoopPrinter:
         elif _dim_of(it) in self.simd_dims and self._only_epilogues(node.for_get_body()):
             out.append(pad + "#pragma omp simd")
         step = f"{it}++" if inc == "1" else f"{it} += {inc}"
-        out.append(f"{pad}for (long {it} = {init}; {_strip(cond)}; {step}) {{")
+        header = f"for (long {it} = {init}; {_strip(cond)}; {step}) {{"
+        if not out and not parallel_here and self.accumulators is not None:
+            body = self._instances(node.for_get_body())
+            sums = self.accumulators.accumulations(body, it) if body else []
+            if sums:
+                lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond))
+                return [pad + line for line in lines]
+        out.append(pad + header)
         out += self._node(node.for_get_body(), indent + 1, in_parallel or parallel_here)
         return out + [f"{pad}}}"]
 
+
+    def _instances(self, node: isl.AstNode) -> list[Instance]:
+        """The statement instances of a loop body made of statements only (no loop, guard or
+        microkernel call); [] otherwise."""
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[Instance] = []
+            for i in range(children.n_ast_node()):
+                part = self._instances(children.get_at(i))
+                if not part:
+                    return []
+                out += part
+            return out
+        if kind != isl.ast_node_type.user:
+            return []
+        call = node.user_get_expr()
+        name = call.get_op_arg(0).get_id().get_name()
+        statement = self.statements.get(name)
+        if statement is None or name in self.plan.calls:
+            return []
+        args = tuple(ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))
+        return [Instance(statement, args)]
 
     def _only_epilogues(self, node: isl.AstNode) -> bool:
         """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""

@@ -345,9 +345,10 @@ def _multi_val(band: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.MultiVal:
 
 def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[int, ...] | None:
     """A member order with the loop that walks the most accesses at unit stride last; None
-    where the written one is as good, or a member is not one iterator of each statement (a
-    skewed band). An access counts for a loop where only its last subscript moves with it, and
-    against it where an earlier one does (a stride of a whole row)."""
+    where the written one is as good, or a member is a combination of iterators (a skewed
+    band); a statement the member holds at a constant is left out of its count. An access
+    counts for a loop where only its last subscript moves with it or none does (it stays in
+    a register), and against it where an earlier one does (a stride of a whole row)."""
     n = band.band_n_member()
     schedule = band.band_get_partial_schedule()
     iterator: list[dict[str, int]] = [{} for _ in range(n)]
@@ -355,6 +356,8 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
         for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
             used = {i for aff in affs_of(piece) for i in range(aff.dim(isl.dim_type.in_))
                     if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()}
+            if not used:  # a statement placed at one value of this loop (an initialisation)
+                continue
             if len(used) != 1:
                 return None
             iterator[d][piece.get_domain_space().get_tuple_name(isl.dim_type.set)] = used.pop()
@@ -378,7 +381,7 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
             moves = [_depends_on(subscripts.get_pw_aff(k), v) for k in range(rank)]
             if any(moves[:-1]):
                 score[d] -= 1
-            elif moves[-1]:
+            else:  # unit stride, or invariant along the loop (a register): both stream well
                 score[d] += 1
     best = max(range(n), key=lambda d: (score[d], d))
     if best == n - 1 or score[best] <= score[n - 1]:

@@ -19,7 +19,13 @@ from dataclasses import replace
 from polydl.errors import ScheduleError
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
-from polydl.schedules.affine import ISL_ORIGIN, affine_schedule, written_order_schedule
+from polydl.poly.sums import addend_of, reads_own_cell
+from polydl.schedules.affine import (
+    ISL_ORIGIN,
+    AffineSchedule,
+    affine_schedule,
+    written_order_schedule,
+)
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -30,6 +36,7 @@ from polydl.schedules.apply import (
 )
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import Schedule
+from polydl.schedules.strides import element_stride
 from polydl.target.cpu import CpuTarget
 
 _GROUP_MODELS: weakref.WeakKeyDictionary[PolyModel, dict[int, PolyModel]] = (
@@ -81,13 +88,26 @@ def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[
 
 def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     """The general scheduler's plan; or the written order (with its outermost dependence-free
-    loop parallel) where the general schedule found no parallel loop worth its forks and
-    either skewed or tiled nothing (changing the order for nothing), or the written order has
-    a parallel loop."""
+    loop parallel) where that loop holds every statement and each statement's innermost loop
+    walks its accesses at unit stride (row-wise operators: LayerNorm, softmax; isl fuses their
+    inner loops one after the other into a band whose tiles put guards in every inner loop),
+    or where the general schedule found no parallel loop worth its forks and either skewed or
+    tiled nothing (changing the order for nothing), or the written order has a parallel
+    loop; or where isl's only parallelism is a wavefront of tiles and every innermost loop is
+    a sum into one cell (the written order runs it as a vectorised dot product)."""
     try:
         chosen = affine_schedule(model, target)
     except ScheduleError as exc:
         chosen = written_order_schedule(model, target, str(exc))
+    if chosen.origin == ISL_ORIGIN and _streams_rows(model):
+        written = written_order_schedule(
+            model, target, "its outermost loop is parallel and every innermost loop streams")
+        if _parallel_outermost(written, model):
+            chosen = written
+    if _wavefront_only(chosen) and _inner_loops_sum(model):
+        chosen = written_order_schedule(
+            model, target, "every innermost loop is a sum that runs in a register; the "
+            "wavefront of tiles would split it")
     if not chosen.parallel and chosen.origin == ISL_ORIGIN:
         written = written_order_schedule(
             model, target, f"the {chosen.origin}'s schedule has no parallel loop worth its forks")
@@ -104,6 +124,60 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
         group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.origin,
         bands=tuple(b.describe() for b in chosen.bands),
     )
+
+
+def _streams_rows(model: PolyModel) -> bool:
+    """Whether each statement inside an inner loop moves every access of it by at most one
+    element per step of its innermost loop (a unit stride, or none: a value that stays in a
+    register). Statements of the outermost loop alone run once per iteration of it."""
+    for s in model.statements:
+        if len(s.loops) < 2:
+            continue
+        var = s.loops[-1].var
+        for access in s.accesses:
+            stride = element_stride(model, access.access, var)
+            if stride is None or abs(stride) > 1:
+                return False
+    return True
+
+
+def _wavefront_only(schedule: AffineSchedule) -> bool:
+    """Whether isl's schedule runs in parallel only as a wavefront of tiles."""
+    kinds = {b.parallel for b in schedule.bands}
+    return schedule.origin == ISL_ORIGIN and "wavefront" in kinds and kinds <= {"", "wavefront"}
+
+
+def _inner_loops_sum(model: PolyModel) -> bool:
+    """Whether every statement of an innermost loop (two deep or more) sums into a cell that
+    stays put along it, reading the rest at unit stride or less: a row-times-vector
+    product such as a triangular solve's or a Cholesky factorisation's, which the written
+    order runs vectorised in a register (`codegen/accumulators.py`)."""
+    inner = [s for s in model.statements
+             if len(s.loops) >= 2 and not any(
+                 len(t.loops) > len(s.loops) and t.loops[:len(s.loops)] == s.loops
+                 for t in model.statements)]
+    if not inner:
+        return False
+    for s in inner:
+        form = addend_of(s.statement)
+        if form is None or reads_own_cell(s, form[0]):
+            return False
+        var = s.loops[-1].var
+        if element_stride(model, s.statement.target, var) != 0:
+            return False
+        if any(stride is None or abs(stride) > 1
+               for a in s.accesses if (stride := element_stride(model, a.access, var)) != 0):
+            return False
+    return True
+
+
+def _parallel_outermost(schedule: AffineSchedule, model: PolyModel) -> bool:
+    """Whether the schedule's first band holds every statement and runs its first loop in
+    parallel."""
+    if not schedule.bands:
+        return False
+    first = schedule.bands[0]
+    return first.parallel == "loop 0" and len(first.statements) == len(model.statements)
 
 
 def _band_plan(model: PolyModel, target: CpuTarget) -> GroupPlan:

@@ -66,8 +66,8 @@ def test_elementwise_consumer_is_fused_after_the_reduction() -> None:
     assert len(plan.groups) == 1 and plan.main.fusion_level == 2
     k = polydl.compile(MATMUL_RELU, SIZES, schedule=schedule)
     # one loop nest: the ReLU sits in the j loop, after the k loop
-    assert k.source.count("#pragma omp") == 1
-    body = k.source[k.source.index("#pragma omp"):]
+    assert k.source.count("#pragma omp parallel") == 1
+    body = k.source[k.source.index("#pragma omp parallel"):]
     assert body.index("D[") > body.index("C[") and body.count("for (") == 3
     run_and_check(k, lambda a, b: (a @ b, np.maximum(a @ b, 0)))
 

@@ -193,6 +193,63 @@ def test_row_operators_run_rows_in_parallel(example: str) -> None:
     run_and_check(k)
 
 
+def test_row_operators_keep_their_written_rows_and_streaming_inner_loops() -> None:
+    """isl fuses LayerNorm's three sweeps one after the other into a tiled band; the written
+    order (rows in parallel, each sweep a unit-stride loop) is taken instead."""
+    model = build_model(*load_spec(ROOT / "examples" / "layernorm.c", {"N": 256, "D": 768}))
+    plan = plan_nests(model, TARGET, with_main=True)[0]
+    assert plan.how.startswith("written order (its outermost loop is parallel")
+    assert plan.bands[0].startswith("band (i) of S0") and plan.bands[0].endswith("parallel loop 0")
+
+
+TRISOLV = """
+void trisolv(int N, const double L[N][N], double x[N], const double b[N]) {
+  for (int i = 0; i < N; i++) {
+    x[i] = b[i];
+    for (int j = 0; j < i; j++)
+      x[i] -= L[i][j] * x[j];
+    x[i] = x[i] / L[i][i];
+  }
+}
+"""
+
+
+def test_a_triangular_solve_keeps_its_dot_products_instead_of_a_wavefront() -> None:
+    model = _model(TRISOLV, N=600)
+    assert {b.parallel for b in affine_schedule(model, TARGET).bands} == {"", "wavefront"}
+    plan = plan_nests(model, TARGET, with_main=True)[0]
+    assert plan.how.startswith("written order (every innermost loop is a sum")
+    k = compile_c(TRISOLV, {"N": 600})
+    assert "#pragma omp simd reduction" in k.source
+    run_and_check(k)
+
+
+DOITGEN = """
+void doitgen(int NR, int NQ, int NP, double A[NR][NQ][NP], const double C4[NP][NP],
+             double sum[NP]) {
+  for (int r = 0; r < NR; r++)
+    for (int q = 0; q < NQ; q++) {
+      for (int p = 0; p < NP; p++) {
+        sum[p] = 0.0;
+        for (int s = 0; s < NP; s++)
+          sum[p] += A[r][q][s] * C4[s][p];
+      }
+      for (int p = 0; p < NP; p++)
+        A[r][q][p] = sum[p];
+    }
+}
+"""
+
+
+def test_an_initialisation_in_a_band_does_not_stop_the_unit_stride_interchange() -> None:
+    """`sum[p] = 0` sits at s = 0 of the (p, s) band: p, along which sum and C4 move at unit
+    stride, still goes innermost in each tile."""
+    model = _model(DOITGEN, NR=3, NQ=4, NP=140)
+    (tiled,) = [b for b in affine_schedule(model, TARGET).bands if b.tiles]
+    assert tiled.innermost == "p"
+    run_and_check(compile_c(DOITGEN, {"NR": 3, "NQ": 4, "NP": 140}))
+
+
 def test_a_tile_loop_that_runs_once_is_never_marked_parallel() -> None:
     """64 rows in tiles of 128: the row-tile loop is left out of the code, and a mark on it
     would have run the next loop (a sweep along the row, which carries the sums) in parallel."""

@@ -1,0 +1,116 @@
+"""Sums into one array cell along an innermost loop, accumulated in a register.
+
+Takes the statement instances of an innermost loop (their `StatementModel`s and the C
+expressions of their iterators); returns the C of the loop with each such sum held in a local
+variable: loaded before the loop, stored after it, and only where the loop runs at least once
+(a loop of no iterations writes nothing). gcc cannot keep `tmp[i]` in a register itself inside
+an OpenMP region (the outlined function loses `restrict`), so every iteration stores it and the
+loop is neither vectorised nor free of a store-to-load chain.
+
+A statement qualifies where it is `c += e`, `c -= e`, `c = c + e` or `c = e + c` on a float
+cell whose subscripts do not move with the loop, no instance reads that cell in e, and no
+other statement in the loop touches that array. Where the loop writes nothing but those sums it carries no other dependence, so it also
+gets `#pragma omp simd reduction(+: ...)`: the sums are then split over the vector lanes and
+added at the end, a reassociation, as the microkernels' split reductions already are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from polydl.codegen.c_expr import StatementPrinter
+from polydl.dtypes import DTYPES
+from polydl.ir import Expr, expr_loads, int_vars
+from polydl.poly.model import StatementModel
+from polydl.poly.sums import addend_of, reads_own_cell
+
+ACCUMULATOR_PREFIX = "_pd_acc"
+
+
+@dataclass(frozen=True)
+class Instance:
+    statement: StatementModel
+    args: tuple[str, ...]  # C expressions of the statement's iterators
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """One sum held in a register: `variable` stands for the target cell of `instance`."""
+
+    instance: Instance
+    variable: str
+    addend: Expr  # what each iteration adds (or subtracts, `sign` "-")
+    sign: str
+
+
+def _mentions(text: str, iterator: str) -> bool:
+    return re.search(rf"\b{re.escape(iterator)}\b", text) is not None
+
+
+class AccumulatorPrinter:
+    def __init__(self, printer: StatementPrinter) -> None:
+        self.printer = printer
+        self.count = 0
+
+    def accumulations(self, body: list[Instance], iterator: str) -> list[Accumulation]:
+        """The sums of `body` (the instances of one innermost loop over `iterator`) that can
+        run in a register."""
+        touched: dict[str, int] = {}
+        for inst in body:
+            s = inst.statement.statement
+            for array in {s.target.array, *(a.array for a in expr_loads(s.value))}:
+                touched[array] = touched.get(array, 0) + 1  # statements, not accesses
+        out: list[Accumulation] = []
+        for inst in body:
+            s = inst.statement.statement
+            layout = self.printer.layouts[s.target.array]
+            dtype = DTYPES[layout.dtype]
+            if dtype.is_integer or dtype.name == "bfloat16" or not layout.shape:
+                continue
+            if touched[s.target.array] != 1:
+                continue
+            form = addend_of(s)
+            if form is None or reads_own_cell(inst.statement, form[0]):
+                continue
+            binds = dict(zip(inst.statement.iterators, inst.args, strict=True))
+            used = set().union(*(int_vars(i) for i in s.target.indices))
+            if any(_mentions(binds[v], iterator) for v in used if v in binds):
+                continue  # the cell moves with the loop
+            out.append(Accumulation(inst, f"{ACCUMULATOR_PREFIX}{self.count}", *form))
+            self.count += 1
+        return out
+
+    def _binds(self, inst: Instance, only_target: bool = False) -> list[str]:
+        used = (set().union(*(int_vars(i) for i in inst.statement.statement.target.indices))
+                if only_target else set(inst.statement.iterators))
+        return [f"const long {v} = {a};"
+                for v, a in zip(inst.statement.iterators, inst.args, strict=True) if v in used]
+
+    def loop(self, body: list[Instance], sums: list[Accumulation], header: str,
+             iterator: str, init: str, cond: str) -> list[str]:
+        """The loop (`header` is its `for (...) {` line) with `sums` in registers."""
+        by_name = {a.instance.statement.name: a for a in sums}
+        only_sums = len(sums) == len(body)
+        out = ["{", f"  long {iterator} = {init};", f"  if ({cond}) {{"]
+        for acc in sums:
+            layout = self.printer.layouts[acc.instance.statement.statement.target.array]
+            cell = self.printer.element(acc.instance.statement.statement.target)
+            out.append(f"    {layout.c_type} {acc.variable};")
+            out.append(f"    {{ {' '.join(self._binds(acc.instance, True))} {acc.variable} = {cell}; }}")
+        if only_sums:
+            out.append(f"    #pragma omp simd reduction(+: {', '.join(a.variable for a in sums)})")
+        out.append(f"    {header}")
+        for inst in body:
+            acc = by_name.get(inst.statement.name)
+            if acc is None:
+                text = self.printer.statement(inst.statement.statement)
+            else:
+                text = f"{acc.variable} {acc.sign}= {self.printer.expr(acc.addend)};"
+            out += ["      {", *(f"        {b}" for b in self._binds(inst)), f"        {text}",
+                    "      }"]
+        out.append("    }")
+        for acc in sums:
+            cell = self.printer.element(acc.instance.statement.statement.target)
+            out.append(f"    {{ {' '.join(self._binds(acc.instance, True))} {cell} = {acc.variable}; }}")
+        return out + ["  }", "}"]

@@ -1,0 +1,39 @@
+"""Statements that sum into one array cell: `c += e`, `c -= e`, `c = c + e`, `c = e + c`.
+
+Facts the scheduler (which order keeps such sums in an innermost loop) and the C code
+generator (which holds them in a register) both read.
+"""
+
+from __future__ import annotations
+
+from polydl.ir import Binary, Expr, Load, Statement, expr_loads
+from polydl.poly.model import StatementModel
+
+
+def addend_of(s: Statement) -> tuple[Expr, str] | None:
+    """`(e, sign)` for `c += e`, `c -= e`, `c = c + e` and `c = e + c`."""
+    if s.op in ("+=", "-="):
+        addend, sign = s.value, s.op[0]
+    elif s.op == "=" and isinstance(s.value, Binary) and s.value.op == "+":
+        if s.value.left == Load(s.target):
+            addend, sign = s.value.right, "+"
+        elif s.value.right == Load(s.target):
+            addend, sign = s.value.left, "+"
+        else:
+            return None
+    else:
+        return None
+    return addend, sign
+
+
+def reads_own_cell(s: StatementModel, addend: Expr) -> bool:
+    """Whether some instance's addend reads the cell the instance accumulates into (a read
+    of another cell of the array, such as `x[j]` beside `x[i] -= L[i][j] * x[j]` with
+    j < i, is fine: the loop writes only its one cell)."""
+    write = s.write.relation
+    for access in s.accesses:
+        if access.is_write or access.access.array != s.statement.target.array:
+            continue
+        if access.access in expr_loads(addend) and not access.relation.intersect(write).is_empty():
+            return True
+    return False
