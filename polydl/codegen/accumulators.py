@@ -102,11 +102,11 @@ class AccumulatorPrinter:
             out.append(f"    #pragma omp simd reduction(+: {', '.join(a.variable for a in sums)})")
         out.append(f"    {header}")
         for inst in body:
-            acc = by_name.get(inst.statement.name)
-            if acc is None:
+            held = by_name.get(inst.statement.name)
+            if held is None:
                 text = self.printer.statement(inst.statement.statement)
             else:
-                text = f"{acc.variable} {acc.sign}= {self.printer.expr(acc.addend)};"
+                text = f"{held.variable} {held.sign}= {self.printer.expr(held.addend)};"
             out += ["      {", *(f"        {b}" for b in self._binds(inst)), f"        {text}",
                     "      }"]
         out.append("    }")
