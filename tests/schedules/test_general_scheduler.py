@@ -314,3 +314,22 @@ def test_isl_schedule_in_process_where_there_is_no_fork(monkeypatch) -> None:  #
     dep = isl.UnionMap("{ S[i] -> S[i + 1] : 0 <= i < 9 }")
     constraints = isl.ScheduleConstraints.on_domain(domain).set_validity(dep)
     assert compute_schedule(constraints, 0.0).get_map().is_equal(isl.UnionMap("{ S[i] -> [i] }"))
+
+
+SYRK_AAT = """
+void syrk(int N, int M, double C[N][N], const double A[N][M]) {
+  for (int i = 0; i < N; i++)
+    for (int k = 0; k < M; k++)
+      for (int j = 0; j <= i; j++)
+        C[i][j] += A[i][k] * A[j][k];
+}
+"""
+
+
+def test_a_strided_innermost_loop_is_ranked_below_tiles_that_stream() -> None:
+    """j walks A[j][k] a row at a time; with k innermost every access streams (a dot
+    product in a register), in tiles."""
+    k = compile_c(SYRK_AAT, {"N": 150, "M": 140})
+    assert k.schedule.order[-1] == "k" and k.schedule.tiles
+    assert "#pragma omp simd reduction" in k.source
+    run_and_check(k)
