@@ -343,6 +343,10 @@ def run_kernel(name: str, sizes: Mapping[str, int], sides: tuple[str, ...], roun
     samples: dict[str, list[float]] = {side: [] for side in callers}
     for _ in range(rounds):
         for side, call in callers.items():
+            # an untimed call first: the OpenMP threads of the side before spin for a while
+            # after its call (PyTorch's runtime and libgomp are separate pools on the same
+            # cores), and this side's own threads are then awake
+            call(fresh(side))
             values = fresh(side)
             t0 = time.perf_counter()
             call(values)
