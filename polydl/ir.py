@@ -413,7 +413,8 @@ class Array:
     """An array parameter. `is_input` arrays are `const`; the others are outputs.
 
     A `local` array is scratch space of the kernel (e.g. a zero-padded copy of an input): not
-    a parameter, allocated zero-filled on every call."""
+    a parameter, allocated zero-filled on every call, unless `filled` (written in full before
+    anything reads it, such as a scaled copy of an operand: no zeroing pass)."""
 
     name: str
     dtype: str
@@ -421,6 +422,7 @@ class Array:
     is_input: bool
     position: SourcePosition | None = field(default=None, compare=False)
     local: bool = False
+    filled: bool = False
 
     def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
         return tuple(eval_int(e, params) for e in self.shape)

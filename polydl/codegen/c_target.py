@@ -126,7 +126,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,
-         "count": math.prod(layouts[a.name].shape), "zeroed": True}
+         "count": math.prod(layouts[a.name].shape), "zeroed": not a.filled}
         for a in model.nest.locals
     ]
     # packed copies are written in full before they are read: no need to zero them

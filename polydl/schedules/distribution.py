@@ -243,7 +243,8 @@ class _OperandScaling:
         ):
             return s  # the copy made before the nest would miss a write inside it
         copy = Array(_fresh(f"_pd_{source.name}_scaled", set(self.arrays)), source.dtype,
-                     source.shape, is_input=False, position=source.position, local=True)
+                     source.shape, is_input=False, position=source.position, local=True,
+                     filled=True)
         self.arrays[copy.name] = copy
         self.copies.append(copy)
         name = _fresh(f"S{len(self.names)}", self.names)
