@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from tests.kernels import compile_c, run_and_check
@@ -33,16 +35,7 @@ void sum_scale(int N, const float A[N][N], float s[N], float B[N][N]) {
 """
 
 # Forward substitution: the addend reads other cells of x (j < i), never x[i].
-TRISOLV = """
-void trisolv(int N, const double L[N][N], double x[N], const double b[N]) {
-  for (int i = 0; i < N; i++) {
-    x[i] = b[i];
-    for (int j = 0; j < i; j++)
-      x[i] -= L[i][j] * x[j];
-    x[i] = x[i] / L[i][i];
-  }
-}
-"""
+TRISOLV = (Path(__file__).resolve().parents[2] / "benchmarks" / "general" / "trisolv.c").read_text()
 
 # The addend reads the cell it adds to: stays a store per iteration.
 OWN_CELL = """

@@ -202,16 +202,7 @@ def test_row_operators_keep_their_written_rows_and_streaming_inner_loops() -> No
     assert plan.bands[0].startswith("band (i) of S0") and plan.bands[0].endswith("parallel loop 0")
 
 
-TRISOLV = """
-void trisolv(int N, const double L[N][N], double x[N], const double b[N]) {
-  for (int i = 0; i < N; i++) {
-    x[i] = b[i];
-    for (int j = 0; j < i; j++)
-      x[i] -= L[i][j] * x[j];
-    x[i] = x[i] / L[i][i];
-  }
-}
-"""
+TRISOLV = (ROOT / "benchmarks" / "general" / "trisolv.c").read_text()
 
 
 def test_a_triangular_solve_keeps_its_dot_products_instead_of_a_wavefront() -> None:
@@ -224,21 +215,7 @@ def test_a_triangular_solve_keeps_its_dot_products_instead_of_a_wavefront() -> N
     run_and_check(k)
 
 
-DOITGEN = """
-void doitgen(int NR, int NQ, int NP, double A[NR][NQ][NP], const double C4[NP][NP],
-             double sum[NP]) {
-  for (int r = 0; r < NR; r++)
-    for (int q = 0; q < NQ; q++) {
-      for (int p = 0; p < NP; p++) {
-        sum[p] = 0.0;
-        for (int s = 0; s < NP; s++)
-          sum[p] += A[r][q][s] * C4[s][p];
-      }
-      for (int p = 0; p < NP; p++)
-        A[r][q][p] = sum[p];
-    }
-}
-"""
+DOITGEN = (ROOT / "benchmarks" / "general" / "doitgen.c").read_text()
 
 
 def test_an_initialisation_in_a_band_does_not_stop_the_unit_stride_interchange() -> None:
