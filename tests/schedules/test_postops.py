@@ -29,7 +29,7 @@ RELU_LOOP = "> 0.0f) ?"  # the fused loop's ReLU select, after the call
 
 def _uses_postops(kernel: polydl.runtime.kernel.Kernel) -> bool:  # type: ignore[name-defined]
     body = kernel.source[kernel.source.index(f"int {kernel.code.function}("):]
-    return POSTOPS in kernel.source and RELU_LOOP not in body and "#pragma omp simd" not in body
+    return POSTOPS in kernel.source and RELU_LOOP not in body and "#pragma omp simd\n" not in body
 
 
 def _check_conv(kernel, sizes, chain, blocked, seed=3):  # type: ignore[no-untyped-def]
