@@ -9,9 +9,10 @@ loop is neither vectorised nor free of a store-to-load chain.
 
 A statement qualifies where it is `c += e`, `c -= e`, `c = c + e` or `c = e + c` on a float
 cell whose subscripts do not move with the loop, no instance reads that cell in e, and no
-other statement in the loop touches that array. Where the loop writes nothing but those sums it carries no other dependence, so it also
-gets `#pragma omp simd reduction(+: ...)`: the sums are then split over the vector lanes and
-added at the end, a reassociation, as the microkernels' split reductions already are.
+other statement in the loop touches that array. Where the loop writes nothing but those sums
+it carries no other dependence, so it also gets `#pragma omp simd reduction(+: ...)`: the
+sums are then split over the vector lanes and added at the end, a reassociation, as the
+microkernels' split reductions already are.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class Accumulation:
     sign: str
 
 
+def _target_vars(s: StatementModel) -> set[str]:
+    """The iterators the statement's target cell is subscripted by."""
+    return set().union(*(int_vars(i) for i in s.statement.target.indices))
+
+
 def _mentions(text: str, iterator: str) -> bool:
     return re.search(rf"\b{re.escape(iterator)}\b", text) is not None
 
@@ -74,16 +80,15 @@ class AccumulatorPrinter:
             if form is None or reads_own_cell(inst.statement, form[0]):
                 continue
             binds = dict(zip(inst.statement.iterators, inst.args, strict=True))
-            used = set().union(*(int_vars(i) for i in s.target.indices))
-            if any(_mentions(binds[v], iterator) for v in used if v in binds):
+            if any(_mentions(binds[v], iterator) for v in _target_vars(inst.statement)
+                   if v in binds):
                 continue  # the cell moves with the loop
             out.append(Accumulation(inst, f"{ACCUMULATOR_PREFIX}{self.count}", *form))
             self.count += 1
         return out
 
     def _binds(self, inst: Instance, only_target: bool = False) -> list[str]:
-        used = (set().union(*(int_vars(i) for i in inst.statement.statement.target.indices))
-                if only_target else set(inst.statement.iterators))
+        used = _target_vars(inst.statement) if only_target else set(inst.statement.iterators)
         return [f"const long {v} = {a};"
                 for v, a in zip(inst.statement.iterators, inst.args, strict=True) if v in used]
 

@@ -36,7 +36,7 @@ from polydl.schedules.apply import (
 )
 from polydl.schedules.rank import rank
 from polydl.schedules.schedule import Schedule
-from polydl.schedules.strides import element_stride
+from polydl.schedules.strides import element_stride, streams
 from polydl.target.cpu import CpuTarget
 
 _GROUP_MODELS: weakref.WeakKeyDictionary[PolyModel, dict[int, PolyModel]] = (
@@ -130,15 +130,8 @@ def _streams_rows(model: PolyModel) -> bool:
     """Whether each statement inside an inner loop moves every access of it by at most one
     element per step of its innermost loop (a unit stride, or none: a value that stays in a
     register). Statements of the outermost loop alone run once per iteration of it."""
-    for s in model.statements:
-        if len(s.loops) < 2:
-            continue
-        var = s.loops[-1].var
-        for access in s.accesses:
-            stride = element_stride(model, access.access, var)
-            if stride is None or abs(stride) > 1:
-                return False
-    return True
+    return all(streams(model, a.access, s.loops[-1].var)
+               for s in model.statements if len(s.loops) >= 2 for a in s.accesses)
 
 
 def _wavefront_only(schedule: AffineSchedule) -> bool:
@@ -165,8 +158,7 @@ def _inner_loops_sum(model: PolyModel) -> bool:
         var = s.loops[-1].var
         if element_stride(model, s.statement.target, var) != 0:
             return False
-        if any(stride is None or abs(stride) > 1
-               for a in s.accesses if (stride := element_stride(model, a.access, var)) != 0):
+        if not all(streams(model, a.access, var) for a in s.accesses):
             return False
     return True
 

@@ -27,8 +27,8 @@ from polydl.schedules.apply import (
 )
 from polydl.schedules.microkernel import candidate_bindings, multiply_accumulate
 from polydl.schedules.register_blocking import PANEL_ROWS, panel_vectors, rows_step_cycles, unit_for
-from polydl.schedules.schedule import MicrokernelBinding, Schedule, tile_loop
-from polydl.schedules.strides import element_stride
+from polydl.schedules.schedule import MicrokernelBinding, Schedule, loop_var, tile_loop
+from polydl.schedules.strides import element_stride, streams
 from polydl.target.cpu import CpuTarget
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
@@ -255,12 +255,8 @@ def _outer_orders(outer: list[str]) -> list[list[str]]:
 def streams_along(model: PolyModel, var: str) -> bool:
     """Whether every access of the main nest moves by at most one element per step of `var`
     (a unit stride, or none): an innermost loop the compiler vectorises."""
-    for s in group_statements(model)[main_group(model)]:
-        for a in s.accesses:
-            stride = element_stride(model, a.access, var)
-            if stride is None or abs(stride) > 1:
-                return False
-    return True
+    return all(streams(model, a.access, var)
+               for s in group_statements(model)[main_group(model)] for a in s.accesses)
 
 
 def loop_candidates(model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...]) -> list[Schedule]:
@@ -339,12 +335,8 @@ def _with_parallel(
     return final, plan  # the parallel loops do not change the time map the reuse model reads
 
 
-def _point_var(loop: str) -> str:
-    return loop[:-2] if loop.endswith(".t") else loop
-
-
 def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:
-    var = loop[:-2] if loop.endswith(".t") else loop
+    var = loop_var(loop)
     extent = _extent(model, var)
     tile = schedule.tile_sizes.get(var)
     if loop.endswith(".t"):
@@ -534,7 +526,7 @@ def evaluate(
     # 2 FMA pipes x lanes x 2 flops, lanes of the main statement's accumulation
     if final.microkernel is not None:
         lanes = _lanes(model, machine, final.microkernel)
-    elif loops and not streams_along(model, _point_var(loops[-1])):
+    elif loops and not streams_along(model, loop_var(loops[-1])):
         lanes = 1  # an innermost loop with a strided access runs scalar
     else:
         lanes = machine.vector_lanes(_nest_dtype(model, plan))

@@ -72,6 +72,13 @@ def element_stride(model: PolyModel, access: Access, var: str) -> int | None:
     return total
 
 
+def streams(model: PolyModel, access: Access, var: str) -> bool:
+    """Whether `access` moves by at most one element per step of `var` (a unit stride, or
+    none: a value that stays in a register), as in a loop the compiler vectorises."""
+    stride = element_stride(model, access, var)
+    return stride is not None and abs(stride) <= 1
+
+
 
 @dataclass(frozen=True)
 class LoopRange:
