@@ -32,6 +32,7 @@ from polydl.errors import (
     SpecError,
     TargetError,
     ToolchainWarning,
+    UnsupportedOperator,
 )
 from polydl.runtime.kernel import Kernel
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
@@ -51,6 +52,7 @@ __all__ = [
     "SpecError",
     "TargetError",
     "ToolchainWarning",
+    "UnsupportedOperator",
     "CpuTarget",
     "GpuTarget",
     "Target",
@@ -67,5 +69,8 @@ __all__ = [
     "linear_backward_weights",
     "lstm_cell",
     "matmul",
+    "onnx",
     "pool2d",
 ]
+
+from polydl import onnx  # noqa: E402 - the network frontend builds on everything above

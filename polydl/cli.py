@@ -72,7 +72,70 @@ def _lower(args: argparse.Namespace, kind: str = "c"):
     return lower(nest, params, target, getattr(args, "schedule", "auto"))
 
 
+def _is_network(args: argparse.Namespace) -> bool:
+    return str(args.spec).lower().endswith(".onnx")
+
+
+def _network_options(args: argparse.Namespace) -> dict[str, object]:
+    if args.param or args.define or args.include_dir or args.function:
+        raise PolyDLError("-p, -D, -I and --function apply to loop-nest specs, not to an ONNX "
+                          "network (its shapes are in the model; --batch fixes a symbolic batch)")
+    return {"machine": args.machine, "batch": args.batch, "name": args.name}
+
+
+def cmd_compile_network(args: argparse.Namespace) -> int:
+    import polydl.onnx
+
+    options = _network_options(args)
+    if args.target != "c":
+        raise PolyDLError(f"ONNX networks compile for the target 'c', not '{args.target}'")
+    if args.output is None:
+        print(polydl.onnx.compile(Path(args.spec), **options).explain())  # type: ignore[arg-type]
+        return 0
+    paths = polydl.onnx.write_library(Path(args.spec), Path(args.output),
+                                      embed_weights=args.embed_weights, **options)  # type: ignore[arg-type]
+    for kind, path in paths.items():
+        print(f"{kind:8s} {path}")
+    return 0
+
+
+def cmd_run_network(args: argparse.Namespace) -> int:
+    import polydl.onnx
+
+    network = polydl.onnx.compile(Path(args.spec), **_network_options(args))  # type: ignore[arg-type]
+    rng = np.random.default_rng(args.seed)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for _, shape in network.inputs]
+    outputs = network(*inputs)
+    samples = []
+    for _ in range(max(args.repeat, 1)):
+        t0 = time.perf_counter()
+        network(*inputs)
+        samples.append(time.perf_counter() - t0)
+    print(f"network  {network.function}: {', '.join(f'{n}{list(s)}' for n, s in network.inputs)}"
+          f" -> {', '.join(f'{n}{list(s)}' for n, s in network.outputs)}")
+    print(f"time     {float(np.median(samples)) * 1e3:.3f} ms (median of {len(samples)})")
+    try:
+        import onnxruntime
+    except ImportError:
+        print("verify   skipped: onnxruntime is not installed (pip install onnxruntime)")
+        return 0
+    session = onnxruntime.InferenceSession(Path(args.spec).read_bytes(),
+                                           providers=["CPUExecutionProvider"])
+    expected = session.run(None, {n: x for (n, _), x in zip(network.inputs, inputs, strict=True)})
+    results = outputs if isinstance(outputs, tuple) else (outputs,)
+    worst = max(float(np.max(np.abs(r - e)) / max(float(np.max(np.abs(e))), 1e-30))
+                for r, e in zip(results, expected, strict=True))
+    ok = worst <= 1e-4
+    print(f"verify   {'ok' if ok else 'FAILED'} (max error {worst:.2e} relative to the largest "
+          "output, vs onnxruntime)")
+    if not ok:
+        raise PolyDLError(f"result differs from onnxruntime (max relative error {worst:.2e})")
+    return 0
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
+    if _is_network(args):
+        return cmd_compile_network(args)
     compilation = _lower(args, args.target)
     if args.output is None:
         sys.stdout.write(compilation.code.source)
@@ -86,6 +149,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if _is_network(args):
+        return cmd_run_network(args)
     from polydl.driver.pipeline import build_kernel
     from polydl.driver.verification import verification_sizes
     from polydl.runtime.inputs import random_inputs
@@ -204,7 +269,8 @@ def parser() -> argparse.ArgumentParser:
 
     def spec_command(name: str, help: str) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help)
-        c.add_argument("spec", help="a .c loop nest or a .toml primitive spec")
+        c.add_argument("spec", help="a .c loop nest, a .toml primitive spec or (compile, run) "
+                       "an .onnx network")
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
         c.add_argument("--function", default=None, metavar="NAME",
                        help="the function of a C file that defines several")
@@ -217,13 +283,23 @@ def parser() -> argparse.ArgumentParser:
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")
         return c
 
+    def network_options(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--batch", type=int, default=None, help="ONNX: fix a symbolic batch size")
+        c.add_argument("--name", default=None,
+                       help="ONNX: the C name of the network's function (default: the graph's)")
+
     c = spec_command("compile", "generate source, header and (for C) a shared library")
     c.add_argument("--target", default="c", choices=["c", "hip", "cuda"])
     c.add_argument("-o", "--output", metavar="DIR", help="write files here (default: source to stdout)")
+    c.add_argument("--embed-weights", action="store_true",
+                   help="ONNX: put the weights inside the library instead of NAME.weights beside it")
+    network_options(c)
     c.set_defaults(func=cmd_compile)
-    c = spec_command("run", "run on random inputs, verify against numpy, print GFLOP/s")
+    c = spec_command("run", "run on random inputs, verify against numpy (an ONNX network: "
+                     "onnxruntime), print the speed")
     c.add_argument("--repeat", type=int, default=10)
     c.add_argument("--seed", type=int, default=0)
+    network_options(c)
     c.set_defaults(func=cmd_run)
     c = spec_command("explain", "domains, accesses, dependences, working sets, ranking")
     c.add_argument("--top", type=int, default=5, help="ranked candidates to show")

@@ -193,3 +193,18 @@ class TargetError(PolyDLError):
         self.message = message
         self.source = source  # the preset name or file the description came from
         super().__init__(f"{source}: {message}" if source else message)
+
+
+class UnsupportedOperator(PolyDLError):
+    """A network node polydl cannot compile: an operator it does not know, or an attribute
+    value it does not handle. Names the node, its operator and what is supported."""
+
+    def __init__(self, node: str, op: str, reason: str = "", supported: tuple[str, ...] = ()) -> None:
+        self.node = node
+        self.op = op
+        self.reason = reason
+        self.supported = supported
+        text = f"node '{node}' ({op}): " + (reason or f"polydl does not support the operator {op}")
+        if supported:
+            text += f"; supported operators: {', '.join(supported)}"
+        super().__init__(text)

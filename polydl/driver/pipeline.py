@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from polydl.codegen.artifact import code_from_dict, code_to_dict
+from polydl.codegen.artifact import GeneratedCode, code_from_dict, code_to_dict
 from polydl.driver import c_backend, gpu_backend
 from polydl.driver.backend import Backend, Plan
 from polydl.driver.compilation import Compilation
@@ -90,28 +90,53 @@ def lowering_key(
     )
 
 
-def build_kernel(
+def stored_lowering(
     nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
-) -> CompiledKernel:
-    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
-    backend = backend_for(target)
+) -> tuple[GeneratedCode, Any, int] | None:
+    """(code, schedule, flops) of the stored lowering of a nest, if the cache holds one."""
     key = lowering_key(nest, params, target, schedule)
     record = read_lowering(key) if key else None
-    if record is not None:
-        try:
-            code = code_from_dict(record["code"])
-            stored = backend.schedule_from_dict(record["schedule"])
-            flops = int(record["flops"])
-        except (KeyError, TypeError, ValueError):
-            pass  # an entry from an older layout: lower again and overwrite it
-        else:
-            return backend.load(code, nest, params, stored, flops,
-                                LazyReference(nest, params), target)
+    if record is None:
+        return None
+    try:
+        return (code_from_dict(record["code"]),
+                backend_for(target).schedule_from_dict(record["schedule"]), int(record["flops"]))
+    except (KeyError, TypeError, ValueError):
+        return None  # an entry from an older layout: lower again and overwrite it
+
+
+def lower_and_store(
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
+) -> Compilation:
+    """`lower`, then store the lowering where the schedule allows."""
     compilation = lower(nest, params, target, schedule)
+    key = lowering_key(nest, params, target, schedule)
     if key:
         write_lowering(key, {
             "code": code_to_dict(compilation.code),
             "schedule": compilation.schedule.to_dict(),
             "flops": compilation.flops,
         })
-    return kernel_from(compilation)
+    return compilation
+
+
+def generated_code(
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
+) -> GeneratedCode:
+    """The generated code of a nest, from the stored lowering or lowered now (and stored)."""
+    stored = stored_lowering(nest, params, target, schedule)
+    if stored is not None:
+        return stored[0]
+    return lower_and_store(nest, params, target, schedule).code
+
+
+def build_kernel(
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
+) -> CompiledKernel:
+    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
+    stored = stored_lowering(nest, params, target, schedule)
+    if stored is not None:
+        code, chosen, flops = stored
+        return backend_for(target).load(code, nest, params, chosen, flops,
+                                        LazyReference(nest, params), target)
+    return kernel_from(lower_and_store(nest, params, target, schedule))

@@ -1,0 +1,88 @@
+"""The C of a whole network: one function that calls the layers' kernels in order.
+
+Takes a `NetworkPlan` whose kernel steps name their generated functions, and the generated
+code of each function; returns the source and header of the network's translation unit. The
+layers' kernels stay separate translation units (each has its own static helpers); the network
+function only declares and calls them, over pointers into the caller's inputs and outputs, the
+weights blob and the activation arena.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.templating import render
+from polydl.network import CopyStep, KernelStep, NetworkPlan
+from polydl.version import __version__
+
+
+@dataclass(frozen=True)
+class NetworkSource:
+    function: str
+    source: str
+    header: str
+
+
+def _pointer(plan: NetworkPlan, name: str, writable: bool) -> str:
+    buffer = plan.buffers[name]
+    root = plan.root(name)
+    ctype = "float *" if writable else "const float *"
+    if root.kind == "input":
+        return f"in{root.index}" if not writable else f"(float *)in{root.index}"
+    if root.kind == "output":
+        return f"out{root.index}"
+    if root.kind == "constant":
+        return f"({ctype})(weights + {root.offset})"
+    del buffer
+    return f"({ctype})(arena + {root.offset})"
+
+
+def _prototype(code: GeneratedCode) -> str:
+    parameters = []
+    for arg in code.arguments:
+        const = "const " if arg.is_input else ""
+        parameters.append(f"{const}{arg.c_type} *restrict {arg.name}" if arg.shape
+                          else f"{arg.c_type} {arg.name}")
+    return f"int {code.function}({', '.join(parameters)})"
+
+
+def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target: str,
+                   embedded_weights: str = "") -> NetworkSource:
+    """`embedded_weights`: the path of the weights file to assemble into the library (else the
+    library reads NAME.weights beside itself, or takes `NAME_set_weights`)."""
+    steps = []
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            code = codes[step.function]
+            args = []
+            for arg in code.arguments:
+                buffer = step.arguments[arg.spelling]
+                args.append(_pointer(plan, buffer, not arg.is_input))
+            zero = [{"pointer": _pointer(plan, name, True), "nbytes": plan.buffers[name].nbytes}
+                    for name in step.zero]
+            steps.append({"label": step.label.replace("*/", "* /"), "zero": zero,
+                          "call": f"{code.function}({', '.join(args)})"})
+        else:
+            assert isinstance(step, CopyStep)
+            steps.append({"label": step.label.replace("*/", "* /"), "zero": [], "call": "",
+                          "source": _pointer(plan, step.source, False),
+                          "destination": _pointer(plan, step.destination, True),
+                          "nbytes": plan.buffers[step.destination].nbytes})
+    parameters = [f"const float *in{plan.buffers[n].index}" for n in plan.inputs]
+    parameters += [f"float *out{plan.buffers[n].index}" for n in plan.outputs]
+    doc = [f"in{plan.buffers[n].index}: float32{list(plan.buffers[n].shape)}" for n in plan.inputs]
+    doc += [f"out{plan.buffers[n].index}: float32{list(plan.buffers[n].shape)}" for n in plan.outputs]
+    used = sorted({s.function for s in plan.steps if isinstance(s, KernelStep)})
+    values = {
+        "name": plan.name, "version": __version__, "target": target, "steps": steps,
+        "functions": used, "prototypes": [_prototype(codes[f]) for f in used],
+        "arena_bytes": plan.arena_bytes, "arena_alloc": max(64, -(-plan.arena_bytes // 64) * 64),
+        "weights_bytes": plan.weights_bytes,
+        "weights_alloc": max(64, -(-plan.weights_bytes // 64) * 64),
+        "embedded": bool(embedded_weights), "weights_file": embedded_weights,
+        "parameters": parameters, "signature_doc": doc,
+    }
+    return NetworkSource(plan.name, render("c/network.c.j2", **values),
+                         render("c/network.h.j2", **values))

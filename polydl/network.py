@@ -1,0 +1,136 @@
+"""What a compiled network does, as data: its buffers and the steps that fill them.
+
+A `NetworkPlan` is what the lowering of an ONNX graph produces and what code generation reads:
+every tensor is a `Buffer` (a graph input or output, a constant in the weights blob, or an
+activation in the arena), and every step is a kernel call over buffers or a copy. The arena
+offsets come from the buffers' live ranges (`assign_offsets`): a buffer's memory is reused once
+its last reader has run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from polydl.ir import LoopNest
+
+ALIGNMENT = 64  # bytes: a cache line and an AVX-512 vector
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A float32 tensor in memory. `kind`: "input" | "output" (the caller's arrays, by
+    position `index`), "constant" (in the weights blob at `offset`), "activation" (in the
+    arena at `offset`). `alias` names the buffer whose memory this one is (a reshape)."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+    index: int = 0
+    offset: int = 0
+    alias: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """A call of a polydl kernel: `arguments` maps each kernel argument (by the spec's name)
+    to a buffer; `zero` names the outputs cleared before the call (kernels that accumulate)."""
+
+    label: str
+    nest: LoopNest
+    arguments: Mapping[str, str]
+    zero: tuple[str, ...] = ()
+    params: Mapping[str, int] = field(default_factory=dict)  # the nest's size parameters
+    function: str = ""  # the generated function, once compiled
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    """`destination = source`, byte for byte (a graph output taken from an activation)."""
+
+    label: str
+    source: str
+    destination: str
+
+
+Step = KernelStep | CopyStep
+
+
+@dataclass
+class NetworkPlan:
+    name: str
+    buffers: dict[str, Buffer]
+    steps: list[Step]
+    inputs: list[str]  # buffer names, in the graph's input order
+    outputs: list[str]
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # constant buffer -> data
+    notes: list[str] = field(default_factory=list)  # what the graph optimisation did
+    arena_bytes: int = 0
+    weights_bytes: int = 0
+
+    def root(self, name: str) -> Buffer:
+        buffer = self.buffers[name]
+        while buffer.alias:
+            buffer = self.buffers[buffer.alias]
+        return buffer
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
+def _reads_writes(step: Step) -> tuple[str, ...]:
+    if isinstance(step, KernelStep):
+        return tuple(step.arguments.values())
+    return (step.source, step.destination)
+
+
+def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
+    """Arena offsets for the activations (first fit by live range, largest first) and blob
+    offsets for the constants; returns the plan with both filled in."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, step in enumerate(plan.steps):
+        for name in _reads_writes(step):
+            root = plan.root(name).name
+            first.setdefault(root, index)
+            last[root] = index
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
+    buffers = dict(plan.buffers)
+    activations = [b for b in plan.buffers.values() if b.kind == "activation" and not b.alias
+                   and b.name in first]
+    for buffer in sorted(activations, key=lambda b: (-b.nbytes, first[b.name])):
+        lo, hi, size = first[buffer.name], last[buffer.name], _aligned(buffer.nbytes)
+        overlapping = sorted((o, e) for o, e, f, la in placed if not (la < lo or f > hi))
+        offset = 0
+        for o, e in overlapping:
+            if offset + size <= o:
+                break
+            offset = max(offset, e)
+        placed.append((offset, offset + size, lo, hi))
+        buffers[buffer.name] = replace(buffer, offset=offset)
+    plan.arena_bytes = max((e for _, e, _, _ in placed), default=0)
+    offset = 0
+    for name in sorted(plan.weights):
+        buffers[name] = replace(buffers[name], offset=offset)
+        offset += _aligned(buffers[name].nbytes)
+    plan.weights_bytes = offset
+    plan.buffers = buffers
+    return plan
+
+
+def weights_blob(plan: NetworkPlan) -> bytes:
+    """The constants, each at its offset, as one little-endian float32 blob."""
+    blob = bytearray(plan.weights_bytes)
+    for name, data in plan.weights.items():
+        start = plan.buffers[name].offset
+        raw = np.ascontiguousarray(data, dtype="<f4").tobytes()
+        blob[start : start + len(raw)] = raw
+    return bytes(blob)

@@ -1,0 +1,197 @@
+"""ONNX networks compiled by polydl: `polydl.onnx.compile(model)` returns a callable network.
+
+    net = polydl.onnx.compile("resnet18.onnx", batch=1)
+    logits = net(x)                      # numpy float32, inputs in the graph's order
+    net.run({"input": x})                # {output name: array}
+    print(net.explain())                 # what each step is: fused, folded, layouts
+
+Every node runs as a polydl kernel (a builder's convolution, or a C loop nest written from the
+node's static shapes) or, for pure data movement, an explicit copy; the network is one shared
+library (`runtime.network`), cached by the model's content, so a second compile of the same
+model is a cache lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from polydl.api import MachineArg, TargetArg, target_of
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.network import network_source
+from polydl.driver.pipeline import generated_code
+from polydl.errors import ShapeError, TargetError, UnsupportedOperator
+from polydl.ir import LoopNest, fingerprint
+from polydl.network import KernelStep, NetworkPlan, assign_offsets, weights_blob
+from polydl.onnx.constants import fold_constants
+from polydl.onnx.graph import load_model, read_graph
+from polydl.onnx.lowering import SUPPORTED, Lowering
+from polydl.runtime.cache import (
+    compiler_revision,
+    content_key,
+    entry_dir,
+    entry_is_complete,
+    entry_lock,
+    write_atomic,
+    write_manifest,
+)
+from polydl.runtime.network import Network, cached_network_library, link_network
+from polydl.target import Target
+from polydl.version import __version__
+
+__all__ = ["SUPPORTED", "Network", "UnsupportedOperator", "compile", "write_library"]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _c_name(name: str | None, fallback: str) -> str:
+    """A C identifier for the network's function: `name` checked, else one from the graph's name."""
+    if name is not None:
+        if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) \
+                or len(name) > 64:
+            raise ShapeError("name", "must be a C identifier of at most 64 characters",
+                             expected="[A-Za-z_][A-Za-z0-9_]*", given=name)
+        return name
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", fallback)[:48] or "network"
+    return cleaned if _IDENTIFIER.fullmatch(cleaned) else f"net_{cleaned}"
+
+
+def _kernel_name(nest: LoopNest, params: dict[str, int]) -> str:
+    """A name for a layer's kernel function that is the same for the same loop nest."""
+    text = fingerprint(replace(nest, name="k")) + json.dumps(params, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"pd_{nest.name}_{digest}"
+
+
+def _lower_one(nest: LoopNest, params: dict[str, int], target: Target) -> GeneratedCode:
+    return generated_code(nest, params, target)
+
+
+def _kernels(plan: NetworkPlan, target: Target, jobs: int) -> dict[str, GeneratedCode]:
+    """The generated code of every distinct kernel of the plan (names filled into its steps),
+    lowered in `jobs` processes."""
+    nests: dict[str, LoopNest] = {}
+    params: dict[str, dict[str, int]] = {}
+    for index, step in enumerate(plan.steps):
+        if isinstance(step, KernelStep):
+            function = _kernel_name(step.nest, dict(step.params))
+            nests.setdefault(function, replace(step.nest, name=function))
+            params.setdefault(function, dict(step.params))
+            plan.steps[index] = replace(step, function=function)
+    names = list(nests)
+    if jobs > 1 and len(names) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            codes = list(pool.map(_lower_one, [nests[n] for n in names],
+                                  [params[n] for n in names], [target] * len(names)))
+    else:
+        codes = [_lower_one(nests[n], params[n], target) for n in names]
+    return dict(zip(names, codes, strict=True))
+
+
+def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
+    lines = [f"network {plan.name}: {len(plan.steps)} steps, {len(codes)} distinct kernels, "
+             f"arena {plan.arena_bytes / 2**20:.1f} MiB, weights {plan.weights_bytes / 2**20:.1f} MiB"]
+    for index, step in enumerate(plan.steps):
+        if isinstance(step, KernelStep):
+            schedule = next((line.split("schedule:", 1)[1].strip()
+                             for line in codes[step.function].source.splitlines()[:4]
+                             if "schedule:" in line), "")
+            lines.append(f"{index:4d}  {step.label}\n      kernel {step.function}: {schedule}")
+        else:
+            lines.append(f"{index:4d}  {step.label} (copy)")
+    return "\n".join(lines)
+
+
+def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
+             jobs: int) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
+                                 list[tuple[str, tuple[int, ...]]]]:
+    graph = fold_constants(read_graph(model, batch))
+    plan = Lowering(graph, _c_name(name, graph.name)).lower()
+    codes = _kernels(plan, target, jobs)
+    assign_offsets(plan)
+    inputs = [(n, graph.shapes[n]) for n in graph.inputs]
+    outputs = [(n, plan.buffers[b].shape) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
+    return plan, codes, inputs, outputs
+
+
+def _target(target: TargetArg, machine: MachineArg) -> Target:
+    resolved = target_of(target, machine)
+    if resolved.kind != "c":
+        raise TargetError(f"ONNX networks compile for the CPU target 'c', not '{resolved.kind}'")
+    return resolved
+
+
+def compile(  # noqa: A001 - the public name the contract gives
+    model: Any, *, target: TargetArg = "c", machine: MachineArg = None, batch: int | None = None,
+    name: str | None = None, jobs: int | None = None,
+) -> Network:
+    """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
+    `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
+    `jobs` processes lower the layers' kernels (default: the CPU count)."""
+    resolved = _target(target, machine)
+    proto = load_model(model)
+    data = proto.SerializeToString()
+    key = content_key([__version__, compiler_revision(), hashlib.sha256(data).hexdigest(),
+                       repr(batch), repr(name), resolved.key(), "network"])
+    entry = entry_dir(key)
+    meta_path, weights_path = entry / "network.json", entry / "network.weights"
+    files = [meta_path, weights_path]
+    if not entry_is_complete(entry, files):
+        with entry_lock(entry):
+            if not entry_is_complete(entry, files):
+                plan, codes, inputs, outputs = _lowered(proto, batch, name, resolved,
+                                                        jobs or os.cpu_count() or 1)
+                source = network_source(plan, codes, resolved.describe())
+                library = cached_network_library(
+                    source, [codes[f] for f in sorted(codes)])
+                write_atomic(weights_path, weights_blob(plan))
+                write_atomic(meta_path, json.dumps({
+                    "function": plan.name, "library": str(library), "inputs": inputs,
+                    "outputs": outputs, "explain": _explain(plan, codes),
+                }).encode())
+                write_manifest(entry, files)
+    meta = json.loads(meta_path.read_text())
+    library = Path(meta["library"])
+    if not library.exists():  # the library's own entry was cleared: build the network again
+        for path in files:
+            path.unlink(missing_ok=True)
+        return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs)
+    return Network(library, meta["function"], [(n, tuple(s)) for n, s in meta["inputs"]],
+                   [(n, tuple(s)) for n, s in meta["outputs"]], weights_path.read_bytes(),
+                   meta["explain"])
+
+
+def write_library(model: Any, directory: str | os.PathLike[str], *, target: TargetArg = "c",
+                  machine: MachineArg = None, batch: int | None = None, name: str | None = None,
+                  embed_weights: bool = False, jobs: int | None = None) -> dict[str, Path]:
+    """Write the network as an ahead-of-time library into `directory`: NAME.c (and one source
+    per kernel), NAME.h, libNAME.so exporting `int NAME(const float *in0, ..., float *out0,
+    ...)`, and NAME.weights beside it unless `embed_weights`."""
+    resolved = _target(target, machine)
+    folder = Path(directory)
+    plan, codes, _, _ = _lowered(load_model(model), batch, name, resolved, jobs or os.cpu_count() or 1)
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = folder / f"{plan.name}.weights"
+    write_atomic(weights, weights_blob(plan))
+    embedded = ""
+    if embed_weights:
+        embedded = str(weights.resolve())
+        if any(ch in embedded for ch in '"\\\n'):
+            raise ShapeError("directory", "cannot embed weights from a path with quotes, "
+                             "backslashes or newlines", expected="a plain path", given=embedded)
+    source = network_source(plan, codes, resolved.describe(), embedded_weights=embedded)
+    library = link_network(source, [codes[f] for f in sorted(codes)], folder)
+    paths = {"source": folder / f"{plan.name}.c", "header": folder / f"{plan.name}.h",
+             "library": library}
+    if embed_weights:
+        weights.unlink()
+    else:
+        paths["weights"] = weights
+    return paths

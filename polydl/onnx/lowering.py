@@ -1,0 +1,932 @@
+"""An ONNX graph lowered to a `NetworkPlan`: every node a polydl kernel or a copy.
+
+The graph optimisation happens here, as the nodes are visited in order:
+- a Conv absorbs the BatchNormalization after it (folded into its weights and bias) and then,
+  each only where the value has no other reader, a residual Add, a Relu or a Clip: one kernel
+  with fused epilogues; a Gemm/MatMul absorbs its bias and activation likewise;
+- convolutions run in the blocked layout (channel blocks of 16 innermost) where the input has
+  16 channels or more, and element-wise operators, pooling and global pooling keep whatever
+  layout their inputs have, so consecutive layers stay blocked and conversions happen at the
+  edges only;
+- reshapes of a plain tensor are aliases, not copies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polydl import layouts
+from polydl.errors import ShapeError, UnsupportedOperator
+from polydl.frontends import builders
+from polydl.frontends.c_loopnest import read_c
+from polydl.ir import LoopNest
+from polydl.network import Buffer, CopyStep, KernelStep, NetworkPlan
+from polydl.onnx import ctext
+from polydl.onnx.graph import Graph, Node
+
+BLOCK = layouts.BLOCK
+PLAIN, BLOCKED = "plain", "nchw16c"
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor of the network as lowered: its ONNX shape, its layout, and its buffer."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    layout: str = PLAIN
+
+    @property
+    def physical(self) -> tuple[int, ...]:
+        if self.layout == BLOCKED:
+            n, c, h, w = self.shape
+            return (n, layouts.blocks(c), h, w, BLOCK)
+        return self.shape
+
+
+def _parse(text: ctext.Text) -> LoopNest:
+    from dataclasses import replace
+
+    nest = read_c(text.source, f"<{text.name}>").nest
+    arrays = tuple(replace(a, local=True) if a.name in text.local else a for a in nest.arrays)
+    return replace(nest, arrays=arrays)
+
+
+def _ints(value: object, count: int, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * count
+    return tuple(int(v) for v in value)  # type: ignore[union-attr]
+
+
+def _activation_text(node: Node, constants: dict[str, np.ndarray]) -> str | None:
+    """The epilogue expression of a unary activation node ("{0}" is the value), or None."""
+    op = node.op
+    if op == "Relu":
+        return "{0} > 0.0f ? {0} : 0.0f"
+    if op == "Clip":
+        lo, hi = _clip_bounds(node, constants)
+        text = "{0}"
+        if lo is not None:
+            text = f"({text} > {ctext.literal(lo)} ? {text} : {ctext.literal(lo)})"
+        if hi is not None:
+            text = f"({text} < {ctext.literal(hi)} ? {text} : {ctext.literal(hi)})"
+        return text
+    if op == "LeakyRelu":
+        alpha = ctext.literal(float(node.attr("alpha", 0.01)))
+        return f"{{0}} > 0.0f ? {{0}} : {alpha} * {{0}}"
+    if op == "Sigmoid":
+        return "1.0f / (1.0f + expf(-{0}))"
+    if op == "HardSigmoid":
+        alpha, beta = ctext.literal(float(node.attr("alpha", 0.2))), ctext.literal(float(node.attr("beta", 0.5)))
+        inner = f"({alpha} * {{0}} + {beta})"
+        return f"({inner} > 1.0f ? 1.0f : ({inner} < 0.0f ? 0.0f : {inner}))"
+    if op == "HardSwish":
+        inner = "({0} * 0.16666667f + 0.5f)"
+        return f"{{0}} * ({inner} > 1.0f ? 1.0f : ({inner} < 0.0f ? 0.0f : {inner}))"
+    if op in ("Identity", "Dropout"):
+        return "{0}"
+    return None
+
+
+def _clip_bounds(node: Node, constants: dict[str, np.ndarray]) -> tuple[float | None, float | None]:
+    if len(node.inputs) > 1 or "min" not in node.attrs:
+        bounds = []
+        for position in (1, 2):
+            name = node.inputs[position] if len(node.inputs) > position else ""
+            if not name:
+                bounds.append(None)
+            elif name in constants:
+                bounds.append(float(np.asarray(constants[name]).reshape(-1)[0]))
+            else:
+                raise UnsupportedOperator(node.name, node.op, "Clip bounds must be constants")
+        return bounds[0], bounds[1]
+    return node.attr("min"), node.attr("max")
+
+
+BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
+UNARY = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish")
+
+
+class Lowering:
+    """The state of one graph's lowering: the values met so far and the plan being built."""
+
+    def __init__(self, graph: Graph, name: str) -> None:
+        self.graph = graph
+        self.plan = NetworkPlan(name=name, buffers={}, steps=[], inputs=[], outputs=[])
+        self.values: dict[str, Value] = {}
+        self.converted: dict[tuple[str, str], Value] = {}
+        self.skip: set[str] = set()
+        self.counter = 0
+        for index, name_ in enumerate(graph.inputs):
+            shape = graph.shapes[name_]
+            buffer = self._buffer(f"in{index}", shape, "input", index=index)
+            self.plan.inputs.append(buffer)
+            self.values[name_] = Value(buffer, shape)
+
+    # ------------------------------------------------------------------ buffers and steps
+    def _buffer(self, hint: str, shape: Sequence[int], kind: str, index: int = 0, alias: str = "") -> str:
+        self.counter += 1
+        name = f"{hint}_{self.counter}" if kind in ("activation", "constant") else hint
+        self.plan.buffers[name] = Buffer(name, tuple(int(s) for s in shape), kind, index, alias=alias)
+        return name
+
+    def constant(self, data: np.ndarray, hint: str = "w") -> str:
+        data = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
+        name = self._buffer(hint, data.shape or (1,), "constant")
+        self.plan.weights[name] = data.reshape(data.shape or (1,))
+        return name
+
+    def activation(self, shape: Sequence[int], layout: str = PLAIN) -> Value:
+        value = Value("", tuple(shape), layout)
+        return Value(self._buffer("t", value.physical, "activation"), value.shape, layout)
+
+    def kernel(self, label: str, text: ctext.Text | tuple[LoopNest, dict[str, int]],
+               arguments: dict[str, str], zero: Sequence[str] = ()) -> None:
+        nest, params = (_parse(text), {}) if isinstance(text, ctext.Text) else text
+        self.plan.steps.append(KernelStep(label, nest, arguments, tuple(zero), dict(params)))
+
+    def const_of(self, name: str) -> np.ndarray | None:
+        return self.graph.constants.get(name)
+
+    # ------------------------------------------------------------------ layouts
+    def as_layout(self, value: Value, layout: str) -> Value:
+        if value.layout == layout:
+            return value
+        key = (value.buffer, layout)
+        if key not in self.converted:
+            out = self.activation(value.shape, layout)
+            if layout == BLOCKED:
+                text = ctext.to_blocked("to_blocked", value.shape)
+            else:
+                text = ctext.from_blocked("from_blocked", value.shape)
+            self.kernel(f"layout {value.layout} -> {layout}", text,
+                        {"y": out.buffer, "x": value.buffer})
+            self.converted[key] = out
+        return self.converted[key]
+
+    def input(self, node: Node, position: int) -> Value:
+        name = node.inputs[position]
+        if name in self.values:
+            return self.values[name]
+        if name in self.graph.constants:  # a constant used as a runtime operand
+            data = self.graph.constants[name].astype(np.float32)
+            value = Value(self.constant(data, "c"), tuple(data.shape))
+            self.values[name] = value
+            return value
+        raise ShapeError(name, f"{node.describe()} reads '{name}', which no node computes",
+                         expected="a value of the graph", given=name)
+
+    def plain(self, node: Node, position: int) -> Value:
+        return self.as_layout(self.input(node, position), PLAIN)
+
+    def single_reader(self, value: str) -> Node | None:
+        """The only node that reads `value`, if it has exactly one and is not a graph output."""
+        if value in self.graph.outputs:
+            return None
+        readers = self.graph.consumers(value)
+        return readers[0] if len(readers) == 1 else None
+
+    # ------------------------------------------------------------------ the graph
+    def lower(self) -> NetworkPlan:
+        for node in self.graph.nodes:
+            if node.name in self.skip:
+                continue
+            handler = HANDLERS.get(node.op)
+            if handler is None:
+                raise UnsupportedOperator(node.name, node.op, supported=SUPPORTED)
+            handler(self, node)
+        for index, name in enumerate(self.graph.outputs):
+            if name in self.graph.constants and name not in self.values:
+                self.values[name] = Value(self.constant(self.graph.constants[name], "c"),
+                                          tuple(self.graph.constants[name].shape))
+            value = self.as_layout(self.values[name], PLAIN)
+            out = self._buffer(f"out{index}", value.shape, "output", index=index)
+            self.plan.outputs.append(out)
+            self.plan.steps.append(CopyStep(f"output {name}", value.buffer, out))
+        return self.plan
+
+    def bind(self, node: Node, value: Value, position: int = 0) -> None:
+        self.values[node.outputs[position]] = value
+
+
+# ----------------------------------------------------------------------------- convolution
+
+
+def _conv_geometry(node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> dict[str, object]:
+    """Strides, dilations and pads (top, left, bottom, right) of a Conv, auto_pad resolved."""
+    if len(x_shape) != 4:
+        raise UnsupportedOperator(node.name, node.op, f"only 2-D convolutions are supported; the "
+                                  f"input has rank {len(x_shape)}")
+    R, S = w_shape[2], w_shape[3]
+    stride = _ints(node.attr("strides"), 2, 1)
+    dilation = _ints(node.attr("dilations"), 2, 1)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for size, window, st, d in zip(x_shape[2:], (R, S), stride, dilation, strict=True):
+            out = -(-size // st)
+            total = max(0, (out - 1) * st + (window - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            pads.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+        top_left_bottom_right = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+    elif auto_pad == "VALID":
+        top_left_bottom_right = (0, 0, 0, 0)
+    else:
+        top_left_bottom_right = _ints(node.attr("pads"), 4, 0)
+    return {"stride": stride, "dilation": dilation, "pads": top_left_bottom_right}
+
+
+def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
+    """The nodes a Conv/Gemm absorbs after it, and the epilogue of each ("bn", "residual",
+    an activation): a BatchNormalization first, then at most one residual Add and one
+    activation, each only where the value before it has no other reader."""
+    chain: list[Node] = []
+    kinds: list[str] = []
+    current = node.outputs[0]
+    while True:
+        reader = low.single_reader(current)
+        if reader is None:
+            break
+        if (reader.op == "BatchNormalization" and not kinds and node.op == "Conv"
+                and all(i in low.graph.constants for i in reader.inputs[1:5])):
+            kind = "bn"
+        elif (reader.op == "Add" and "residual" not in kinds and not any(k.startswith("act") for k in kinds)
+              and node.op == "Conv"):
+            other = reader.inputs[1] if reader.inputs[0] == current else reader.inputs[0]
+            if other in low.graph.constants or low.graph.shapes.get(other) != low.graph.shapes.get(current):
+                break
+            kind = "residual"
+        elif reader.op in ("Relu", "Clip") and not any(k.startswith("act") for k in kinds):
+            if reader.op == "Clip":
+                try:
+                    lo, hi = _clip_bounds(reader, low.graph.constants)
+                except UnsupportedOperator:
+                    break
+                if lo is None or hi is None:
+                    break
+            kind = "act"
+        else:
+            break
+        chain.append(reader)
+        kinds.append(kind)
+        current = reader.outputs[0]
+    return chain, kinds
+
+
+def _bn_scale_shift(low: Lowering, bn: Node) -> tuple[np.ndarray, np.ndarray]:
+    gamma, beta, mean, var = (low.graph.constants[i].astype(np.float64) for i in bn.inputs[1:5])
+    scale = gamma / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+    return scale, beta - mean * scale
+
+
+def _conv(low: Lowering, node: Node) -> None:
+    x = low.input(node, 0)
+    weights = low.const_of(node.inputs[1])
+    if weights is None:
+        raise UnsupportedOperator(node.name, node.op, "the weights must be a constant (an "
+                                  "initializer): polydl specialises the kernel to them")
+    weights = weights.astype(np.float64)
+    N, C, H, W = x.shape
+    K, Cg, R, S = weights.shape
+    groups = int(node.attr("group", 1))
+    if Cg * groups != C or K % groups:
+        raise UnsupportedOperator(node.name, node.op, f"weights {weights.shape} do not fit "
+                                  f"{C} input channels in {groups} groups")
+    geometry = _conv_geometry(node, x.shape, weights.shape)
+    (sh, sw), (dh, dw) = geometry["stride"], geometry["dilation"]  # type: ignore[misc]
+    if sh != sw or dh != dw:
+        raise UnsupportedOperator(node.name, node.op, f"strides {(sh, sw)} and dilations "
+                                  f"{(dh, dw)} must be the same along both axes")
+    bias = (low.const_of(node.inputs[2]).astype(np.float64) if len(node.inputs) > 2 and node.inputs[2]
+            else np.zeros(K))
+    if len(node.inputs) > 2 and node.inputs[2] and node.inputs[2] not in low.graph.constants:
+        raise UnsupportedOperator(node.name, node.op, "the bias must be a constant")
+    chain, kinds = _conv_chain(low, node)
+    label = [node.describe()]
+    fuse: list[str] = []
+    residual: Value | None = None
+    current = node.outputs[0]
+    for reader, kind in zip(chain, kinds, strict=True):
+        if kind == "bn":
+            scale, shift = _bn_scale_shift(low, reader)
+            weights = weights * scale[:, None, None, None]
+            bias = bias * scale + shift
+            label.append(f"{reader.describe()} folded")
+        elif kind == "residual":
+            other = reader.inputs[1] if reader.inputs[0] == current else reader.inputs[0]
+            residual = low.values[other] if other in low.values else None
+            if residual is None:
+                break
+            fuse.append("residual")
+            label.append(f"{reader.describe()} fused (residual)")
+        else:
+            if reader.op == "Relu":
+                fuse.append("relu")
+            else:
+                lo, hi = _clip_bounds(reader, low.graph.constants)
+                fuse.append(f"clip({lo},{hi})")
+            label.append(f"{reader.describe()} fused")
+        low.skip.add(reader.name)
+        current = reader.outputs[0]
+    if groups == 1 and C < BLOCK and K >= BLOCK and residual is None and x.layout == PLAIN:
+        _stem(low, node, x, weights, bias, geometry, fuse, current, ", ".join(label))
+        return
+    blocked = C >= BLOCK and _blockable(C, K, groups)
+    layout = BLOCKED if blocked else PLAIN
+    x = low.as_layout(x, layout)
+    P = (H + geometry["pads"][0] + geometry["pads"][2] - dh * (R - 1) - 1) // sh + 1  # type: ignore[index]
+    Q = (W + geometry["pads"][1] + geometry["pads"][3] - dw * (S - 1) - 1) // sw + 1  # type: ignore[index]
+    out = low.activation((N, K, P, Q), layout)
+    has_bias = bool(np.any(bias != 0)) or (len(node.inputs) > 2 and bool(node.inputs[2]))
+    fuse = (["bias"] if has_bias else []) + fuse
+    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
+    built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
+                            layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
+                            dilation=dh)
+    w32 = weights.astype(np.float32)
+    arguments = {"y": out.buffer, "x": x.buffer}
+    if blocked:
+        arguments["w"] = low.constant(layouts.to_conv_weights(w32, groups), "w")
+        if has_bias:
+            padded = np.zeros(layouts.blocks(K) * BLOCK, np.float32)
+            padded[:K] = bias
+            arguments["b"] = low.constant(padded, "b")
+    else:
+        arguments["w"] = low.constant(w32, "w")
+        if has_bias:
+            arguments["b"] = low.constant(bias.astype(np.float32), "b")
+    if residual is not None:
+        arguments["res"] = low.as_layout(residual, layout).buffer
+    low.kernel(", ".join(label) + f" [{layout}]", built, arguments, zero=(out.buffer,))
+    low.values[current] = out
+
+
+def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.ndarray,
+          geometry: dict[str, object], fuse: list[str], current: str, label: str) -> None:
+    """A convolution of few input channels into the blocked layout, as a GEMM over gathered
+    windows (`ctext.conv_im2col_blocked`)."""
+    N, C, H, W = x.shape
+    K, _, R, S = weights.shape
+    (sh, sw), (dh, _) = geometry["stride"], geometry["dilation"]  # type: ignore[misc]
+    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
+    P = (H + pads[0] + pads[2] - dh * (R - 1) - 1) // sh + 1
+    Q = (W + pads[1] + pads[3] - dh * (S - 1) - 1) // sw + 1
+    activation = ""
+    for epilogue in fuse:
+        if epilogue == "relu":
+            activation = "{0} > 0.0f ? {0} : 0.0f"
+        elif epilogue.startswith("clip("):
+            lo, hi = (float(v) for v in epilogue[5:-1].split(","))
+            activation = (f"({{0}} < {ctext.literal(lo)} ? {ctext.literal(lo)} : "
+                          f"({{0}} > {ctext.literal(hi)} ? {ctext.literal(hi)} : {{0}}))")
+    KB = layouts.blocks(K)
+    w_blocked = np.zeros((KB * BLOCK, C, R, S), np.float32)
+    w_blocked[:K] = weights
+    w_blocked = w_blocked.reshape(KB, BLOCK, C, R, S).transpose(0, 2, 3, 4, 1)
+    b_padded = np.zeros(KB * BLOCK, np.float32)
+    b_padded[:K] = bias
+    out = low.activation((N, K, P, Q), BLOCKED)
+    window = ctext.Window((R, S), (sh, sw), pads, (P, Q))  # type: ignore[arg-type]
+    text = ctext.conv_im2col_blocked("conv_stem", x.shape, K, window, dh, activation)
+    low.kernel(f"{label} [gathered windows -> nchw16c]", text,
+               {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
+                "b": low.constant(b_padded, "b")})
+    low.values[current] = out
+
+
+def _blockable(C: int, K: int, groups: int) -> bool:
+    if groups == 1 or (groups == C == K):
+        return True
+    return (C // groups) % BLOCK == 0 and (K // groups) % BLOCK == 0
+
+
+def _conv_transpose(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    weights = low.const_of(node.inputs[1])
+    if weights is None:
+        raise UnsupportedOperator(node.name, node.op, "the weights must be a constant")
+    if len(x.shape) != 4:
+        raise UnsupportedOperator(node.name, node.op, "only 2-D transposed convolutions are supported")
+    groups = int(node.attr("group", 1))
+    N, C, H, W = x.shape
+    Cw, Kg, R, S = weights.shape
+    K = Kg * groups
+    stride = _ints(node.attr("strides"), 2, 1)
+    dilation = _ints(node.attr("dilations"), 2, 1)
+    out_pad = _ints(node.attr("output_padding"), 2, 0)
+    full = tuple((n - 1) * st + (k - 1) * d + 1 + op for n, st, k, d, op in
+                 zip((H, W), stride, (R, S), dilation, out_pad, strict=True))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if node.attr("output_shape") is not None:
+        target = tuple(int(v) for v in node.attr("output_shape"))[-2:]
+        totals = [f - t for f, t in zip(full, target, strict=True)]
+        upper = auto_pad != "SAME_LOWER"
+        pads = tuple((t // 2 if upper else t - t // 2) for t in totals) + \
+            tuple((t - t // 2 if upper else t // 2) for t in totals)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [f - n * st for f, n, st in zip(full, (H, W), stride, strict=True)]
+        upper = auto_pad == "SAME_UPPER"
+        pads = tuple((t // 2 if upper else t - t // 2) for t in totals) + \
+            tuple((t - t // 2 if upper else t // 2) for t in totals)
+    else:
+        pads = _ints(node.attr("pads"), 4, 0)
+    P, Q = full[0] - pads[0] - pads[2], full[1] - pads[1] - pads[3]
+    if min(pads) < 0 or P < 1 or Q < 1:
+        raise UnsupportedOperator(node.name, node.op, f"pads {pads} do not fit the output {full}")
+    out = low.activation((N, K, P, Q))
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    text = ctext.conv_transpose("conv_transpose", x.shape, weights.shape, out.shape, full,  # type: ignore[arg-type]
+                                stride, dilation, (pads[0], pads[1]), groups, has_bias)  # type: ignore[arg-type]
+    arguments = {"y": out.buffer, "x": x.buffer, "wt": low.constant(weights, "w")}
+    if has_bias:
+        bias = low.const_of(node.inputs[2])
+        if bias is None:
+            raise UnsupportedOperator(node.name, node.op, "the bias must be a constant")
+        arguments["b"] = low.constant(bias, "b")
+    low.kernel(node.describe(), text, arguments)
+    low.bind(node, out)
+
+
+# ----------------------------------------------------------------------------- products
+
+
+def _gemm(low: Lowering, node: Node) -> None:
+    a = low.plain(node, 0)
+    b_const = low.const_of(node.inputs[1])
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    M = a.shape[1] if trans_a else a.shape[0]
+    if b_const is not None:  # weights: transposed and scaled once, here
+        b_data = b_const.T if trans_b else b_const
+        b_data = (b_data * alpha).astype(np.float32)
+        b_buffer, b_shape, trans_b, alpha = low.constant(b_data, "w"), b_data.shape, False, 1.0
+    else:
+        b_value = low.plain(node, 1)
+        b_buffer, b_shape = b_value.buffer, b_value.shape
+    N = b_shape[0] if trans_b else b_shape[1]
+    _product(low, node, a, b_buffer, tuple(b_shape), (M, N), trans_a, trans_b, alpha,
+             bias_input=node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else "",
+             beta=beta)
+
+
+def _matmul(low: Lowering, node: Node) -> None:
+    a = low.plain(node, 0)
+    b_const = low.const_of(node.inputs[1])
+    if b_const is not None:
+        b_buffer, b_shape = low.constant(b_const, "w"), tuple(b_const.shape)
+    else:
+        b_value = low.plain(node, 1)
+        b_buffer, b_shape = b_value.buffer, b_value.shape
+    a_shape = a.shape
+    if len(a_shape) == 1 or len(b_shape) == 1:
+        raise UnsupportedOperator(node.name, node.op, "MatMul of a vector: reshape it to a matrix")
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    out_shape = (*batch, a_shape[-2], b_shape[-1])
+    _product(low, node, a, b_buffer, b_shape, out_shape, False, False, 1.0, bias_input="", beta=1.0)
+
+
+def _product(low: Lowering, node: Node, a: Value, b_buffer: str, b_shape: tuple[int, ...],
+             out_shape: tuple[int, ...], trans_a: bool, trans_b: bool, alpha: float,
+             bias_input: str, beta: float) -> None:
+    rank = len(out_shape)
+    a_shape = (1,) * (rank - len(a.shape)) + a.shape
+    b_full = (1,) * (rank - len(b_shape)) + b_shape
+    label = [node.describe()]
+    bias_operand = None
+    arguments = {"a": a.buffer, "b": b_buffer}
+    current = node.outputs[0]
+    if bias_input:
+        data = low.const_of(bias_input)
+        if data is not None:
+            data = np.broadcast_to(data * beta, np.broadcast_shapes(data.shape, out_shape))
+            reduced = _reduced(np.asarray(data, np.float32), out_shape)
+            arguments["bias"] = low.constant(reduced, "b")
+        else:
+            value = low.plain(node, 2)
+            if beta != 1.0:
+                raise UnsupportedOperator(node.name, node.op, "beta != 1 with a runtime C")
+            reduced_shape = (1,) * (rank - len(value.shape)) + value.shape
+            arguments["bias"] = value.buffer
+            bias_operand = ctext.Operand("bias", reduced_shape)
+        if bias_operand is None:
+            bias_operand = ctext.Operand("bias", low.plan.buffers[arguments["bias"]].shape)
+    elif node.op == "MatMul":  # MatMul + Add of a constant: the bias of a linear layer
+        reader = low.single_reader(current)
+        if reader is not None and reader.op == "Add":
+            other = reader.inputs[1] if reader.inputs[0] == current else reader.inputs[0]
+            data = low.const_of(other)
+            if data is not None and np.broadcast_shapes(data.shape, out_shape) == out_shape:
+                reduced = _reduced(np.broadcast_to(data, out_shape).astype(np.float32), out_shape)
+                arguments["bias"] = low.constant(reduced, "b")
+                bias_operand = ctext.Operand("bias", reduced.shape)
+                label.append(f"{reader.describe()} fused (bias)")
+                low.skip.add(reader.name)
+                current = reader.outputs[0]
+    epilogue = ""
+    if alpha != 1.0:
+        epilogue = f"{ctext.literal(alpha)} * {{0}}"
+    reader = low.single_reader(current)
+    if reader is not None and reader.op in UNARY:
+        try:
+            act = _activation_text(reader, low.graph.constants)
+        except UnsupportedOperator:
+            act = None
+        if act is not None and not epilogue:
+            epilogue = act
+            label.append(f"{reader.describe()} fused")
+            low.skip.add(reader.name)
+            current = reader.outputs[0]
+    out = low.activation(out_shape)
+    arguments["y"] = out.buffer
+    if alpha != 1.0 and bias_operand is not None:  # y = alpha*AB + bias: scale before the bias
+        raise UnsupportedOperator(node.name, node.op, "alpha != 1 with a runtime B and a C input")
+    text = ctext.matmul("matmul", a_shape, b_full, out_shape, trans_a, trans_b, bias_operand, epilogue)
+    low.kernel(", ".join(label), text, arguments)
+    low.values[current] = out
+
+
+def _reduced(data: np.ndarray, out_shape: Sequence[int]) -> np.ndarray:
+    """`data` (broadcast to `out_shape`) with every axis along which it is constant cut to 1."""
+    data = np.asarray(data)
+    for axis in range(data.ndim):
+        first = np.take(data, [0], axis=axis)
+        if np.array_equal(np.broadcast_to(first, data.shape), data):
+            data = first
+    return np.ascontiguousarray(data)
+
+
+# ----------------------------------------------------------------------------- element-wise
+
+
+def _elementwise(low: Lowering, node: Node, expression: str, positions: Sequence[int],
+                 divisor: int | None = None) -> None:
+    """One element-wise kernel over the broadcast of the inputs at `positions`."""
+    shapes = [low.graph.shapes.get(node.inputs[p]) or low.input(node, p).shape for p in positions]
+    out_shape = tuple(np.broadcast_shapes(*shapes))
+    runtime = [p for p in positions if node.inputs[p] not in low.graph.constants]
+    values = {p: low.input(node, p) for p in runtime}
+    blocked = (len(out_shape) == 4 and any(values[p].layout == BLOCKED for p in runtime)
+               and all(values[p].shape == out_shape for p in runtime)
+               and divisor not in runtime)
+    operands, arguments, loads = [], {}, []
+    for index, p in enumerate(positions):
+        name = f"x{index}"
+        constant = low.const_of(node.inputs[p])
+        if constant is not None and constant.size == 1:
+            loads.append(ctext.literal(float(np.asarray(constant).reshape(-1)[0])))
+            continue
+        if constant is not None:
+            full = np.broadcast_to(constant, np.broadcast_shapes(constant.shape, out_shape))
+            data = _reduced(full.reshape((1,) * (len(out_shape) - full.ndim) + full.shape), out_shape)
+            if blocked:
+                data = np.broadcast_to(data, (data.shape[0], out_shape[1], *data.shape[2:]))
+                blocked_data = _block_broadcast(data, fill=1.0 if p == divisor else 0.0)
+                arguments[name] = low.constant(blocked_data, "c")
+                operands.append(ctext.Operand(name, blocked_data.shape))
+            else:
+                arguments[name] = low.constant(data, "c")
+                operands.append(ctext.Operand(name, data.shape))
+        else:
+            value = low.as_layout(values[p], BLOCKED if blocked else PLAIN)
+            shape = value.physical if blocked else (1,) * (len(out_shape) - len(value.shape)) + value.shape
+            arguments[name] = value.buffer
+            operands.append(ctext.Operand(name, shape))
+        loads.append("{" + str(len(operands) - 1) + "}")
+    out = low.activation(out_shape, BLOCKED if blocked else PLAIN)
+    physical = out.physical
+    arguments["y"] = out.buffer
+    body = expression.format(*loads)
+    text = ctext.elementwise(node.op.lower(), physical, operands, body)
+    low.kernel(f"{node.describe()} [{out.layout}]", text, arguments)
+    low.bind(node, out)
+
+
+def _block_broadcast(data: np.ndarray, fill: float) -> np.ndarray:
+    """A [n][C][h][w] constant (n, h, w possibly 1) in the blocked layout, the padding
+    channels `fill`."""
+    n, c, h, w = data.shape
+    out = np.full((n, layouts.blocks(c) * BLOCK, h, w), fill, dtype=np.float32)
+    out[:, :c] = data
+    return np.ascontiguousarray(out.reshape(n, -1, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _binary(low: Lowering, node: Node) -> None:
+    _elementwise(low, node, BINARY[node.op].replace("{0}", "({0})").replace("{1}", "({1})"),
+                 (0, 1), divisor=1 if node.op == "Div" else None)
+
+
+def _unary(low: Lowering, node: Node) -> None:
+    text = _activation_text(node, low.graph.constants)
+    assert text is not None
+    _elementwise(low, node, text, (0,))
+
+
+def _sum(low: Lowering, node: Node) -> None:
+    if len(node.inputs) == 1:
+        low.bind(node, low.input(node, 0))
+        return
+    expression = " + ".join("{" + str(i) + "}" for i in range(len(node.inputs)))
+    _elementwise(low, node, expression, tuple(range(len(node.inputs))))
+
+
+def _batchnorm(low: Lowering, node: Node) -> None:
+    if not all(i in low.graph.constants for i in node.inputs[1:5]):
+        raise UnsupportedOperator(node.name, node.op, "the scale, bias, mean and variance must "
+                                  "be constants (inference)")
+    x = low.input(node, 0)
+    scale, shift = _bn_scale_shift(low, node)
+    shape = (1, x.shape[1]) + (1,) * (len(x.shape) - 2)
+    scale_name, shift_name = f"{node.name}#scale", f"{node.name}#shift"
+    low.graph.constants[scale_name] = scale.reshape(shape).astype(np.float32)
+    low.graph.constants[shift_name] = shift.reshape(shape).astype(np.float32)
+    low.graph.shapes[scale_name] = low.graph.shapes[shift_name] = shape
+    affine = Node(node.name, "BatchNormalization", (node.inputs[0], scale_name, shift_name), node.outputs)
+    _elementwise(low, affine, "{0} * {1} + {2}", (0, 1, 2))
+
+
+def _identity(low: Lowering, node: Node) -> None:
+    low.bind(node, low.input(node, 0))
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+def _pool_window(node: Node, shape: Sequence[int]) -> ctext.Window:
+    if len(shape) != 4:
+        raise UnsupportedOperator(node.name, node.op, "only 2-D pooling is supported")
+    R, S = _ints(node.attr("kernel_shape"), 2, 1)
+    stride = _ints(node.attr("strides"), 2, 1)
+    if _ints(node.attr("dilations"), 2, 1) != (1, 1):
+        raise UnsupportedOperator(node.name, node.op, "dilated pooling is not supported")
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    H, W = shape[2], shape[3]
+    ceil = bool(node.attr("ceil_mode", 0))
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads_ = []
+        for size, window, st in zip((H, W), (R, S), stride, strict=True):
+            total = max(0, (-(-size // st) - 1) * st + window - size)
+            pads_.append((total // 2, total - total // 2) if auto_pad == "SAME_UPPER"
+                         else (total - total // 2, total // 2))
+        pads = (pads_[0][0], pads_[1][0], pads_[0][1], pads_[1][1])
+    elif auto_pad == "VALID":
+        pads = (0, 0, 0, 0)
+    else:
+        pads = _ints(node.attr("pads"), 4, 0)
+    out = []
+    for size, window, st, lo, hi in zip((H, W), (R, S), stride, pads[:2], pads[2:], strict=True):
+        span = size + lo + hi - window
+        extent = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (extent - 1) * st >= size + lo:  # the last window must start inside
+            extent -= 1
+        out.append(extent)
+    if min(out) < 1:
+        raise UnsupportedOperator(node.name, node.op, f"the window {(R, S)} leaves an empty output")
+    return ctext.Window((R, S), stride, pads, (out[0], out[1]))  # type: ignore[arg-type]
+
+
+def _pool(low: Lowering, node: Node) -> None:
+    x = low.input(node, 0)
+    if x.layout == PLAIN and len(x.shape) != 4:
+        raise UnsupportedOperator(node.name, node.op, "only 2-D pooling is supported")
+    window = _pool_window(node, x.shape)
+    kind = "max" if node.op == "MaxPool" else "avg"
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise UnsupportedOperator(node.name, node.op, "the Indices output is not supported")
+    N, C, H, W = x.shape
+    out = low.activation((N, C, *window.out), x.layout)
+    arguments = {"y": out.buffer, "x": x.buffer}
+    divisors = ("", "")
+    if kind == "avg":
+        include_pad = bool(node.attr("count_include_pad", 0))
+        counts = []
+        for extent, size, window_size, st, lo, hi in zip(window.out, (H, W), window.size, window.stride,
+                                                         window.pads[:2], window.pads[2:], strict=True):
+            starts = np.arange(extent) * st - lo
+            ends = starts + window_size
+            if include_pad:
+                starts_c, ends_c = np.maximum(starts, -lo), np.minimum(ends, size + hi)
+            else:
+                starts_c, ends_c = np.maximum(starts, 0), np.minimum(ends, size)
+            counts.append(1.0 / (ends_c - starts_c))
+        divisors = ("rd", "cd")
+        arguments["rd"] = low.constant(counts[0], "c")
+        arguments["cd"] = low.constant(counts[1], "c")
+    text = ctext.pool(node.op.lower(), kind, x.physical, out.physical, window, x.layout == BLOCKED,
+                      divisors)
+    low.kernel(f"{node.describe()} [{x.layout}]", text, arguments)
+    low.bind(node, out)
+
+
+def _global_average(low: Lowering, node: Node) -> None:
+    x = low.input(node, 0)
+    if len(x.shape) != 4:
+        raise UnsupportedOperator(node.name, node.op, "only 2-D global pooling is supported")
+    out = low.activation((x.shape[0], x.shape[1], 1, 1), x.layout)
+    text = ctext.global_average("global_average_pool", x.physical, out.physical, x.layout == BLOCKED)
+    low.kernel(f"{node.describe()} [{x.layout}]", text, {"y": out.buffer, "x": x.buffer})
+    low.bind(node, out)
+
+
+def _reduce_mean(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    axes = node.attr("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        data = low.const_of(node.inputs[1])
+        if data is None:
+            raise UnsupportedOperator(node.name, node.op, "the axes must be a constant")
+        axes = tuple(int(a) for a in data.reshape(-1))
+    rank = len(x.shape)
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            low.bind(node, x)
+            return
+        axes = tuple(range(rank))
+    axes = tuple(sorted({int(a) % rank for a in axes}))
+    keep = bool(node.attr("keepdims", 1))
+    out_shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keep else \
+        tuple(s for d, s in enumerate(x.shape) if d not in axes)
+    out = low.activation(out_shape or (1,))
+    text = ctext.reduce_mean("reduce_mean", x.shape, axes, out_shape or (1,))
+    low.kernel(node.describe(), text, {"y": out.buffer, "x": x.buffer})
+    low.bind(node, Value(out.buffer, out_shape))
+
+
+# ----------------------------------------------------------------------------- data movement
+
+
+def _alias(low: Lowering, node: Node, shape: Sequence[int]) -> None:
+    x = low.plain(node, 0)
+    if math.prod(shape) != math.prod(x.shape):
+        raise ShapeError(node.outputs[0], f"{node.describe()} changes the element count",
+                         expected=math.prod(x.shape), given=math.prod(shape))
+    buffer = low._buffer("view", tuple(shape) or (1,), "activation", alias=x.buffer)
+    low.bind(node, Value(buffer, tuple(shape)))
+
+
+def _flatten(low: Lowering, node: Node) -> None:
+    shape = low.input(node, 0).shape
+    axis = int(node.attr("axis", 1)) % (len(shape) + 1) if shape else 0
+    _alias(low, node, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+
+
+def _reshape(low: Lowering, node: Node) -> None:
+    shape = low.graph.shapes.get(node.outputs[0])
+    if shape is None:
+        target = low.const_of(node.inputs[1])
+        if target is None:
+            raise UnsupportedOperator(node.name, node.op, "the target shape must be known when "
+                                      "the network is compiled")
+        x_shape = low.input(node, 0).shape
+        dims_ = [x_shape[i] if int(s) == 0 and not node.attr("allowzero", 0) else int(s)
+                 for i, s in enumerate(target.reshape(-1))]
+        if -1 in dims_:
+            known = math.prod(d for d in dims_ if d != -1)
+            dims_[dims_.index(-1)] = math.prod(x_shape) // max(known, 1)
+        shape = tuple(dims_)
+    _alias(low, node, shape)
+
+
+def _squeeze_like(low: Lowering, node: Node) -> None:
+    shape = low.graph.shapes.get(node.outputs[0])
+    if shape is None:
+        raise UnsupportedOperator(node.name, node.op, "the output shape must be known")
+    _alias(low, node, shape)
+
+
+def _transpose(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    perm = node.attr("perm") or tuple(reversed(range(len(x.shape))))
+    out_shape = tuple(x.shape[p] for p in perm)
+    source = [""] * len(perm)
+    for out_axis, in_axis in enumerate(perm):
+        source[in_axis] = f"i{out_axis}"
+    out = low.activation(out_shape)
+    low.kernel(node.describe(), ctext.copy("transpose", out_shape, x.shape, source),
+               {"y": out.buffer, "x": x.buffer})
+    low.bind(node, out)
+
+
+def _concat(low: Lowering, node: Node) -> None:
+    values = [low.plain(node, p) for p in range(len(node.inputs))]
+    rank = len(values[0].shape)
+    axis = int(node.attr("axis")) % rank
+    out_shape = list(values[0].shape)
+    out_shape[axis] = sum(v.shape[axis] for v in values)
+    out = low.activation(out_shape)
+    arguments = {"y": out.buffer} | {f"x{j}": v.buffer for j, v in enumerate(values)}
+    low.kernel(node.describe(), ctext.concat("concat", [v.shape for v in values], out_shape, axis),
+               arguments)
+    low.bind(node, out)
+
+
+def _split(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    axis = int(node.attr("axis", 0)) % len(x.shape)
+    sizes = node.attr("split")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        data = low.const_of(node.inputs[1])
+        if data is None:
+            raise UnsupportedOperator(node.name, node.op, "the split sizes must be a constant")
+        sizes = tuple(int(s) for s in data.reshape(-1))
+    count = len(node.outputs)
+    if not sizes:
+        each = -(-x.shape[axis] // count)
+        sizes = tuple(min(each, x.shape[axis] - i * each) for i in range(count))
+    shapes = []
+    for size in sizes:
+        shape = list(x.shape)
+        shape[axis] = int(size)
+        shapes.append(tuple(shape))
+    outs = [low.activation(s) for s in shapes]
+    arguments = {"x": x.buffer} | {f"y{j}": o.buffer for j, o in enumerate(outs)}
+    low.kernel(node.describe(), ctext.split("split", x.shape, shapes, axis), arguments)
+    for j, o in enumerate(outs):
+        low.bind(node, o, j)
+
+
+def _pad(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    mode = node.attr("mode", "constant")
+    if mode != "constant":
+        raise UnsupportedOperator(node.name, node.op, f"mode '{mode}' is not supported; only 'constant'")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        data = low.const_of(node.inputs[1])
+        if data is None:
+            raise UnsupportedOperator(node.name, node.op, "the pads must be a constant")
+        pads = tuple(int(p) for p in data.reshape(-1))
+    else:
+        pads = tuple(node.attr("pads"))
+    value = 0.0
+    if len(node.inputs) > 2 and node.inputs[2]:
+        data = low.const_of(node.inputs[2])
+        if data is None:
+            raise UnsupportedOperator(node.name, node.op, "the pad value must be a constant")
+        value = float(data.reshape(-1)[0]) if data.size else 0.0
+    rank = len(x.shape)
+    if len(node.inputs) > 3 and node.inputs[3]:
+        axes_data = low.const_of(node.inputs[3])
+        if axes_data is None:
+            raise UnsupportedOperator(node.name, node.op, "the axes must be a constant")
+        full = [0] * (2 * rank)
+        axes = [int(a) % rank for a in axes_data.reshape(-1)]
+        for j, a in enumerate(axes):
+            full[a], full[rank + a] = pads[j], pads[len(axes) + j]
+        pads = tuple(full)
+    if min(pads) < 0:
+        raise UnsupportedOperator(node.name, node.op, "negative pads (cropping) are not supported")
+    out_shape = tuple(s + pads[d] + pads[rank + d] for d, s in enumerate(x.shape))
+    out = low.activation(out_shape)
+    low.kernel(node.describe(), ctext.pad("pad", x.shape, out_shape, pads[:rank], value),
+               {"y": out.buffer, "x": x.buffer})
+    low.bind(node, out)
+
+
+def _softmax(low: Lowering, node: Node) -> None:
+    x = low.plain(node, 0)
+    rank = len(x.shape)
+    axis = int(node.attr("axis", -1 if low.graph.opset >= 13 else 1)) % rank
+    if low.graph.opset >= 13:
+        outer, extent, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    else:  # opset < 13: the input is flattened to 2-D at `axis`
+        outer, extent, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis:]), 1
+    out = low.activation(x.shape)
+    low.kernel(node.describe(), ctext.softmax("softmax", outer, extent, inner),
+               {"y": out.buffer, "x": x.buffer})
+    low.bind(node, out)
+
+
+def _constant(low: Lowering, node: Node) -> None:  # folded already unless its form is unknown
+    raise UnsupportedOperator(node.name, node.op, "a Constant without a tensor or float value")
+
+
+HANDLERS: dict[str, Callable[[Lowering, Node], None]] = {
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "BatchNormalization": _batchnorm,
+    **{op: _unary for op in UNARY},
+    **{op: _binary for op in BINARY},
+    "Sum": _sum,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": _global_average,
+    "Flatten": _flatten,
+    "Reshape": _reshape,
+    "Squeeze": _squeeze_like,
+    "Unsqueeze": _squeeze_like,
+    "Transpose": _transpose,
+    "Concat": _concat,
+    "Split": _split,
+    "Softmax": _softmax,
+    "Dropout": _identity,
+    "Identity": _identity,
+    "Constant": _constant,
+    "Pad": _pad,
+    "ReduceMean": _reduce_mean,
+}
+SUPPORTED = tuple(sorted(HANDLERS))
