@@ -222,7 +222,7 @@ def softmax(name: str, outer: int, extent: int, inner: int) -> Text:
 
 def matmul(name: str, a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int],
            a_transposed: bool = False, b_transposed: bool = False, bias: Operand | None = None,
-           epilogue: str = "") -> Text:
+           epilogue: str = "", bias_scale: float = 1.0) -> Text:
     """`y[..][m][n] = sum_k a[..][m][k] * b[..][k][n]` over broadcast batch dimensions (`a`
     and `b` given with the output's rank), then `+ bias` and `y = epilogue` ("{0}" is y)."""
     rank = len(out_shape)
@@ -244,7 +244,9 @@ def matmul(name: str, a_shape: Sequence[int], b_shape: Sequence[int], out_shape:
     if bias is not None:
         index = [v if s == o else "0" for v, s, o in
                  zip(batch + ["m", "n"], bias.shape, out_shape, strict=True)]
-        nests.append(loops(out_loops, f"{y} += {at(bias.name, index)};"))
+        scaled = at(bias.name, index) if bias_scale == 1.0 else \
+            f"{literal(bias_scale)} * {at(bias.name, index)}"
+        nests.append(loops(out_loops, f"{y} += {scaled};"))
         arrays.append(array(bias.name, bias.shape, True))
     if epilogue:
         nests.append(loops(out_loops, f"{y} = {epilogue.format(y)};"))
@@ -345,3 +347,32 @@ def conv_im2col_blocked(name: str, x_shape: Sequence[int], K: int, window: Windo
               array("col", col_shape, False), array("x", x_shape, True),
               array("w", (KB, C, R, S, BLOCK), True), array("b", (KB * BLOCK,), True)]
     return function(name, arrays, nests, local=("xp", "col"))
+
+
+def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
+                stride: tuple[int, int], dilation: tuple[int, int],
+                pads: tuple[int, int, int, int], groups: int, activation: str) -> Text:
+    """A grouped convolution in NCHW with its own stride and dilation per axis (the forms
+    the conv2d builder does not take): the input copied into a zero-padded scratch array,
+    then the direct nest, the bias and `activation` ("{0}" is y)."""
+    N, C, H, W = x_shape
+    K, Cg, R, S = w_shape
+    Kg = K // groups
+    P, Q = out_shape[2], out_shape[3]
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = stride, dilation, pads
+    padded = (N, C, H + pt + pb, W + pl + pr)
+    y = f"y[n][g * {Kg} + k][p][q]"
+    nests = [
+        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
+        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
+        loops([("n", N), ("g", groups), ("k", Kg), ("p", P), ("q", Q)], f"{y} = b[g * {Kg} + k];"),
+        loops([("n", N), ("g", groups), ("k", Kg), ("p", P), ("c", Cg), ("r", R), ("s", S), ("q", Q)],
+              f"{y} += xp[n][g * {Cg} + c][p * {sh} + r * {dh}][q * {sw} + s * {dw}] * "
+              f"w[g * {Kg} + k][c][r][s];"),
+    ]
+    if activation:
+        nests.append(loops([("n", N), ("g", groups), ("k", Kg), ("p", P), ("q", Q)],
+                           f"{y} = {activation.format(y)};"))
+    arrays = [array("y", out_shape, False), array("xp", padded, False), array("x", x_shape, True),
+              array("w", w_shape, True), array("b", (K,), True)]
+    return function(name, arrays, nests, local=("xp",))

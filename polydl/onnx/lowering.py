@@ -298,9 +298,6 @@ def _conv(low: Lowering, node: Node) -> None:
                                   f"{C} input channels in {groups} groups")
     geometry = _conv_geometry(node, x.shape, weights.shape)
     (sh, sw), (dh, dw) = geometry["stride"], geometry["dilation"]  # type: ignore[misc]
-    if sh != sw or dh != dw:
-        raise UnsupportedOperator(node.name, node.op, f"strides {(sh, sw)} and dilations "
-                                  f"{(dh, dw)} must be the same along both axes")
     bias = (low.const_of(node.inputs[2]).astype(np.float64) if len(node.inputs) > 2 and node.inputs[2]
             else np.zeros(K))
     if len(node.inputs) > 2 and node.inputs[2] and node.inputs[2] not in low.graph.constants:
@@ -332,6 +329,13 @@ def _conv(low: Lowering, node: Node) -> None:
             label.append(f"{reader.describe()} fused")
         low.skip.add(reader.name)
         current = reader.outputs[0]
+    if (sh, dh) != (sw, dw) and residual is None:
+        _conv_direct(low, node, low.as_layout(x, PLAIN), weights, bias, geometry, groups, fuse,
+                     current, ", ".join(label))
+        return
+    if (sh, dh) != (sw, dw):
+        raise UnsupportedOperator(node.name, node.op, f"strides {(sh, sw)} and dilations "
+                                  f"{(dh, dw)} that differ between the axes, with a fused residual")
     if groups == 1 and C < BLOCK and K >= BLOCK and residual is None and x.layout == PLAIN:
         _stem(low, node, x, weights, bias, geometry, fuse, current, ", ".join(label))
         return
@@ -365,6 +369,37 @@ def _conv(low: Lowering, node: Node) -> None:
     low.values[current] = out
 
 
+def _activation_of(fuse: list[str]) -> str:
+    """The activation epilogue (relu, clip) of a conv's `fuse` list as an expression."""
+    activation = ""
+    for epilogue in fuse:
+        if epilogue == "relu":
+            activation = "{0} > 0.0f ? {0} : 0.0f"
+        elif epilogue.startswith("clip("):
+            lo, hi = (float(v) for v in epilogue[5:-1].split(","))
+            activation = (f"({{0}} < {ctext.literal(lo)} ? {ctext.literal(lo)} : "
+                          f"({{0}} > {ctext.literal(hi)} ? {ctext.literal(hi)} : {{0}}))")
+    return activation
+
+
+def _conv_direct(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.ndarray,
+                 geometry: dict[str, object], groups: int, fuse: list[str], current: str,
+                 label: str) -> None:
+    N, C, H, W = x.shape
+    K, Cg, R, S = weights.shape
+    stride, dilation = geometry["stride"], geometry["dilation"]
+    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
+    P = (H + pads[0] + pads[2] - dilation[0] * (R - 1) - 1) // stride[0] + 1  # type: ignore[index]
+    Q = (W + pads[1] + pads[3] - dilation[1] * (S - 1) - 1) // stride[1] + 1  # type: ignore[index]
+    out = low.activation((N, K, P, Q))
+    text = ctext.conv_direct("conv_direct", x.shape, weights.shape, out.shape, stride, dilation,  # type: ignore[arg-type]
+                             pads, groups, _activation_of(fuse))  # type: ignore[arg-type]
+    low.kernel(f"{label} [direct]", text, {"y": out.buffer, "x": x.buffer,
+                                           "w": low.constant(weights, "w"),
+                                           "b": low.constant(bias, "b")})
+    low.values[current] = out
+
+
 def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.ndarray,
           geometry: dict[str, object], fuse: list[str], current: str, label: str) -> None:
     """A convolution of few input channels into the blocked layout, as a GEMM over gathered
@@ -375,14 +410,7 @@ def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.nda
     pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
     P = (H + pads[0] + pads[2] - dh * (R - 1) - 1) // sh + 1
     Q = (W + pads[1] + pads[3] - dh * (S - 1) - 1) // sw + 1
-    activation = ""
-    for epilogue in fuse:
-        if epilogue == "relu":
-            activation = "{0} > 0.0f ? {0} : 0.0f"
-        elif epilogue.startswith("clip("):
-            lo, hi = (float(v) for v in epilogue[5:-1].split(","))
-            activation = (f"({{0}} < {ctext.literal(lo)} ? {ctext.literal(lo)} : "
-                          f"({{0}} > {ctext.literal(hi)} ? {ctext.literal(hi)} : {{0}}))")
+    activation = _activation_of(fuse)
     KB = layouts.blocks(K)
     w_blocked = np.zeros((KB * BLOCK, C, R, S), np.float32)
     w_blocked[:K] = weights
@@ -507,8 +535,6 @@ def _product(low: Lowering, node: Node, a: Value, b_buffer: str, b_shape: tuple[
             arguments["bias"] = low.constant(reduced, "b")
         else:
             value = low.plain(node, 2)
-            if beta != 1.0:
-                raise UnsupportedOperator(node.name, node.op, "beta != 1 with a runtime C")
             reduced_shape = (1,) * (rank - len(value.shape)) + value.shape
             arguments["bias"] = value.buffer
             bias_operand = ctext.Operand("bias", reduced_shape)
@@ -542,9 +568,16 @@ def _product(low: Lowering, node: Node, a: Value, b_buffer: str, b_shape: tuple[
             current = reader.outputs[0]
     out = low.activation(out_shape)
     arguments["y"] = out.buffer
-    if alpha != 1.0 and bias_operand is not None:  # y = alpha*AB + bias: scale before the bias
-        raise UnsupportedOperator(node.name, node.op, "alpha != 1 with a runtime B and a C input")
-    text = ctext.matmul("matmul", a_shape, b_full, out_shape, trans_a, trans_b, bias_operand, epilogue)
+    if alpha != 1.0 and bias_operand is not None:  # alpha*A*B + C: alpha goes into A's copy
+        a_scaled = low.activation(a.shape)
+        low.kernel(f"{node.describe()} (alpha)", ctext.elementwise(
+            "eltwise_scale", a.shape, [ctext.Operand("x0", a.shape)], f"{ctext.literal(alpha)} * {{0}}"),
+            {"y": a_scaled.buffer, "x0": a.buffer})
+        arguments["a"] = a_scaled.buffer
+        epilogue = ""
+    runtime_bias = bool(bias_input) and low.const_of(bias_input) is None
+    text = ctext.matmul("matmul", a_shape, b_full, out_shape, trans_a, trans_b, bias_operand, epilogue,
+                        bias_scale=beta if runtime_bias else 1.0)
     low.kernel(", ".join(label), text, arguments)
     low.values[current] = out
 
@@ -600,7 +633,7 @@ def _elementwise(low: Lowering, node: Node, expression: str, positions: Sequence
     physical = out.physical
     arguments["y"] = out.buffer
     body = expression.format(*loads)
-    text = ctext.elementwise(node.op.lower(), physical, operands, body)
+    text = ctext.elementwise(f"eltwise_{node.op.lower()}", physical, operands, body)
     low.kernel(f"{node.describe()} [{out.layout}]", text, arguments)
     low.bind(node, out)
 

@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +33,7 @@ from polydl.runtime.cache import (
     write_manifest,
 )
 from polydl.runtime.kernel import OUTPUT_ALIGNMENT, aligned_zeros
-from polydl.runtime.sanitize import compiler_environment
+from polydl.runtime.sanitize import compiler_environment, require_runtime
 from polydl.runtime.toolchain import COMPILE_TIMEOUT_S, Toolchain, current_toolchain
 from polydl.version import __version__
 
@@ -111,6 +112,32 @@ def aligned_blob(data: bytes) -> np.ndarray:
     return blob
 
 
+# Loaded libraries stay loaded for the life of the process (as kernels do, runtime/kernel.py):
+# unloading one would unmap the OpenMP runtime its idle worker threads still run. Networks of
+# the same structure share one library (its cache key is the code, not the weights), so each
+# call sets its own weights under the library's lock.
+_LOADED: dict[Path, tuple[cffi.FFI, Any, threading.Lock]] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _load(library: Path, function: str, inputs: int, outputs: int) -> tuple[cffi.FFI, Any, threading.Lock]:
+    with _LOAD_LOCK:
+        if library not in _LOADED:
+            ffi = cffi.FFI()
+            parameters = [f"const float *in{i}" for i in range(inputs)]
+            parameters += [f"float *out{i}" for i in range(outputs)]
+            ffi.cdef(f"int {function}({', '.join(parameters)});\n"
+                     f"int {function}_set_weights(const void *blob);\n"
+                     f"int {function}_set_profile(double *times);")
+            require_runtime()
+            try:
+                lib = ffi.dlopen(str(library))
+            except OSError as exc:
+                raise CompileError("dlopen", [str(library)], f"cannot load the network: {exc}") from None
+            _LOADED[library] = (ffi, lib, threading.Lock())
+        return _LOADED[library]
+
+
 class Network:
     """A compiled network: `net(x, ...)` runs it on numpy float32 inputs in the graph's input
     order and returns the output (a tuple for several); `net.run({name: x})` returns a dict
@@ -125,16 +152,11 @@ class Network:
         self.outputs = [(name, tuple(shape)) for name, shape in outputs]
         self.explanation = explanation
         self.source = source
-        self._ffi = cffi.FFI()
-        parameters = [f"const float *in{i}" for i in range(len(self.inputs))]
-        parameters += [f"float *out{i}" for i in range(len(self.outputs))]
-        self._ffi.cdef(f"int {function}({', '.join(parameters)});\n"
-                       f"int {function}_set_weights(const void *blob);\n"
-                       f"int {function}_set_profile(double *times);")
-        self._lib = self._ffi.dlopen(str(library))
+        self._ffi, self._lib, self._lock = _load(library, function, len(self.inputs),
+                                                 len(self.outputs))
         self._entry = getattr(self._lib, function)
+        self._set_weights = getattr(self._lib, f"{function}_set_weights")
         self._weights = aligned_blob(weights)  # kept alive: the library reads it on every call
-        getattr(self._lib, f"{function}_set_weights")(self._ffi.cast("void *", self._weights.ctypes.data))
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}{list(s)}" for n, s in self.inputs)
@@ -162,7 +184,9 @@ class Network:
         arrays = [self._checked(n, s, v) for (n, s), v in zip(self.inputs, args, strict=True)]
         results = [aligned_zeros(shape, np.dtype(np.float32)) for _, shape in self.outputs]
         pointers = [self._ffi.cast("float *", a.ctypes.data) for a in [*arrays, *results]]
-        status = self._entry(*pointers)
+        with self._lock:  # one library serves every network of the same structure
+            self._set_weights(self._ffi.cast("void *", self._weights.ctypes.data))
+            status = self._entry(*pointers)
         if status != 0:
             raise PolyDLError(f"network {self.function} failed with status {status} "
                               "(-1: out of memory, -2: weights unreadable)")
@@ -176,11 +200,13 @@ class Network:
         samples = []
         for _ in range(max(1, repeat)):
             times = np.zeros(count, dtype=np.float64)
-            set_profile(self._ffi.cast("double *", times.ctypes.data))
+            with self._lock:
+                set_profile(self._ffi.cast("double *", times.ctypes.data))
             try:
                 self(*args)
             finally:
-                set_profile(self._ffi.NULL)
+                with self._lock:
+                    set_profile(self._ffi.NULL)
             samples.append(times)
         return [float(v) for v in np.median(np.stack(samples), axis=0)]
 
