@@ -102,16 +102,20 @@ def conv2d(
     R: int,
     S: int,
     stride: int = 1,
-    padding: int = 0,
+    padding: int | Sequence[int] = 0,
     dtype: str = "float32",
     layout: str = "nchw",
     fuse: tuple[str, ...] | list[str] = (),
+    groups: int = 1,
+    dilation: int = 1,
     *,
     target: TargetArg = "c",
     machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C,R,S]`; call as `k(x, w, *fused)`."""
+    """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call as
+    `k(x, w, *fused)`. `padding` is an int or (top, left, bottom, right); blocked weights as
+    `polydl.layouts.to_conv_weights` gives them."""
     return _build(
         "conv2d",
         target,
@@ -129,6 +133,8 @@ def conv2d(
         dtype=dtype,
         layout=layout,
         fuse=tuple(fuse),
+        groups=groups,
+        dilation=dilation,
     )
 
 
@@ -145,23 +151,25 @@ def _layer(
 
 
 def conv2d_backward_data(
-    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
-    dtype: str = "float32", layout: str = "nchw", *, target: TargetArg = "c",
-    machine: MachineArg = None, schedule: ScheduleArg = "auto",
+    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1,
+    padding: int | Sequence[int] = 0, dtype: str = "float32", layout: str = "nchw",
+    groups: int = 1, *, target: TargetArg = "c", machine: MachineArg = None,
+    schedule: ScheduleArg = "auto",
 ) -> Kernel:
     """The input gradient of `conv2d` with the same sizes: `k(dy, w) -> dx`."""
     return _layer(conv_backward.conv2d_backward_data(
-        N, C, K, H, W, R, S, stride, padding, dtype, layout), target, machine, schedule)
+        N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
 
 def conv2d_backward_weights(
-    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
-    dtype: str = "float32", layout: str = "nchw", *, target: TargetArg = "c",
-    machine: MachineArg = None, schedule: ScheduleArg = "auto",
+    N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1,
+    padding: int | Sequence[int] = 0, dtype: str = "float32", layout: str = "nchw",
+    groups: int = 1, *, target: TargetArg = "c", machine: MachineArg = None,
+    schedule: ScheduleArg = "auto",
 ) -> Kernel:
     """The weight gradient of `conv2d` with the same sizes: `k(x, dy) -> dw`."""
     return _layer(conv_backward.conv2d_backward_weights(
-        N, C, K, H, W, R, S, stride, padding, dtype, layout), target, machine, schedule)
+        N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
 
 def linear(

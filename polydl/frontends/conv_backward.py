@@ -17,9 +17,19 @@ and its operands in the microkernel's order:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from polydl.dtypes import DTYPES
 from polydl.errors import ArgumentError
-from polydl.frontends.builders import FLOAT_DTYPES, LAYOUTS
+from polydl.frontends.builders import (
+    FLOAT_DTYPES,
+    LAYOUTS,
+    check_window,
+    group_sizes,
+    lane_channel,
+    output_size,
+    padding_arg,
+)
 from polydl.frontends.spec_writing import (
     Built,
     choice_arg,
@@ -30,38 +40,57 @@ from polydl.frontends.spec_writing import (
     parse_built,
     zero_based,
 )
-from polydl.layouts import BLOCK
+from polydl.layouts import BLOCK, grouped_form
 
 
 class ConvSizes:
-    """Validated sizes of a convolution and the numbers every pass derives from them."""
+    """Validated sizes of a convolution and the numbers every pass derives from them.
+
+    The channel helpers serve the forms that are a GEMM per group ("dense", "grouped" in
+    NCHW, "block_diagonal" and "in_block" blocked): their loops run over the channels of one
+    group `g` (absent when groups is 1), `whole=True` over all of them."""
 
     def __init__(
-        self, N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int, padding: int,
-        dtype: str, layout: str,
+        self, N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int,
+        padding: int | Sequence[int], dtype: str, layout: str, groups: int = 1,
     ) -> None:
         self.sizes = {
             name: integer_arg(name, value)
             for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
         }
         self.stride = integer_arg("stride", stride)
-        self.padding = integer_arg("padding", padding, minimum=0)
+        self.pads = padding_arg(padding)
+        self.top, self.left, self.bottom, self.right = self.pads
         self.ctype = DTYPES[choice_arg("dtype", dtype, FLOAT_DTYPES)].c_type
         self.layout = choice_arg("layout", layout, LAYOUTS)
-        for size, window, axis in (("H", "R", "height"), ("W", "S", "width")):
-            if self.sizes[size] + 2 * self.padding < self.sizes[window]:
-                raise ArgumentError(
-                    window,
-                    f"the filter {axis} {window}={self.sizes[window]} exceeds the padded input "
-                    f"{axis} {size} + 2*padding = {self.sizes[size] + 2 * self.padding}: "
-                    "the output would be empty",
-                )
         s = self.sizes
-        self.P = (s["H"] + 2 * self.padding - s["R"]) // self.stride + 1
-        self.Q = (s["W"] + 2 * self.padding - s["S"]) // self.stride + 1
+        self.groups, self.Cg, self.Kg = group_sizes(s["C"], s["K"], groups)
+        check_window(s, self.pads)
+        self.P = output_size(s["H"], s["R"], self.stride, self.top + self.bottom)
+        self.Q = output_size(s["W"], s["S"], self.stride, self.left + self.right)
         self.blocked = self.layout == "nchw16c"
         self.CB = -(-s["C"] // BLOCK)
         self.KB = -(-s["K"] // BLOCK)
+        if self.blocked:
+            self.form = grouped_form(s["C"], s["K"], self.groups)
+        else:
+            self.form = "dense" if self.groups == 1 else "grouped"
+        # the groups of the GEMM forms: in_block's are its blocks, one block of each side
+        self.gemm_groups = self.KB if self.form == "in_block" else self.groups
+        self.per_group = {"c": self.Cg, "k": self.Kg}
+        if self.blocked:
+            self.per_group = {"c": self.CB // self.gemm_groups, "k": self.KB // self.gemm_groups}
+
+    @property
+    def padded(self) -> bool:
+        return any(self.pads)
+
+    def padded_extent(self, size: str) -> str:
+        pads = self.top + self.bottom if size == "H" else self.left + self.right
+        return f"{size} + {pads}" if pads else size
+
+    def group_loops(self) -> list[tuple[str, int, int]]:
+        return [("g", 0, self.gemm_groups)] if self.gemm_groups > 1 else []
 
     def activation(self, channels: str, rows: int | str, cols: int | str) -> list[str]:
         """Shape of an activation with `channels` "C" or "K" in this layout."""
@@ -70,39 +99,57 @@ class ConvSizes:
         return ["N", channels, str(rows), str(cols)]
 
     def weights(self) -> list[str]:
+        kb, cb = f"(K + {BLOCK - 1}) / {BLOCK}", f"(C + {BLOCK - 1}) / {BLOCK}"
+        b = str(BLOCK)
+        if self.form == "depthwise":
+            return [kb, "R", "S", b]
+        if self.form == "lanes":
+            return [kb, str(self.Cg), "R", "S", b]
+        if self.form == "in_block":
+            return [kb, "R", "S", b, b]
         if self.blocked:
-            kb, cb = f"(K + {BLOCK - 1}) / {BLOCK}", f"(C + {BLOCK - 1}) / {BLOCK}"
-            return [kb, cb, "R", "S", str(BLOCK), str(BLOCK)]
-        return ["K", "C", "R", "S"]
+            return [kb, cb if self.groups == 1 else str(self.per_group["c"]), "R", "S", b, b]
+        return ["K", "C" if self.groups == 1 else str(self.Cg), "R", "S"]
 
-    def channel_loops(self, channels: str) -> tuple[tuple[str, int], ...]:
+    def channel_loops(self, channels: str, whole: bool = False) -> tuple[tuple[str, int], ...]:
         """(block loop, lane loop) of channel `c` or `k`; the lane loop is absent when plain."""
         count = self.sizes["C" if channels == "c" else "K"]
         if self.blocked:
-            return ((f"{channels}b", -(-count // BLOCK)), (channels, BLOCK))
-        return ((channels, count),)
+            blocks = -(-count // BLOCK) if whole else self.per_group[channels]
+            return ((f"{channels}b", blocks), (channels, BLOCK))
+        return ((channels, count if whole else self.per_group[channels]),)
 
-    def at(self, channels: str, rows: str, cols: str) -> str:
+    def channel(self, channels: str, whole: bool = False) -> str:
+        """The activation's channel (block) subscript of loop `c` or `k` (`cb`, `kb`)."""
+        var = f"{channels}b" if self.blocked else channels
+        if whole or self.gemm_groups == 1:
+            return var
+        per = self.per_group[channels]
+        return "g" if per == 1 else f"g * {per} + {var}"
+
+    def at(self, channels: str, rows: str, cols: str, whole: bool = False) -> str:
         """Subscript of an activation element at channel `channels` (c or k)."""
         if self.blocked:
-            return f"[n][{channels}b][{rows}][{cols}][{channels}]"
-        return f"[n][{channels}][{rows}][{cols}]"
+            return f"[n][{self.channel(channels, whole)}][{rows}][{cols}][{channels}]"
+        return f"[n][{self.channel(channels, whole)}][{rows}][{cols}]"
 
     def weight(self, r: str, s: str) -> str:
+        if self.form == "in_block":
+            return f"[{self.channel('k')}][{r}][{s}][c][k]"
         if self.blocked:
-            return f"[kb][cb][{r}][{s}][c][k]"
-        return f"[k][c][{r}][{s}]"
+            return f"[{self.channel('k')}][cb][{r}][{s}][c][k]"
+        return f"[{self.channel('k')}][c][{r}][{s}]"
 
     def transposed_weight(self) -> str:
         """Subscript of the weights with C and K swapped: `wt[cb][kb][r][s][k][c]`."""
         if self.blocked:
-            return "[cb][kb][r][s][k][c]"
-        return "[c][k][r][s]"
+            return f"[{self.channel('c')}][kb][r][s][k][c]"
+        return f"[{self.channel('c')}][k][r][s]"
 
     def transposed_shape(self) -> list[str]:
         if self.blocked:
-            return [str(self.CB), str(self.KB), "R", "S", str(BLOCK), str(BLOCK)]
-        return ["C", "K", "R", "S"]
+            return [str(self.CB), str(self.per_group["k"]), "R", "S", str(BLOCK), str(BLOCK)]
+        return ["C", "K" if self.groups == 1 else str(self.Kg), "R", "S"]
 
 
 def _scaled(var: str, stride: int, offset: str) -> str:
@@ -119,18 +166,23 @@ def conv2d_backward_data(
     R: int,
     S: int,
     stride: int = 1,
-    padding: int = 0,
+    padding: int | Sequence[int] = 0,
     dtype: str = "float32",
     layout: str = "nchw",
+    groups: int = 1,
 ) -> Built:
     """The gradient of a convolution's input: `k(dy, w) -> dx`, with dy[N][K][P][Q] (nchw16c:
-    dy[N][KB][P][Q][16]), w as the forward weights, dx shaped like the forward input."""
-    cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout)
+    dy[N][KB][P][Q][16]), w as the forward weights (of `groups`), dx shaped like the forward
+    input. `padding` is an int or (top, left, bottom, right)."""
+    cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout, groups)
     s, ct = cs.sizes, cs.ctype
+    if cs.form in ("depthwise", "lanes"):
+        return _scattered_backward_data(cs)
     weight_loops = zero_based(*cs.channel_loops("c")[:1], *cs.channel_loops("k")[:1],
                               ("r", "R"), ("s", "S"),
                               *cs.channel_loops("k")[1:], *cs.channel_loops("c")[1:])
-    image_loop = [("n", 0, "N")]
+    weight_loops = cs.group_loops() + weight_loops
+    image_loop = [("n", 0, "N")] + cs.group_loops()
     c_loops = zero_based(*cs.channel_loops("c"))
     k_loops = zero_based(*cs.channel_loops("k"))
     arrays = [declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
@@ -138,8 +190,8 @@ def conv2d_backward_data(
     local = ["wt"]
     stride = cs.stride
     if stride == 1:
-        # dx[h][w] = sum dy[h + pad - r][w + pad - s] w[r][s]: pad dy by R-1-pad, flip w.
-        off_h, off_w = s["R"] - 1 - cs.padding, s["S"] - 1 - cs.padding
+        # dx[h][w] = sum dy[h + top - r][w + left - s] w[r][s]: pad dy, flip w.
+        off_h, off_w = s["R"] - 1 - cs.top, s["S"] - 1 - cs.left
         rows, cols = s["H"] + s["R"] - 1, s["W"] + s["S"] - 1
         flipped = cs.weight("R - 1 - r", "S - 1 - s")
         nests.append(nest(weight_loops, f"wt{cs.transposed_weight()} = w{flipped};"))
@@ -149,23 +201,24 @@ def conv2d_backward_data(
             source = "dyp"
             local.append("dyp")
             arrays.append(declaration(ct, "dyp", cs.activation("K", rows, cols), False))
-            copy = image_loop + k_loops[:1] + [
+            all_k = zero_based(*cs.channel_loops("k", whole=True))
+            copy = [("n", 0, "N")] + all_k[:1] + [
                 ("p", max(0, -off_h), min(cs.P, rows - off_h)),
                 ("q", max(0, -off_w), min(cs.Q, cols - off_w)),
-            ] + k_loops[1:]
-            target = cs.at("k", f"p + {off_h}", f"q + {off_w}")
-            nests.append(nest(copy, f"dyp{target} = dy{cs.at('k', 'p', 'q')};"))
+            ] + all_k[1:]
+            target = cs.at("k", f"p + {off_h}", f"q + {off_w}", whole=True)
+            nests.append(nest(copy, f"dyp{target} = dy{cs.at('k', 'p', 'q', whole=True)};"))
         main = (image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + k_loops[:1]
                 + [("r", 0, "R"), ("s", 0, "S")] + k_loops[1:] + c_loops[1:])
         body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
                 f"wt{cs.transposed_weight()};")
         main_nest = nest(main, body)
     else:
-        target = "dx" if cs.padding == 0 else "dxp"
-        if cs.padding:
+        target = "dx" if not cs.padded else "dxp"
+        if cs.padded:
             local.append("dxp")
-            padded = cs.activation("C", s["H"] + 2 * cs.padding, s["W"] + 2 * cs.padding)
-            arrays.append(declaration(ct, "dxp", padded, False))
+            rows, cols = s["H"] + cs.top + cs.bottom, s["W"] + cs.left + cs.right
+            arrays.append(declaration(ct, "dxp", cs.activation("C", rows, cols), False))
         into = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
         if cs.blocked:
             nests.append(nest(weight_loops,
@@ -177,42 +230,98 @@ def conv2d_backward_data(
             main_nest = nest(main, body)
         else:
             # NCHW has no unit stride along c or k: one GEMM of channels-last dy with the
-            # weights as a [K][C*R*S] matrix gives every window's contribution (col), which is
-            # then scattered onto dx (col2im).
+            # weights as a [K][C/groups*R*S] matrix gives every window's contribution (col),
+            # which is then scattered onto dx (col2im).
             local[local.index("wt")] = "wf"
             local += ["dyt", "col"]
             taps = s["C"] * s["R"] * s["S"]
+            group_taps = cs.Cg * s["R"] * s["S"]
             tap = f"c * {s['R'] * s['S']} + r * {s['S']} + s"
             arrays += [
                 declaration(ct, "dyt", ["N", str(cs.P), str(cs.Q), "K"], False),
                 declaration(ct, "col", ["N", str(cs.P), str(cs.Q), str(taps)], False),
             ]
-            nests.append(nest(zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")),
+            c_extent = "C" if cs.groups == 1 else cs.Cg
+            nests.append(nest(zero_based(("k", "K"), ("c", c_extent), ("r", "R"), ("s", "S")),
                               f"wf[k][{tap}] = w[k][c][r][s];"))
             nests.append(nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("k", "K")),
                               "dyt[n][p][q][k] = dy[n][k][p][q];"))
-            main = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("j", taps), ("k", "K"))
-            main_nest = nest(main, "col[n][p][q][j] += dyt[n][p][q][k] * wf[k][j];")
+            if cs.groups == 1:
+                main = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("j", taps), ("k", "K"))
+                main_nest = nest(main, "col[n][p][q][j] += dyt[n][p][q][k] * wf[k][j];")
+            else:
+                main = zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("g", cs.groups),
+                                  ("j", group_taps), ("k", cs.Kg))
+                k_at = f"g * {cs.Kg} + k"
+                main_nest = nest(main, f"col[n][p][q][g * {group_taps} + j] += "
+                                       f"dyt[n][p][q][{k_at}] * wf[{k_at}][j];")
             scatter = zero_based(("n", "N"), ("c", "C"), ("p", cs.P), ("r", "R"), ("q", cs.Q),
                                  ("s", "S"))
+            into = f"[n][c][{_scaled('p', stride, 'r')}][{_scaled('q', stride, 's')}]"
             main_nest += "\n" + nest(scatter, f"{target}{into} += col[n][p][q][{tap}];")
     nests.append(main_nest)
-    if stride > 1 and cs.padding:
-        crop = image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
-        pad = cs.padding
-        nests.append(nest(crop, f"dx{cs.at('c', 'ih', 'iw')} = "
-                                f"dxp{cs.at('c', f'ih + {pad}', f'iw + {pad}')};"))
+    if stride > 1 and cs.padded:
+        nests.append(_crop(cs))
     if "wt" in local:
         arrays.append(declaration(ct, "wt", cs.transposed_shape(), False))
     else:
-        taps = s["C"] * s["R"] * s["S"]
-        arrays.append(declaration(ct, "wf", ["K", str(taps)], False))
+        arrays.append(declaration(ct, "wf", ["K", str(cs.Cg * s["R"] * s["S"])], False))
     arrays += [
         declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
         declaration(ct, "w", cs.weights(), True),
     ]
     text = function_text("conv2d_backward_data", list(s), arrays, nests)
     return parse_built("conv2d_backward_data", text, s, local=tuple(local))
+
+
+def _crop(cs: ConvSizes) -> str:
+    """The nest that copies dx out of the padded dxp."""
+    c_loops = zero_based(*cs.channel_loops("c", whole=True))
+    crop = [("n", 0, "N")] + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
+    inner = cs.at("c", f"ih + {cs.top}" if cs.top else "ih",
+                  f"iw + {cs.left}" if cs.left else "iw", whole=True)
+    return nest(crop, f"dx{cs.at('c', 'ih', 'iw', whole=True)} = dxp{inner};")
+
+
+def _lanes(cs: ConvSizes, rows: str, cols: str) -> tuple[str, str, str]:
+    """(guard, input subscript at `rows`, `cols`, weight subscript) of the blocked forms with
+    the output lanes innermost: depthwise and lanes (`builders.lane_channel`)."""
+    if cs.form == "depthwise":
+        return "", f"[n][kb][{rows}][{cols}][k]", "[kb][r][s][k]"
+    s = cs.sizes
+    block, lane, guard = lane_channel(s["C"], s["K"], cs.Cg, cs.Kg)
+    c_in = "c" if cs.Cg > 1 else "0"
+    return guard, f"[n][{block}][{rows}][{cols}][{lane}]", f"[kb][{c_in}][r][s][k]"
+
+
+def _lane_loops(cs: ConvSizes, outer: list[tuple[str, int | str]],
+                inner: list[tuple[str, int | str]]) -> list[tuple[str, int | str]]:
+    """kb, the input channel c of the lanes form (absent where it has one iteration), `outer`,
+    r, s, `inner`, then the output lane k."""
+    c_loop: list[tuple[str, int | str]] = [("c", cs.Cg)] if cs.form == "lanes" and cs.Cg > 1 else []
+    return [("kb", cs.KB), *c_loop, *outer, ("r", "R"), ("s", "S"), *inner, ("k", BLOCK)]
+
+
+def _scattered_backward_data(cs: ConvSizes) -> Built:
+    """Backward-data of the depthwise and lanes forms: every output position scatters its
+    contribution into a padded dx (the padding cropped off afterwards), output lanes innermost."""
+    s, ct = cs.sizes, cs.ctype
+    target = "dxp" if cs.padded else "dx"
+    arrays = [declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
+    if cs.padded:
+        rows, cols = s["H"] + cs.top + cs.bottom, s["W"] + cs.left + cs.right
+        arrays.append(declaration(ct, "dxp", cs.activation("C", rows, cols), False))
+    guard, into, weight = _lanes(cs, _scaled("p", cs.stride, "r"), _scaled("q", cs.stride, "s"))
+    loops = zero_based(("n", "N"), *_lane_loops(cs, [("p", cs.P)], [("q", cs.Q)]))
+    nests = [nest(loops, f"{guard}{target}{into} += dy[n][kb][p][q][k] * w{weight};")]
+    if cs.padded:
+        nests.append(_crop(cs))
+    arrays += [
+        declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
+        declaration(ct, "w", cs.weights(), True),
+    ]
+    text = function_text("conv2d_backward_data", list(s), arrays, nests)
+    return parse_built("conv2d_backward_data", text, s, local=("dxp",))
 
 
 def conv2d_backward_weights(
@@ -224,36 +333,55 @@ def conv2d_backward_weights(
     R: int,
     S: int,
     stride: int = 1,
-    padding: int = 0,
+    padding: int | Sequence[int] = 0,
     dtype: str = "float32",
     layout: str = "nchw",
+    groups: int = 1,
 ) -> Built:
     """The gradient of a convolution's weights: `k(x, dy) -> dw`, with x the forward input,
-    dy[N][K][P][Q] (nchw16c: dy[N][KB][P][Q][16]) and dw shaped like the forward weights."""
-    cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout)
-    s, ct, pad, stride = cs.sizes, cs.ctype, cs.padding, cs.stride
+    dy[N][K][P][Q] (nchw16c: dy[N][KB][P][Q][16]) and dw shaped like the forward weights (of
+    `groups`). `padding` is an int or (top, left, bottom, right)."""
+    cs = ConvSizes(N, C, K, H, W, R, S, stride, padding, dtype, layout, groups)
+    s, ct, stride = cs.sizes, cs.ctype, cs.stride
     arrays = [declaration(ct, "dw", cs.weights(), False)]
     nests: list[str] = []
     source = "x"
-    c_loops = zero_based(*cs.channel_loops("c"))
-    k_loops = zero_based(*cs.channel_loops("k"))
-    if pad:
+    if cs.padded:
         source = "xp"
-        arrays.append(declaration(ct, "xp", cs.activation("C", f"H + {2 * pad}",
-                                                           f"W + {2 * pad}"), False))
-        copy = [("n", 0, "N")] + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + c_loops[1:]
-        nests.append(nest(copy, f"xp{cs.at('c', f'ih + {pad}', f'iw + {pad}')} = "
-                                f"x{cs.at('c', 'ih', 'iw')};"))
-    # Outside: the weight cells (parallel); the call: c (m) x k (n) over q, batched over n, p.
-    main = (k_loops[:1] + c_loops[:1] + [("r", 0, "R"), ("s", 0, "S"), ("n", 0, "N"),
-                                         ("p", 0, cs.P), ("q", 0, cs.Q)]
-            + c_loops[1:] + k_loops[1:])
-    if not cs.blocked:
-        main = zero_based(("k", "K"), ("c", "C"), ("r", "R"), ("s", "S"), ("n", "N"),
-                          ("p", cs.P), ("q", cs.Q))
-    read = cs.at("c", _scaled("p", stride, "r"), _scaled("q", stride, "s"))
-    nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
-                            f"dy{cs.at('k', 'p', 'q')};"))
+        arrays.append(declaration(ct, "xp", cs.activation("C", cs.padded_extent("H"),
+                                                           cs.padded_extent("W")), False))
+        all_c = zero_based(*cs.channel_loops("c", whole=True))
+        copy = [("n", 0, "N")] + all_c[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + all_c[1:]
+        at = cs.at("c", f"ih + {cs.top}" if cs.top else "ih",
+                   f"iw + {cs.left}" if cs.left else "iw", whole=True)
+        nests.append(nest(copy, f"xp{at} = x{cs.at('c', 'ih', 'iw', whole=True)};"))
+    rows, cols = _scaled("p", stride, "r"), _scaled("q", stride, "s")
+    if cs.form in ("depthwise", "lanes"):
+        guard, read, weight = _lanes(cs, rows, cols)
+        # the weight cells outside (parallel), the sum over images and positions inside
+        main = zero_based(*_lane_loops(cs, [], [("n", "N"), ("p", cs.P), ("q", cs.Q)]))
+        nests.append(nest(main, f"{guard}dw{weight} += {source}{read} * dy[n][kb][p][q][k];"))
+    else:
+        c_loops = zero_based(*cs.channel_loops("c"))
+        k_loops = zero_based(*cs.channel_loops("k"))
+        # Outside: the weight cells (parallel); the call: c (m) x k (n) over q, batched over
+        # n, p.
+        main = (cs.group_loops() + k_loops[:1] + c_loops[:1]
+                + [("r", 0, "R"), ("s", 0, "S"), ("n", 0, "N"), ("p", 0, cs.P), ("q", 0, cs.Q)]
+                + c_loops[1:] + k_loops[1:])
+        if not cs.blocked:
+            k_extent, c_extent = ("K", "C") if cs.groups == 1 else (cs.Kg, cs.Cg)
+            main = cs.group_loops() + zero_based(("k", k_extent), ("c", c_extent), ("r", "R"),
+                                                 ("s", "S"), ("n", "N"), ("p", cs.P),
+                                                 ("q", cs.Q))
+        read = cs.at("c", rows, cols)
+        nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
+                                f"dy{cs.at('k', 'p', 'q')};"))
+        if cs.form == "in_block":
+            # the product of a block is dense: its cells between groups are no weights
+            cells = zero_based(("kb", cs.KB), ("r", "R"), ("s", "S"), ("c", BLOCK), ("k", BLOCK))
+            nests.append(nest(cells, f"if (c / {cs.Cg} != k / {cs.Cg}) dw[kb][r][s][c][k] = "
+                                     f"{'0.0f' if ct == 'float' else '0.0'};"))
     arrays += [
         declaration(ct, "x", cs.activation("C", "H", "W"), True),
         declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),

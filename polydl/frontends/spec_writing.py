@@ -7,7 +7,9 @@ it with `read_c`, so a builder and the same hand-written spec give the same IR.
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -18,7 +20,10 @@ from polydl.ir import LoopNest
 Built = tuple[LoopNest, dict[str, int]]
 Loops = Sequence[tuple[str, int | str, int | str]]
 
-EPILOGUES = ("bias", "relu", "residual", "scale_shift")
+EPILOGUES = ("bias", "relu", "residual", "scale_shift", "clip(LO,HI)")
+# "clip(LO,HI)": ONNX Clip, ReLU6 as clip(0,6); LO and HI are finite decimal numbers
+_CLIP = re.compile(r"\s*clip\s*\((.*)\)\s*", re.DOTALL)
+_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 # Beyond this, 64-bit index arithmetic overflows (poly/index_range.py).
 MAX_SIZE = 2**62
 
@@ -39,18 +44,51 @@ def choice_arg(name: str, value: object, choices: Sequence[str]) -> str:
     return value
 
 
+def clip_bounds(name: str) -> tuple[float, float] | None:
+    """(LO, HI) of a "clip(LO,HI)" epilogue, None for a name of another kind; `ArgumentError`
+    (of `fuse`) where the bounds are not two finite numbers with LO <= HI."""
+    match = _CLIP.fullmatch(name)
+    if match is None:
+        return None
+    parts = match.group(1).split(",")
+    if len(parts) != 2 or not all(_NUMBER.fullmatch(p) for p in parts):
+        raise ArgumentError(
+            "fuse", f"{name!r}: clip takes two numbers, as in 'clip(0,6)' (clip(LO,HI))"
+        )
+    lo, hi = (float(p) for p in parts)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ArgumentError("fuse", f"{name!r}: the clip bounds must be finite")
+    if lo > hi:
+        raise ArgumentError("fuse", f"{name!r}: the lower bound {lo!r} exceeds the upper {hi!r}")
+    return lo, hi
+
+
+def _epilogue_kind(item: object) -> str:
+    if isinstance(item, str) and clip_bounds(item) is not None:
+        return "clip"
+    return choice_arg("fuse", item, EPILOGUES)
+
+
 def epilogue_names(value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (tuple, list)):
         raise ArgumentError(
             "fuse", f"must be a list of epilogue names ({', '.join(EPILOGUES)}); got {value!r}"
         )
     out: list[str] = []
+    kinds: list[str] = []
     for item in value:
-        name = choice_arg("fuse", item, EPILOGUES)
-        if name in out:
-            raise ArgumentError("fuse", f"'{name}' is given twice")
-        out.append(name)
+        kind = _epilogue_kind(item)
+        if kind in kinds:
+            raise ArgumentError("fuse", f"'{kind}' is given twice")
+        kinds.append(kind)
+        out.append(item)
     return tuple(out)
+
+
+def float_literal(value: float, ctype: str) -> str:
+    """A C literal of `value` in `ctype` ("float" or "double")."""
+    text = repr(float(value))
+    return text + "f" if ctype == "float" else text
 
 
 def nest(loops: Loops, body: str) -> str:
@@ -107,7 +145,12 @@ def epilogue_nests(
     arrays: list[str] = []
     nests: list[str] = []
     for epilogue in epilogues:
-        if epilogue == "bias":
+        bounds = clip_bounds(epilogue)
+        if bounds is not None:
+            # selects, as relu: NaN stays NaN (as ONNX Clip and torch.clamp give it)
+            lo, hi = (float_literal(v, ctype) for v in bounds)
+            body = f"y{at} = y{at} < {lo} ? {lo} : (y{at} > {hi} ? {hi} : y{at});"
+        elif epilogue == "bias":
             arrays.append(declaration(ctype, "b", ch_shape, True))
             body = f"y{at} += b{ch};"
         elif epilogue == "relu":

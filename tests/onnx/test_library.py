@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 import polydl.onnx  # noqa: E402
 from polydl.cli import main  # noqa: E402
 from polydl.onnx import zoo  # noqa: E402
-from tests.onnx.reference import run_onnxruntime, random  # noqa: E402
+from tests.onnx.reference import random, run_onnxruntime  # noqa: E402
 
 MAIN_C = r"""
 #include <stdio.h>
