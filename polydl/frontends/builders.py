@@ -205,20 +205,21 @@ def conv2d(
     ih, iw = _shifted("ih", top), _shifted("iw", left)
     source = "xp" if top or left or bottom or right else "x"
     guard = ""
-    if source == "xp" and Cg == 1 and (
-        layout == "nchw" or grouped_form(sizes["C"], sizes["K"], groups) == "depthwise"
-    ):
+    if (source == "xp" and layout == "nchw16c"
+            and grouped_form(sizes["C"], sizes["K"], groups) == "depthwise"):
         # A depthwise nest is a stream through memory (9 multiply-adds per output for 3 x 3):
-        # the zero-padded copy of x costs as much as the convolution. It reads x itself and
-        # leaves the taps in the padding out of its domain (measured, blocked 96 channels at
-        # 112 x 112 on 2 cores: 1.3 ms against 2.4 ms with the copy; N=32, 144 at 56 x 56: 21
-        # against 46 ms).
+        # the zero-padded copy of x costs as much as the convolution. The blocked one reads x
+        # itself and leaves the taps in the padding out of its domain (measured on 2 cores,
+        # 96 channels at 112 x 112: 1.3 ms against 2.4 ms with the copy; N=32, 144 at 56 x 56:
+        # 21 against 46 ms). In NCHW the bounds this puts on the row loop (the innermost) cost
+        # more than the copy at N=1 (2.2 against 1.8 ms), so it keeps the copy.
         source = "x"
         row, col, guard = _unpadded_taps(row, col, (top, left, bottom, right))
     if layout == "nchw16c":
         cb, kb = f"(C + {BLOCK - 1}) / {BLOCK}", f"(K + {BLOCK - 1}) / {BLOCK}"
         out_shape = ["N", kb, P, Q, str(BLOCK)]
-        out_loops = [("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
+        out_loops: list[tuple[str, int | str]] = [
+            ("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
         out = "[n][kb][p][q][k]"
         bias_shape, bias = [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]"
         x_shape = ["N", cb, "H", "W", str(BLOCK)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polydl.dtypes import DTYPES
-from polydl.errors import ArgumentError
 from polydl.frontends.builders import (
     FLOAT_DTYPES,
     LAYOUTS,

@@ -18,7 +18,8 @@ import json
 import keyword
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ def _lower_one(nest: LoopNest, params: dict[str, int], target: Target) -> Genera
     return generated_code(nest, params, target)
 
 
-def _kernels(plan: NetworkPlan, target: Target, jobs: int) -> dict[str, GeneratedCode]:
+def _kernels(plan: NetworkPlan, target: Target, jobs: int,
+             show_progress: bool | None = None) -> dict[str, GeneratedCode]:
     """The generated code of every distinct kernel of the plan (names filled into its steps),
     lowered in `jobs` processes."""
     nests: dict[str, LoopNest] = {}
@@ -86,13 +88,50 @@ def _kernels(plan: NetworkPlan, target: Target, jobs: int) -> dict[str, Generate
             params.setdefault(function, dict(step.params))
             plan.steps[index] = replace(step, function=function)
     names = list(nests)
+    progress = _Progress(len(names), show_progress)
+    codes: dict[str, GeneratedCode] = {}
     if jobs > 1 and len(names) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            codes = list(pool.map(_lower_one, [nests[n] for n in names],
-                                  [params[n] for n in names], [target] * len(names)))
+            futures = {pool.submit(_lower_one, nests[n], params[n], target): n for n in names}
+            for future in as_completed(futures):
+                codes[futures[future]] = future.result()
+                progress.step()
     else:
-        codes = [_lower_one(nests[n], params[n], target) for n in names]
-    return dict(zip(names, codes, strict=True))
+        for n in names:
+            codes[n] = _lower_one(nests[n], params[n], target)
+            progress.step()
+    progress.close()
+    return {n: codes[n] for n in names}
+
+
+class _Progress:
+    """A progress bar over the layers' kernels on stderr: tqdm's where installed, else one
+    rewritten line; shown when asked, or by default when stderr is a terminal."""
+
+    def __init__(self, total: int, show: bool | None) -> None:
+        self.total, self.done = total, 0
+        self.show = sys.stderr.isatty() if show is None else show
+        self.bar = None
+        if self.show:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, desc="polydl: lowering kernels", unit="kernel")
+
+    def step(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.show:
+            print(f"\rpolydl: lowered {self.done}/{self.total} kernels", end="", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.show and self.total:
+            print(file=sys.stderr)
 
 
 def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
@@ -110,11 +149,11 @@ def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
 
 
 def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
-             jobs: int) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
+             jobs: int, progress: bool | None = None) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
                                  list[tuple[str, tuple[int, ...]]]]:
     graph = fold_constants(read_graph(model, batch))
     plan = Lowering(graph, _c_name(name, graph.name)).lower()
-    codes = _kernels(plan, target, jobs)
+    codes = _kernels(plan, target, jobs, progress)
     assign_offsets(plan)
     inputs = [(n, graph.shapes[n]) for n in graph.inputs]
     outputs = [(n, plan.buffers[b].shape) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
@@ -130,11 +169,12 @@ def _target(target: TargetArg, machine: MachineArg) -> Target:
 
 def compile(  # noqa: A001 - the public name the contract gives
     model: Any, *, target: TargetArg = "c", machine: MachineArg = None, batch: int | None = None,
-    name: str | None = None, jobs: int | None = None,
+    name: str | None = None, jobs: int | None = None, progress: bool | None = None,
 ) -> Network:
     """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
     `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
-    `jobs` processes lower the layers' kernels (default: the CPU count)."""
+    `jobs` processes lower the layers' kernels (default: the CPU count); `progress` shows a
+    progress bar (default: when stderr is a terminal)."""
     resolved = _target(target, machine)
     proto = load_model(model)
     data = proto.SerializeToString()
@@ -147,7 +187,7 @@ def compile(  # noqa: A001 - the public name the contract gives
         with entry_lock(entry):
             if not entry_is_complete(entry, files):
                 plan, codes, inputs, outputs = _lowered(proto, batch, name, resolved,
-                                                        jobs or os.cpu_count() or 1)
+                                                        jobs or os.cpu_count() or 1, progress)
                 source = network_source(plan, codes, resolved.describe())
                 library = cached_network_library(
                     source, [codes[f] for f in sorted(codes)])
@@ -162,7 +202,8 @@ def compile(  # noqa: A001 - the public name the contract gives
     if not library.exists():  # the library's own entry was cleared: build the network again
         for path in files:
             path.unlink(missing_ok=True)
-        return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs)
+        return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs,
+                       progress=progress)
     return Network(library, meta["function"], [(n, tuple(s)) for n, s in meta["inputs"]],
                    [(n, tuple(s)) for n, s in meta["outputs"]], weights_path.read_bytes(),
                    meta["explain"])

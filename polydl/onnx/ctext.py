@@ -154,7 +154,7 @@ def pool(name: str, kind: str, in_shape: Sequence[int], out_shape: Sequence[int]
     arrays = [array("y", out_shape, False), array("x", in_shape, True)]
     if kind == "max":
         nests = [loops(out_loops, f"{y} = {LOWEST};"),
-                 loops(window_loops, f"{y} = fmaxf({y}, {x});", guard=inside)]
+                 loops(window_loops, f"{y} = {x} > {y} ? {x} : {y};", guard=inside)]
     else:
         nests = [loops(out_loops, f"{y} = 0.0f;"),
                  loops(window_loops, f"{y} += {x};", guard=inside),
@@ -205,7 +205,7 @@ def softmax(name: str, outer: int, extent: int, inner: int) -> Text:
     o, a, i = ("o", outer), ("a", extent), ("i", inner)
     nests = [
         loops([o, i], f"m[o][i] = {LOWEST};"),
-        loops([o, a, i], "m[o][i] = fmaxf(m[o][i], x[o][a][i]);"),
+        loops([o, a, i], "m[o][i] = x[o][a][i] > m[o][i] ? x[o][a][i] : m[o][i];"),
         loops([o, i], "s[o][i] = 0.0f;"),
         loops([o, a, i], "y[o][a][i] = expf(x[o][a][i] - m[o][i]);"),
         loops([o, a, i], "s[o][i] += y[o][a][i];"),
@@ -321,31 +321,32 @@ def split(name: str, in_shape: Sequence[int], out_shapes: Sequence[Sequence[int]
 def conv_im2col_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
                         dilation: int, activation: str) -> Text:
     """A convolution of an input with few channels (a network's stem: 3 colours) into the
-    blocked layout, as a GEMM over the gathered windows: `col[n][p][q][c][r][s]` holds the
-    (zero-padded) input under each output position, and `y[n][kb][p][q][k] += col * w[kb][c][r]
-    [s][k]` reduces C*R*S contiguous values; then the bias and `activation` ("{0}" is y)."""
+    blocked layout, as a GEMM over the gathered windows: `col[n][p][q][c*R*S + r*S + s]` holds the
+    (zero-padded) input under each output position, and `y[n][kb][p][q][k] += col[..][j] *
+    w[kb][j][k]` reduces C*R*S contiguous values; then the bias and `activation` ("{0}" is y)."""
     N, C, H, W = x_shape
     (R, S), (sh, sw), (pt, pl, pb, pr) = window.size, window.stride, window.pads
     P, Q = window.out
     KB = -(-K // BLOCK)
     padded = (N, C, H + pt + pb, W + pl + pr)
-    col_shape = (N, P, Q, C, R, S)
+    col_shape = (N, P, Q, C * R * S)
     y = "y[n][kb][p][q][k]"
     nests = [
         loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
         loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
         loops([("n", N), ("p", P), ("q", Q), ("c", C), ("r", R), ("s", S)],
-              f"col[n][p][q][c][r][s] = xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}];"),
+              f"col[n][p][q][c * {R * S} + r * {S} + s] = "
+              f"xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}];"),
         loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("c", C), ("r", R), ("s", S), ("k", BLOCK)],
-              f"{y} += col[n][p][q][c][r][s] * w[kb][c][r][s][k];"),
+        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("j", C * R * S), ("k", BLOCK)],
+              f"{y} += col[n][p][q][j] * w[kb][j][k];"),
     ]
     if activation:
         nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
                            f"{y} = {activation.format(y)};"))
     arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False),
               array("col", col_shape, False), array("x", x_shape, True),
-              array("w", (KB, C, R, S, BLOCK), True), array("b", (KB * BLOCK,), True)]
+              array("w", (KB, C * R * S, BLOCK), True), array("b", (KB * BLOCK,), True)]
     return function(name, arrays, nests, local=("xp", "col"))
 
 

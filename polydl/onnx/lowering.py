@@ -266,7 +266,7 @@ def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
                     lo, hi = _clip_bounds(reader, low.graph.constants)
                 except UnsupportedOperator:
                     break
-                if lo is None or hi is None:
+                if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
                     break
             kind = "act"
         else:
@@ -414,7 +414,7 @@ def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.nda
     KB = layouts.blocks(K)
     w_blocked = np.zeros((KB * BLOCK, C, R, S), np.float32)
     w_blocked[:K] = weights
-    w_blocked = w_blocked.reshape(KB, BLOCK, C, R, S).transpose(0, 2, 3, 4, 1)
+    w_blocked = w_blocked.reshape(KB, BLOCK, C * R * S).transpose(0, 2, 1)
     b_padded = np.zeros(KB * BLOCK, np.float32)
     b_padded[:K] = bias
     out = low.activation((N, K, P, Q), BLOCKED)
@@ -427,9 +427,9 @@ def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.nda
 
 
 def _blockable(C: int, K: int, groups: int) -> bool:
-    if groups == 1 or (groups == C == K):
-        return True
-    return (C // groups) % BLOCK == 0 and (K // groups) % BLOCK == 0
+    """Every grouping has a blocked form (`layouts.grouped_form`); depthwise with a channel
+    multiplier reads its lanes by integer division, slower than NCHW's plain loops."""
+    return layouts.grouped_form(C, K, groups) != "lanes"
 
 
 def _conv_transpose(low: Lowering, node: Node) -> None:
