@@ -12,7 +12,9 @@ exported with the legacy exporter (opset 17, dynamic batch) when torchvision is 
 Each model has a symbolic batch; polydl compiles it once per batch size (`batch=`), with a
 fresh compile cache unless `--warm-cache` (the compile column is a cold compile), and
 onnxruntime runs the same model with `intra_op_num_threads` = threads, one inter-op thread and
-every graph optimisation (ORT_ENABLE_ALL).
+every graph optimisation (ORT_ENABLE_ALL) and no spin-waiting between runs
+(`session.intra_op.allow_spinning=0`: its idle workers would otherwise spin on the cores polydl
+runs on next; its own time is the same either way).
 
 polydl's output is checked against onnxruntime's first (error relative to the largest
 magnitude, at most 1e-4, else the row is FAILED); then `--rounds` interleaved rounds (polydl,
@@ -158,6 +160,10 @@ def ort_session(model: Any, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # No spin-waiting between runs: onnxruntime's idle workers otherwise spin on the cores
+    # polydl's call runs on next (measured: polydl's mobilenet_v2 call 15 ms alone, 15-62 ms
+    # right after a spinning session), while onnxruntime's own time is the same either way.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 

@@ -48,6 +48,11 @@ class KernelStep:
     arguments: Mapping[str, str]
     zero: tuple[str, ...] = ()
     params: Mapping[str, int] = field(default_factory=dict)  # the nest's size parameters
+    # The kernel is for one image: the step calls it `repeat` times, buffer pointers advanced by
+    # `strides[buffer]` float elements per call (absent: the same, e.g. the weights), so its
+    # scratch arrays are one image's, reused while in cache, not the whole batch's.
+    repeat: int = 1
+    strides: Mapping[str, int] = field(default_factory=dict)
     function: str = ""  # the generated function, once compiled
 
 

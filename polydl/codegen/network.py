@@ -25,18 +25,19 @@ class NetworkSource:
     header: str
 
 
-def _pointer(plan: NetworkPlan, name: str, writable: bool) -> str:
-    buffer = plan.buffers[name]
+def _pointer(plan: NetworkPlan, name: str, writable: bool, stride: int = 0) -> str:
+    """The C expression of buffer `name`'s address (plus `stride` floats per repetition `i`)."""
     root = plan.root(name)
     ctype = "float *" if writable else "const float *"
     if root.kind == "input":
-        return f"in{root.index}" if not writable else f"(float *)in{root.index}"
-    if root.kind == "output":
-        return f"out{root.index}"
-    if root.kind == "constant":
-        return f"({ctype})(weights + {root.offset})"
-    del buffer
-    return f"({ctype})(arena + {root.offset})"
+        base = f"in{root.index}" if not writable else f"(float *)in{root.index}"
+    elif root.kind == "output":
+        base = f"out{root.index}"
+    elif root.kind == "constant":
+        base = f"({ctype})(weights + {root.offset})"
+    else:
+        base = f"({ctype})(arena + {root.offset})"
+    return f"{base} + i * {stride}L" if stride else base
 
 
 def _prototype(code: GeneratedCode) -> str:
@@ -59,14 +60,15 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
             args = []
             for arg in code.arguments:
                 buffer = step.arguments[arg.spelling]
-                args.append(_pointer(plan, buffer, not arg.is_input))
+                stride = step.strides.get(buffer, 0) if step.repeat > 1 else 0
+                args.append(_pointer(plan, buffer, not arg.is_input, stride))
             zero = [{"pointer": _pointer(plan, name, True), "nbytes": plan.buffers[name].nbytes}
                     for name in step.zero]
             steps.append({"label": step.label.replace("*/", "* /"), "zero": zero,
-                          "call": f"{code.function}({', '.join(args)})"})
+                          "call": f"{code.function}({', '.join(args)})", "repeat": step.repeat})
         else:
             assert isinstance(step, CopyStep)
-            steps.append({"label": step.label.replace("*/", "* /"), "zero": [], "call": "",
+            steps.append({"label": step.label.replace("*/", "* /"), "zero": [], "call": "", "repeat": 1,
                           "source": _pointer(plan, step.source, False),
                           "destination": _pointer(plan, step.destination, True),
                           "nbytes": plan.buffers[step.destination].nbytes})

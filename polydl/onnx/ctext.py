@@ -21,6 +21,7 @@ class Text:
     name: str
     source: str
     local: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()  # scratch arrays written in full before they are read
 
 
 def literal(value: float) -> str:
@@ -40,9 +41,11 @@ def array(name: str, shape: Sequence[int], is_input: bool) -> str:
     return ("const " if is_input else "") + f"float {name}{dims(shape) or '[1]'}"
 
 
-def function(name: str, arrays: Sequence[str], nests: Sequence[str], local: Sequence[str] = ()) -> Text:
+def function(name: str, arrays: Sequence[str], nests: Sequence[str], local: Sequence[str] = (),
+             filled: Sequence[str] = ()) -> Text:
     body = "\n".join(nests)
-    return Text(name, f"void {name}({', '.join(arrays)}) {{\n{body}\n}}\n", tuple(local))
+    return Text(name, f"void {name}({', '.join(arrays)}) {{\n{body}\n}}\n", tuple(local),
+                tuple(filled))
 
 
 def loops(extents: Sequence[tuple[str, int]], body: str, guard: str = "") -> str:
@@ -347,7 +350,7 @@ def conv_im2col_blocked(name: str, x_shape: Sequence[int], K: int, window: Windo
     arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False),
               array("col", col_shape, False), array("x", x_shape, True),
               array("w", (KB, C * R * S, BLOCK), True), array("b", (KB * BLOCK,), True)]
-    return function(name, arrays, nests, local=("xp", "col"))
+    return function(name, arrays, nests, local=("xp", "col"), filled=("col",))
 
 
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],

@@ -52,7 +52,8 @@ def _parse(text: ctext.Text) -> LoopNest:
     from dataclasses import replace
 
     nest = read_c(text.source, f"<{text.name}>").nest
-    arrays = tuple(replace(a, local=True) if a.name in text.local else a for a in nest.arrays)
+    arrays = tuple(replace(a, local=True, filled=a.name in text.filled) if a.name in text.local
+                   else a for a in nest.arrays)
     return replace(nest, arrays=arrays)
 
 
@@ -145,9 +146,11 @@ class Lowering:
         return Value(self._buffer("t", value.physical, "activation"), value.shape, layout)
 
     def kernel(self, label: str, text: ctext.Text | tuple[LoopNest, dict[str, int]],
-               arguments: dict[str, str], zero: Sequence[str] = ()) -> None:
+               arguments: dict[str, str], zero: Sequence[str] = (), repeat: int = 1,
+               strides: dict[str, int] | None = None) -> None:
         nest, params = (_parse(text), {}) if isinstance(text, ctext.Text) else text
-        self.plan.steps.append(KernelStep(label, nest, arguments, tuple(zero), dict(params)))
+        self.plan.steps.append(KernelStep(label, nest, arguments, tuple(zero), dict(params),
+                                          repeat, dict(strides or {})))
 
     def const_of(self, name: str) -> np.ndarray | None:
         return self.graph.constants.get(name)
@@ -419,10 +422,12 @@ def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.nda
     b_padded[:K] = bias
     out = low.activation((N, K, P, Q), BLOCKED)
     window = ctext.Window((R, S), (sh, sw), pads, (P, Q))  # type: ignore[arg-type]
-    text = ctext.conv_im2col_blocked("conv_stem", x.shape, K, window, dh, activation)
-    low.kernel(f"{label} [gathered windows -> nchw16c]", text,
-               {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
-                "b": low.constant(b_padded, "b")})
+    # one image per call: the gathered windows of a whole batch would be N * P*Q*C*R*S floats
+    text = ctext.conv_im2col_blocked("conv_stem", (1, C, H, W), K, window, dh, activation)
+    low.kernel(f"{label} [gathered windows -> nchw16c" + (f", {N} images one by one]" if N > 1 else "]"),
+               text, {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
+                      "b": low.constant(b_padded, "b")},
+               repeat=N, strides={x.buffer: C * H * W, out.buffer: KB * P * Q * BLOCK})
     low.values[current] = out
 
 
