@@ -10,6 +10,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -72,6 +73,16 @@ def _lower(args: argparse.Namespace, kind: str = "c"):
     return lower(nest, params, target, getattr(args, "schedule", "auto"))
 
 
+def _timed_calls(call: Callable[[], object], repeat: int) -> list[float]:
+    """Seconds of `repeat` (at least one) calls."""
+    samples = []
+    for _ in range(max(repeat, 1)):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
 def _is_network(args: argparse.Namespace) -> bool:
     return str(args.spec).lower().endswith(".onnx")
 
@@ -106,11 +117,7 @@ def cmd_run_network(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     inputs = [rng.standard_normal(shape).astype(np.float32) for _, shape in network.inputs]
     outputs = network(*inputs)
-    samples = []
-    for _ in range(max(args.repeat, 1)):
-        t0 = time.perf_counter()
-        network(*inputs)
-        samples.append(time.perf_counter() - t0)
+    samples = _timed_calls(lambda: network(*inputs), args.repeat)
     print(f"network  {network.function}: {', '.join(f'{n}{list(s)}' for n, s in network.inputs)}"
           f" -> {', '.join(f'{n}{list(s)}' for n, s in network.outputs)}")
     print(f"time     {float(np.median(samples)) * 1e3:.3f} ms (median of {len(samples)})")
@@ -166,11 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     kernel = build_kernel(nest, params, target)
     inputs = random_inputs(kernel.arguments, seed=args.seed)
     outputs = kernel(*inputs)
-    samples = []
-    for _ in range(max(args.repeat, 1)):
-        t0 = time.perf_counter()
-        kernel(*inputs)
-        samples.append(time.perf_counter() - t0)
+    samples = _timed_calls(lambda: kernel(*inputs), args.repeat)
     seconds = float(np.median(samples))
     checked = verification_sizes(nest, params)
     if checked != dict(params):

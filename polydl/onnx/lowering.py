@@ -155,6 +155,16 @@ class Lowering:
     def const_of(self, name: str) -> np.ndarray | None:
         return self.graph.constants.get(name)
 
+    def const_input(self, node: Node, position: int, what: str) -> np.ndarray | None:
+        """The constant at input `position` of `node`, None where that input is omitted;
+        `UnsupportedOperator` where it is computed at run time (`what` names it)."""
+        if len(node.inputs) <= position or not node.inputs[position]:
+            return None
+        data = self.const_of(node.inputs[position])
+        if data is None:
+            raise UnsupportedOperator(node.name, node.op, f"{what} must be a constant")
+        return data
+
     # ------------------------------------------------------------------ layouts
     def as_layout(self, value: Value, layout: str) -> Value:
         if value.layout == layout:
@@ -772,10 +782,8 @@ def _global_average(low: Lowering, node: Node) -> None:
 def _reduce_mean(low: Lowering, node: Node) -> None:
     x = low.plain(node, 0)
     axes = node.attr("axes")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        data = low.const_of(node.inputs[1])
-        if data is None:
-            raise UnsupportedOperator(node.name, node.op, "the axes must be a constant")
+    data = low.const_input(node, 1, "the axes")
+    if data is not None:
         axes = tuple(int(a) for a in data.reshape(-1))
     rank = len(x.shape)
     if not axes:
@@ -865,10 +873,8 @@ def _split(low: Lowering, node: Node) -> None:
     x = low.plain(node, 0)
     axis = int(node.attr("axis", 0)) % len(x.shape)
     sizes = node.attr("split")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        data = low.const_of(node.inputs[1])
-        if data is None:
-            raise UnsupportedOperator(node.name, node.op, "the split sizes must be a constant")
+    data = low.const_input(node, 1, "the split sizes")
+    if data is not None:
         sizes = tuple(int(s) for s in data.reshape(-1))
     count = len(node.outputs)
     if not sizes:
@@ -891,24 +897,13 @@ def _pad(low: Lowering, node: Node) -> None:
     mode = node.attr("mode", "constant")
     if mode != "constant":
         raise UnsupportedOperator(node.name, node.op, f"mode '{mode}' is not supported; only 'constant'")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        data = low.const_of(node.inputs[1])
-        if data is None:
-            raise UnsupportedOperator(node.name, node.op, "the pads must be a constant")
-        pads = tuple(int(p) for p in data.reshape(-1))
-    else:
-        pads = tuple(node.attr("pads"))
-    value = 0.0
-    if len(node.inputs) > 2 and node.inputs[2]:
-        data = low.const_of(node.inputs[2])
-        if data is None:
-            raise UnsupportedOperator(node.name, node.op, "the pad value must be a constant")
-        value = float(data.reshape(-1)[0]) if data.size else 0.0
+    data = low.const_input(node, 1, "the pads")
+    pads = tuple(int(p) for p in data.reshape(-1)) if data is not None else tuple(node.attr("pads"))
+    data = low.const_input(node, 2, "the pad value")
+    value = float(data.reshape(-1)[0]) if data is not None and data.size else 0.0
     rank = len(x.shape)
-    if len(node.inputs) > 3 and node.inputs[3]:
-        axes_data = low.const_of(node.inputs[3])
-        if axes_data is None:
-            raise UnsupportedOperator(node.name, node.op, "the axes must be a constant")
+    axes_data = low.const_input(node, 3, "the axes")
+    if axes_data is not None:
         full = [0] * (2 * rank)
         axes = [int(a) % rank for a in axes_data.reshape(-1)]
         for j, a in enumerate(axes):
