@@ -44,6 +44,7 @@ from polydl.runtime.cache import (
     write_manifest,
 )
 from polydl.runtime.network import Network, cached_network_library, link_network
+from polydl.runtime.toolchain import current_toolchain
 from polydl.target import Target
 from polydl.version import __version__
 
@@ -178,8 +179,10 @@ def compile(  # noqa: A001 - the public name the contract gives
     resolved = _target(target, machine)
     proto = load_model(model)
     data = proto.SerializeToString()
+    toolchain = current_toolchain()  # the entry points at a library that compiler built
     key = content_key([__version__, compiler_revision(), hashlib.sha256(data).hexdigest(),
-                       repr(batch), repr(name), resolved.key(), "network"])
+                       repr(batch), repr(name), resolved.key(), toolchain.identity,
+                       " ".join(toolchain.flags), "network"])
     entry = entry_dir(key)
     meta_path, weights_path = entry / "network.json", entry / "network.weights"
     files = [meta_path, weights_path]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -32,27 +31,12 @@ from polydl.runtime.cache import (
     write_atomic,
     write_manifest,
 )
-from polydl.runtime.kernel import OUTPUT_ALIGNMENT, aligned_zeros
-from polydl.runtime.sanitize import compiler_environment, require_runtime
-from polydl.runtime.toolchain import COMPILE_TIMEOUT_S, Toolchain, current_toolchain
+from polydl.runtime.kernel import aligned_zeros
+from polydl.runtime.sanitize import require_runtime
+from polydl.runtime.toolchain import Toolchain, current_toolchain, run_compiler
 from polydl.version import __version__
 
 SHARED = ("-fPIC", "-std=gnu11")
-
-
-def _run(toolchain: Toolchain, command: list[str]) -> None:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                                env=compiler_environment())
-    except (FileNotFoundError, PermissionError):
-        raise CompileError(toolchain.compiler, command,
-                           f"C compiler '{toolchain.compiler}' not found or not executable") from None
-    except subprocess.TimeoutExpired:
-        raise CompileError(toolchain.compiler, command,
-                           f"compiler timed out after {COMPILE_TIMEOUT_S} s") from None
-    if result.returncode != 0:
-        raise CompileError(toolchain.compiler, command,
-                           result.stderr or result.stdout or f"exit status {result.returncode}")
 
 
 def link_network(network: NetworkSource, kernels: Sequence[GeneratedCode], directory: Path,
@@ -72,11 +56,11 @@ def link_network(network: NetworkSource, kernels: Sequence[GeneratedCode], direc
     commands = [[toolchain.compiler, "-c", *SHARED, *toolchain.flags, *target_flags, str(path),
                  "-o", str(obj)] for (path, _), obj in zip(sources, objects, strict=True)]
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda c: _run(toolchain, c), commands))
+        list(pool.map(lambda c: run_compiler(toolchain, c, directory), commands))
     library = directory / f"lib{network.function}.so"
     link = [toolchain.compiler, "-shared", *SHARED, *toolchain.flags, *target_flags,
             *map(str, objects), "-o", str(build / library.name), *extra, "-lm", "-lpthread", "-ldl"]
-    _run(toolchain, link)
+    run_compiler(toolchain, link, directory)
     write_atomic(directory / "command.txt",
                  ("\n".join(shlex.join(c) for c in [*commands, link]) + "\n").encode())
     os.replace(build / library.name, library)
@@ -101,15 +85,6 @@ def cached_network_library(network: NetworkSource, kernels: Sequence[GeneratedCo
             link_network(network, kernels, entry, toolchain)
             write_manifest(entry, files)
     return library
-
-
-def aligned_blob(data: bytes) -> np.ndarray:
-    """`data` in a numpy byte array that starts on a cache line (the kernels' alignment)."""
-    raw = np.empty(len(data) + OUTPUT_ALIGNMENT, dtype=np.uint8)
-    skip = -raw.ctypes.data % OUTPUT_ALIGNMENT
-    blob = raw[skip : skip + len(data)]
-    blob[:] = np.frombuffer(data, dtype=np.uint8)
-    return blob
 
 
 # Loaded libraries stay loaded for the life of the process (as kernels do, runtime/kernel.py):
@@ -156,7 +131,9 @@ class Network:
                                                  len(self.outputs))
         self._entry = getattr(self._lib, function)
         self._set_weights = getattr(self._lib, f"{function}_set_weights")
-        self._weights = aligned_blob(weights)  # kept alive: the library reads it on every call
+        # kept alive, on a cache line as the kernels' arrays are: the library reads it every call
+        self._weights = aligned_zeros((len(weights),), np.dtype(np.uint8))
+        self._weights[:] = np.frombuffer(weights, dtype=np.uint8)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}{list(s)}" for n, s in self.inputs)

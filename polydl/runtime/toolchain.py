@@ -188,6 +188,27 @@ def compile_library(
         )
 
 
+def run_compiler(toolchain: Toolchain, command: list[str], folder: Path) -> None:
+    """Run one compiler command: a `CompileError` when the compiler is missing, times out or
+    fails; an `OSError` (ENOSPC) when `folder`'s disk is full."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
+                                env=compiler_environment())
+    except (FileNotFoundError, PermissionError):
+        raise CompileError(
+            toolchain.compiler, command, f"C compiler '{toolchain.compiler}' not found or not executable"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise CompileError(
+            toolchain.compiler, command, f"compiler timed out after {COMPILE_TIMEOUT_S} s"
+        ) from None
+    if result.returncode != 0:
+        message = result.stderr or result.stdout or f"exit status {result.returncode}, no message"
+        if _DISK_FULL in message:
+            raise OSError(errno.ENOSPC, _DISK_FULL, str(folder))
+        raise CompileError(toolchain.compiler, command, message)
+
+
 def _compile(
     toolchain: Toolchain, source: Path, library: Path, extra: tuple[str, ...],
     target_flags: tuple[str, ...] = (),
@@ -198,24 +219,10 @@ def _compile(
     command = toolchain.command(source, tmp, target_flags, extra)
     write_atomic(library.parent / "command.txt", (shlex.join(command) + "\n").encode())
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                                env=compiler_environment())
-    except (FileNotFoundError, PermissionError):
+        run_compiler(toolchain, command, library.parent)
+    except (CompileError, OSError):
         tmp.unlink(missing_ok=True)
-        raise CompileError(
-            toolchain.compiler, command, f"C compiler '{toolchain.compiler}' not found or not executable"
-        ) from None
-    except subprocess.TimeoutExpired:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(
-            toolchain.compiler, command, f"compiler timed out after {COMPILE_TIMEOUT_S} s"
-        ) from None
-    if result.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        message = result.stderr or result.stdout or f"exit status {result.returncode}, no message"
-        if _DISK_FULL in message:
-            raise OSError(errno.ENOSPC, _DISK_FULL, str(library.parent))
-        raise CompileError(toolchain.compiler, command, message)
+        raise
     if os.path.getsize(tmp) == 0:
         tmp.unlink(missing_ok=True)
         raise CompileError(toolchain.compiler, command, "the compiler reported success but wrote no library")
