@@ -57,10 +57,10 @@ def _parse(text: ctext.Text) -> LoopNest:
     return replace(nest, arrays=arrays)
 
 
-def _ints(value: object, count: int, default: int) -> tuple[int, ...]:
+def _ints(value: Sequence[int] | None, count: int, default: int) -> tuple[int, ...]:
     if value is None:
         return (default,) * count
-    return tuple(int(v) for v in value)  # type: ignore[union-attr]
+    return tuple(int(v) for v in value)
 
 
 def _activation_text(node: Node, constants: dict[str, np.ndarray]) -> str | None:
@@ -95,7 +95,7 @@ def _activation_text(node: Node, constants: dict[str, np.ndarray]) -> str | None
 
 def _clip_bounds(node: Node, constants: dict[str, np.ndarray]) -> tuple[float | None, float | None]:
     if len(node.inputs) > 1 or "min" not in node.attrs:
-        bounds = []
+        bounds: list[float | None] = []
         for position in (1, 2):
             name = node.inputs[position] if len(node.inputs) > position else ""
             if not name:
@@ -165,6 +165,15 @@ class Lowering:
             raise UnsupportedOperator(node.name, node.op, f"{what} must be a constant")
         return data
 
+    def ints_input(self, node: Node, position: int, attribute: str, what: str) -> tuple[int, ...] | None:
+        """Integers a node takes as a constant input (newer opsets) or as an attribute (older
+        ones): the input where given, else the attribute, else None."""
+        data = self.const_input(node, position, what)
+        if data is not None:
+            return tuple(int(v) for v in data.reshape(-1))
+        value = node.attr(attribute)
+        return None if value is None else tuple(int(v) for v in value)
+
     # ------------------------------------------------------------------ layouts
     def as_layout(self, value: Value, layout: str) -> Value:
         if value.layout == layout:
@@ -229,28 +238,46 @@ class Lowering:
 # ----------------------------------------------------------------------------- convolution
 
 
-def _conv_geometry(node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> dict[str, object]:
-    """Strides, dilations and pads (top, left, bottom, right) of a Conv, auto_pad resolved."""
-    if len(x_shape) != 4:
-        raise UnsupportedOperator(node.name, node.op, f"only 2-D convolutions are supported; the "
-                                  f"input has rank {len(x_shape)}")
-    R, S = w_shape[2], w_shape[3]
-    stride = _ints(node.attr("strides"), 2, 1)
-    dilation = _ints(node.attr("dilations"), 2, 1)
+def _pads(node: Node, sizes: Sequence[int], windows: Sequence[int], strides: Sequence[int],
+          dilations: Sequence[int]) -> tuple[int, int, int, int]:
+    """A Conv's or pool's pads (top, left, bottom, right), `auto_pad` resolved: SAME_* pads so
+    the output has ceil(size / stride) cells, the odd cell at the end (UPPER) or start (LOWER)."""
     auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for size, window, st, d in zip(x_shape[2:], (R, S), stride, dilation, strict=True):
-            out = -(-size // st)
-            total = max(0, (out - 1) * st + (window - 1) * d + 1 - size)
-            small, large = total // 2, total - total // 2
-            pads.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
-        top_left_bottom_right = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
-    elif auto_pad == "VALID":
-        top_left_bottom_right = (0, 0, 0, 0)
-    else:
-        top_left_bottom_right = _ints(node.attr("pads"), 4, 0)
-    return {"stride": stride, "dilation": dilation, "pads": top_left_bottom_right}
+    if auto_pad == "VALID":
+        return (0, 0, 0, 0)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        return _ints(node.attr("pads"), 4, 0)  # type: ignore[return-value]
+    begins, ends = [], []
+    for size, window, st, d in zip(sizes, windows, strides, dilations, strict=True):
+        total = max(0, (-(-size // st) - 1) * st + (window - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        begins.append(small if auto_pad == "SAME_UPPER" else large)
+        ends.append(large if auto_pad == "SAME_UPPER" else small)
+    return (begins[0], begins[1], ends[0], ends[1])
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Strides, dilations (each along H, W) and pads (top, left, bottom, right) of a Conv."""
+
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]
+
+    @classmethod
+    def of(cls, node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> ConvGeometry:
+        if len(x_shape) != 4:
+            raise UnsupportedOperator(node.name, node.op, "only 2-D convolutions are supported; "
+                                      f"the input has rank {len(x_shape)}")
+        stride = _ints(node.attr("strides"), 2, 1)
+        dilation = _ints(node.attr("dilations"), 2, 1)
+        pads = _pads(node, x_shape[2:], w_shape[2:], stride, dilation)
+        return cls(stride, dilation, pads)  # type: ignore[arg-type]
+
+    def out(self, H: int, W: int, R: int, S: int) -> tuple[int, int]:
+        """The output's extents (P, Q) for an H x W input and an R x S filter."""
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.stride, self.dilation, self.pads
+        return ((H + pt + pb - dh * (R - 1) - 1) // sh + 1, (W + pl + pr - dw * (S - 1) - 1) // sw + 1)
 
 
 def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
@@ -267,13 +294,12 @@ def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
         if (reader.op == "BatchNormalization" and not kinds and node.op == "Conv"
                 and all(i in low.graph.constants for i in reader.inputs[1:5])):
             kind = "bn"
-        elif (reader.op == "Add" and "residual" not in kinds and not any(k.startswith("act") for k in kinds)
-              and node.op == "Conv"):
+        elif reader.op == "Add" and "residual" not in kinds and "act" not in kinds and node.op == "Conv":
             other = reader.inputs[1] if reader.inputs[0] == current else reader.inputs[0]
             if other in low.graph.constants or low.graph.shapes.get(other) != low.graph.shapes.get(current):
                 break
             kind = "residual"
-        elif reader.op in ("Relu", "Clip") and not any(k.startswith("act") for k in kinds):
+        elif reader.op in ("Relu", "Clip") and "act" not in kinds:
             if reader.op == "Clip":
                 try:
                     lo, hi = _clip_bounds(reader, low.graph.constants)
@@ -309,16 +335,15 @@ def _conv(low: Lowering, node: Node) -> None:
     if Cg * groups != C or K % groups:
         raise UnsupportedOperator(node.name, node.op, f"weights {weights.shape} do not fit "
                                   f"{C} input channels in {groups} groups")
-    geometry = _conv_geometry(node, x.shape, weights.shape)
-    (sh, sw), (dh, dw) = geometry["stride"], geometry["dilation"]  # type: ignore[misc]
-    bias = (low.const_of(node.inputs[2]).astype(np.float64) if len(node.inputs) > 2 and node.inputs[2]
-            else np.zeros(K))
-    if len(node.inputs) > 2 and node.inputs[2] and node.inputs[2] not in low.graph.constants:
-        raise UnsupportedOperator(node.name, node.op, "the bias must be a constant")
+    geometry = ConvGeometry.of(node, x.shape, weights.shape)
+    (sh, sw), (dh, dw) = geometry.stride, geometry.dilation
+    given_bias = low.const_input(node, 2, "the bias")
+    bias = given_bias.astype(np.float64) if given_bias is not None else np.zeros(K)
     chain, kinds = _conv_chain(low, node)
     label = [node.describe()]
     fuse: list[str] = []
     residual: Value | None = None
+    activation: Node | None = None  # the fused Relu/Clip
     current = node.outputs[0]
     for reader, kind in zip(chain, kinds, strict=True):
         if kind == "bn":
@@ -334,6 +359,7 @@ def _conv(low: Lowering, node: Node) -> None:
             fuse.append("residual")
             label.append(f"{reader.describe()} fused (residual)")
         else:
+            activation = reader
             if reader.op == "Relu":
                 fuse.append("relu")
             else:
@@ -342,25 +368,24 @@ def _conv(low: Lowering, node: Node) -> None:
             label.append(f"{reader.describe()} fused")
         low.skip.add(reader.name)
         current = reader.outputs[0]
+    act = (_activation_text(activation, low.graph.constants) or "") if activation else ""
     if (sh, dh) != (sw, dw) and residual is None:
-        _conv_direct(low, node, low.as_layout(x, PLAIN), weights, bias, geometry, groups, fuse,
-                     current, ", ".join(label))
+        _conv_direct(low, low.as_layout(x, PLAIN), weights, bias, geometry, groups, act, current,
+                     ", ".join(label))
         return
     if (sh, dh) != (sw, dw):
         raise UnsupportedOperator(node.name, node.op, f"strides {(sh, sw)} and dilations "
                                   f"{(dh, dw)} that differ between the axes, with a fused residual")
     if groups == 1 and C < BLOCK and K >= BLOCK and residual is None and x.layout == PLAIN:
-        _stem(low, node, x, weights, bias, geometry, fuse, current, ", ".join(label))
+        _stem(low, x, weights, bias, geometry, act, current, ", ".join(label))
         return
     blocked = C >= BLOCK and _blockable(C, K, groups)
     layout = BLOCKED if blocked else PLAIN
     x = low.as_layout(x, layout)
-    P = (H + geometry["pads"][0] + geometry["pads"][2] - dh * (R - 1) - 1) // sh + 1  # type: ignore[index]
-    Q = (W + geometry["pads"][1] + geometry["pads"][3] - dw * (S - 1) - 1) // sw + 1  # type: ignore[index]
-    out = low.activation((N, K, P, Q), layout)
-    has_bias = bool(np.any(bias != 0)) or (len(node.inputs) > 2 and bool(node.inputs[2]))
+    out = low.activation((N, K, *geometry.out(H, W, R, S)), layout)
+    has_bias = given_bias is not None or bool(np.any(bias != 0))
     fuse = (["bias"] if has_bias else []) + fuse
-    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
+    pads = geometry.pads
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
                             dilation=dh)
@@ -382,58 +407,40 @@ def _conv(low: Lowering, node: Node) -> None:
     low.values[current] = out
 
 
-def _activation_of(fuse: list[str]) -> str:
-    """The activation epilogue (relu, clip) of a conv's `fuse` list as an expression."""
-    activation = ""
-    for epilogue in fuse:
-        if epilogue == "relu":
-            activation = "{0} > 0.0f ? {0} : 0.0f"
-        elif epilogue.startswith("clip("):
-            lo, hi = (float(v) for v in epilogue[5:-1].split(","))
-            activation = (f"({{0}} < {ctext.literal(lo)} ? {ctext.literal(lo)} : "
-                          f"({{0}} > {ctext.literal(hi)} ? {ctext.literal(hi)} : {{0}}))")
-    return activation
-
-
-def _conv_direct(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.ndarray,
-                 geometry: dict[str, object], groups: int, fuse: list[str], current: str,
+def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
+                 geometry: ConvGeometry, groups: int, activation: str, current: str,
                  label: str) -> None:
+    """A convolution with a stride or dilation of its own per axis, in NCHW
+    (`ctext.conv_direct`); `activation` is the fused Relu/Clip's expression, or empty."""
     N, C, H, W = x.shape
     K, Cg, R, S = weights.shape
-    stride, dilation = geometry["stride"], geometry["dilation"]
-    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
-    P = (H + pads[0] + pads[2] - dilation[0] * (R - 1) - 1) // stride[0] + 1  # type: ignore[index]
-    Q = (W + pads[1] + pads[3] - dilation[1] * (S - 1) - 1) // stride[1] + 1  # type: ignore[index]
-    out = low.activation((N, K, P, Q))
-    text = ctext.conv_direct("conv_direct", x.shape, weights.shape, out.shape, stride, dilation,  # type: ignore[arg-type]
-                             pads, groups, _activation_of(fuse))  # type: ignore[arg-type]
+    out = low.activation((N, K, *geometry.out(H, W, R, S)))
+    text = ctext.conv_direct("conv_direct", x.shape, weights.shape, out.shape, geometry.stride,
+                             geometry.dilation, geometry.pads, groups, activation)
     low.kernel(f"{label} [direct]", text, {"y": out.buffer, "x": x.buffer,
                                            "w": low.constant(weights, "w"),
                                            "b": low.constant(bias, "b")})
     low.values[current] = out
 
 
-def _stem(low: Lowering, node: Node, x: Value, weights: np.ndarray, bias: np.ndarray,
-          geometry: dict[str, object], fuse: list[str], current: str, label: str) -> None:
+def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
+          geometry: ConvGeometry, activation: str, current: str, label: str) -> None:
     """A convolution of few input channels into the blocked layout, as a GEMM over gathered
-    windows (`ctext.conv_im2col_blocked`)."""
+    windows (`ctext.conv_im2col_blocked`); `activation` is the fused Relu/Clip's expression."""
     N, C, H, W = x.shape
     K, _, R, S = weights.shape
-    (sh, sw), (dh, _) = geometry["stride"], geometry["dilation"]  # type: ignore[misc]
-    pads = tuple(int(p) for p in geometry["pads"])  # type: ignore[attr-defined]
-    P = (H + pads[0] + pads[2] - dh * (R - 1) - 1) // sh + 1
-    Q = (W + pads[1] + pads[3] - dh * (S - 1) - 1) // sw + 1
-    activation = _activation_of(fuse)
+    P, Q = geometry.out(H, W, R, S)
     KB = layouts.blocks(K)
-    w_blocked = np.zeros((KB * BLOCK, C, R, S), np.float32)
-    w_blocked[:K] = weights
-    w_blocked = w_blocked.reshape(KB, BLOCK, C * R * S).transpose(0, 2, 1)
+    w_padded = np.zeros((KB * BLOCK, C, R, S), np.float32)
+    w_padded[:K] = weights
+    w_blocked = w_padded.reshape(KB, BLOCK, C * R * S).transpose(0, 2, 1)
     b_padded = np.zeros(KB * BLOCK, np.float32)
     b_padded[:K] = bias
     out = low.activation((N, K, P, Q), BLOCKED)
-    window = ctext.Window((R, S), (sh, sw), pads, (P, Q))  # type: ignore[arg-type]
+    window = ctext.Window((R, S), geometry.stride, geometry.pads, (P, Q))
     # one image per call: the gathered windows of a whole batch would be N * P*Q*C*R*S floats
-    text = ctext.conv_im2col_blocked("conv_stem", (1, C, H, W), K, window, dh, activation)
+    text = ctext.conv_im2col_blocked("conv_stem", (1, C, H, W), K, window, geometry.dilation[0],
+                                     activation)
     low.kernel(f"{label} [gathered windows -> nchw16c" + (f", {N} images one by one]" if N > 1 else "]"),
                text, {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
                       "b": low.constant(b_padded, "b")},
@@ -464,15 +471,14 @@ def _conv_transpose(low: Lowering, node: Node) -> None:
     full = tuple((n - 1) * st + (k - 1) * d + 1 + op for n, st, k, d, op in
                  zip((H, W), stride, (R, S), dilation, out_pad, strict=True))
     auto_pad = node.attr("auto_pad", "NOTSET")
-    if node.attr("output_shape") is not None:
-        target = tuple(int(v) for v in node.attr("output_shape"))[-2:]
-        totals = [f - t for f, t in zip(full, target, strict=True)]
+    target = node.attr("output_shape")
+    if target is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # the full output cropped to the asked extents (SAME: input * stride), the odd cell
+        # cropped at the end, or at the start for SAME_LOWER
+        wanted = ([int(v) for v in target][-2:] if target is not None
+                  else [n * st for n, st in zip((H, W), stride, strict=True)])
+        totals = [f - t for f, t in zip(full, wanted, strict=True)]
         upper = auto_pad != "SAME_LOWER"
-        pads = tuple((t // 2 if upper else t - t // 2) for t in totals) + \
-            tuple((t - t // 2 if upper else t // 2) for t in totals)
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [f - n * st for f, n, st in zip(full, (H, W), stride, strict=True)]
-        upper = auto_pad == "SAME_UPPER"
         pads = tuple((t // 2 if upper else t - t // 2) for t in totals) + \
             tuple((t - t // 2 if upper else t // 2) for t in totals)
     else:
@@ -482,7 +488,7 @@ def _conv_transpose(low: Lowering, node: Node) -> None:
         raise UnsupportedOperator(node.name, node.op, f"pads {pads} do not fit the output {full}")
     out = low.activation((N, K, P, Q))
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
-    text = ctext.conv_transpose("conv_transpose", x.shape, weights.shape, out.shape, full,  # type: ignore[arg-type]
+    text = ctext.conv_transpose("conv_transpose", x.shape, weights.shape, out.shape, full,
                                 stride, dilation, (pads[0], pads[1]), groups, has_bias)  # type: ignore[arg-type]
     arguments = {"y": out.buffer, "x": x.buffer, "wt": low.constant(weights, "w")}
     if has_bias:
@@ -710,20 +716,9 @@ def _pool_window(node: Node, shape: Sequence[int]) -> ctext.Window:
     stride = _ints(node.attr("strides"), 2, 1)
     if _ints(node.attr("dilations"), 2, 1) != (1, 1):
         raise UnsupportedOperator(node.name, node.op, "dilated pooling is not supported")
-    auto_pad = node.attr("auto_pad", "NOTSET")
     H, W = shape[2], shape[3]
     ceil = bool(node.attr("ceil_mode", 0))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads_ = []
-        for size, window, st in zip((H, W), (R, S), stride, strict=True):
-            total = max(0, (-(-size // st) - 1) * st + window - size)
-            pads_.append((total // 2, total - total // 2) if auto_pad == "SAME_UPPER"
-                         else (total - total // 2, total // 2))
-        pads = (pads_[0][0], pads_[1][0], pads_[0][1], pads_[1][1])
-    elif auto_pad == "VALID":
-        pads = (0, 0, 0, 0)
-    else:
-        pads = _ints(node.attr("pads"), 4, 0)
+    pads = _pads(node, (H, W), (R, S), stride, (1, 1))
     out = []
     for size, window, st, lo, hi in zip((H, W), (R, S), stride, pads[:2], pads[2:], strict=True):
         span = size + lo + hi - window
@@ -781,10 +776,7 @@ def _global_average(low: Lowering, node: Node) -> None:
 
 def _reduce_mean(low: Lowering, node: Node) -> None:
     x = low.plain(node, 0)
-    axes = node.attr("axes")
-    data = low.const_input(node, 1, "the axes")
-    if data is not None:
-        axes = tuple(int(a) for a in data.reshape(-1))
+    axes = low.ints_input(node, 1, "axes", "the axes")
     rank = len(x.shape)
     if not axes:
         if node.attr("noop_with_empty_axes", 0):
@@ -872,10 +864,7 @@ def _concat(low: Lowering, node: Node) -> None:
 def _split(low: Lowering, node: Node) -> None:
     x = low.plain(node, 0)
     axis = int(node.attr("axis", 0)) % len(x.shape)
-    sizes = node.attr("split")
-    data = low.const_input(node, 1, "the split sizes")
-    if data is not None:
-        sizes = tuple(int(s) for s in data.reshape(-1))
+    sizes = low.ints_input(node, 1, "split", "the split sizes")
     count = len(node.outputs)
     if not sizes:
         each = -(-x.shape[axis] // count)
@@ -897,8 +886,7 @@ def _pad(low: Lowering, node: Node) -> None:
     mode = node.attr("mode", "constant")
     if mode != "constant":
         raise UnsupportedOperator(node.name, node.op, f"mode '{mode}' is not supported; only 'constant'")
-    data = low.const_input(node, 1, "the pads")
-    pads = tuple(int(p) for p in data.reshape(-1)) if data is not None else tuple(node.attr("pads"))
+    pads = low.ints_input(node, 1, "pads", "the pads") or ()
     data = low.const_input(node, 2, "the pad value")
     value = float(data.reshape(-1)[0]) if data is not None and data.size else 0.0
     rank = len(x.shape)

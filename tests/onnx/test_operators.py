@@ -419,6 +419,21 @@ def test_unsupported_operator_names_the_node(op_type: str) -> None:
     assert bad.name in str(error) and op_type in str(error) and "Conv" in str(error), str(error)
 
 
+@pytest.mark.parametrize("runtime", ["weights", "bias"])
+def test_conv_weights_and_bias_must_be_constants(runtime: str) -> None:
+    """A Conv whose weights or bias are computed at run time (here a graph input) is refused
+    with the node named, not a crash."""
+    x = random(X)
+    w, b = random((4, 8, 3, 3), 1), random((4,), 2)
+    inputs = {"x": x, "w": w} if runtime == "weights" else {"x": x, "b": b}
+    constants = {"b": b} if runtime == "weights" else {"w": w}
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="/conv/Conv")],
+                       inputs, ["y"], constants)
+    with pytest.raises(polydl.UnsupportedOperator, match=f"the {runtime} must be a constant") as caught:
+        polydl.onnx.compile(model)
+    assert caught.value.node == "/conv/Conv"
+
+
 def conv_relu_model(batch: int | str = 2) -> onnx.ModelProto:
     """Conv + bias + Relu, then global pooling and a Gemm: an exporter's classifier in small."""
     return make_model(
@@ -489,3 +504,40 @@ def test_several_outputs_come_back_as_a_tuple_and_run_as_a_dict() -> None:
     assert isinstance(got, dict) and list(got) == ["relu", "conv", "gate"]
     for name, w in zip(got, want, strict=True):
         np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "pass batch= to fix the batch dimension"),          # symbolic batch, none given
+    ({"batch": 0}, "must be a positive integer"),
+    ({"batch": True}, "must be a positive integer"),
+])
+def test_compile_options_are_checked(options: dict, message: str) -> None:
+    with pytest.raises(polydl.ShapeError, match=message):
+        polydl.onnx.compile(conv_relu_model(batch="N"), **options)
+
+
+def test_compile_refuses_what_it_cannot_build(tmp_path: Any) -> None:
+    with pytest.raises(polydl.ShapeError, match="the model fixes the batch dimension"):
+        polydl.onnx.compile(conv_relu_model(batch=2), batch=3)
+    with pytest.raises(polydl.ShapeError, match="no ONNX file"):
+        polydl.onnx.compile(str(tmp_path / "missing.onnx"))
+    with pytest.raises(polydl.ShapeError, match="must be a path, bytes or an onnx.ModelProto"):
+        polydl.onnx.compile(42)
+    with pytest.raises(polydl.TargetError, match="CPU target 'c', not 'cuda'"):
+        polydl.onnx.compile(conv_relu_model(), target="cuda")
+    ints = make_model([helper.make_node("Identity", ["x"], ["y"], name="/id")],
+                      {"x": np.zeros((2, 3), np.int64)}, ["y"])
+    with pytest.raises(polydl.ShapeError, match="polydl runs float32 networks"):
+        polydl.onnx.compile(ints)
+
+
+def test_call_arguments_are_checked(conv_relu: Any) -> None:
+    x = random(X)
+    with pytest.raises(polydl.ShapeError, match="takes 1 input"):
+        conv_relu()
+    with pytest.raises(polydl.ShapeError, match="must be a numpy array"):
+        conv_relu(x.tolist())
+    with pytest.raises(polydl.ShapeError, match="is not an input of the network"):
+        conv_relu.run({"input": x, "other": x})
+    with pytest.raises(polydl.ShapeError, match="is missing"):
+        conv_relu.run({})
