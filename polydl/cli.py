@@ -1,4 +1,4 @@
-"""The `polydl` command line: compile, run, explain, tune, machine, bench, cache.
+"""The `polydl` command line: compile, run, explain, tune, db, model, machine, bench, cache.
 
 Every failure exits non-zero with one line on stderr (`--debug` shows the traceback).
 """
@@ -20,6 +20,8 @@ from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError, SpecError
 from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
+from polydl.tuning.db_cli import add_db_command
+from polydl.tuning.tune_cli import add_model_command, add_tune_options
 
 
 class UsageError(PolyDLError):
@@ -88,6 +90,9 @@ def _is_network(args: argparse.Namespace) -> bool:
 
 
 def _network_options(args: argparse.Namespace) -> dict[str, object]:
+    if args.schedule != "auto":
+        raise PolyDLError("--schedule tuned applies to loop-nest specs; an ONNX network's "
+                          "layers take the analytic schedules")
     if args.param or args.define or args.include_dir or args.function:
         raise PolyDLError("-p, -D, -I and --function apply to loop-nest specs, not to an ONNX "
                           "network (its shapes are in the model; --batch fixes a symbolic batch)")
@@ -170,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise PolyDLError(f"cannot run here: {reason}; `polydl compile --machine "
                           f"{args.machine} -o DIR` builds it for that machine")
     nest, params = _load(args)
-    kernel = build_kernel(nest, params, target)
+    kernel = build_kernel(nest, params, target, args.schedule)
     inputs = random_inputs(kernel.arguments, seed=args.seed)
     outputs = kernel(*inputs)
     samples = _timed_calls(lambda: kernel(*inputs), args.repeat)
@@ -214,16 +219,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from polydl.driver.tuning import tune
-    from polydl.schedules.database import TuningDatabase
+    from polydl.tuning.tune_cli import cmd_tune as tune
 
-    target = _target(args)
-    nest, params = _load(args)
-    db = TuningDatabase(args.db) if args.db else None
-    result = tune(nest, params, target=target, trials=args.trials, db=db)
-    print(f"best     {result.best.seconds * 1e3:.3f} ms  {result.best.schedule.describe()}")
-    print(f"stored   {result.stored_in}")
-    return 0
+    return tune(args, _target(args), lambda: _load(args))
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
@@ -270,10 +268,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def spec_command(name: str, help: str) -> argparse.ArgumentParser:
+    def spec_command(name: str, help: str, optional: bool = False) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help)
-        c.add_argument("spec", help="a .c loop nest, a .toml primitive spec or (compile, run) "
-                       "an .onnx network")
+        c.add_argument("spec", nargs="?" if optional else None,
+                       help="a .c loop nest, a .toml primitive spec or (compile, run) an .onnx "
+                       "network")
         c.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
         c.add_argument("--function", default=None, metavar="NAME",
                        help="the function of a C file that defines several")
@@ -281,6 +280,10 @@ def parser() -> argparse.ArgumentParser:
                        help="define a macro for the C preprocessor")
         c.add_argument("-I", "--include-dir", action="append", default=[], metavar="DIR",
                        help="a folder of headers the spec includes")
+        if name != "tune":
+            c.add_argument("--schedule", default="auto", choices=("auto", "tuned"),
+                           help="auto: the analytic ranking; tuned: the performance database, "
+                           "else the cost model's pick, else the analytic ranking")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")
@@ -307,9 +310,9 @@ def parser() -> argparse.ArgumentParser:
     c = spec_command("explain", "domains, accesses, dependences, working sets, ranking")
     c.add_argument("--top", type=int, default=5, help="ranked candidates to show")
     c.set_defaults(func=cmd_explain)
-    c = spec_command("tune", "time the best-ranked schedules and store the winner")
-    c.add_argument("--trials", type=int, default=8)
-    c.add_argument("--db", metavar="FILE")
+    c = spec_command("tune", "search the schedule space, measure candidates, store every "
+                     "trial in the performance database", optional=True)
+    add_tune_options(c)
     c.set_defaults(func=cmd_tune)
     c = sub.add_parser("machine", help="describe this machine (or a preset) as a target")
     c.add_argument("name", nargs="?", help="a preset instead of this machine")
@@ -325,6 +328,8 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="show or clear the compile cache")
     c.add_argument("action", choices=["info", "clear"])
     c.set_defaults(func=cmd_cache)
+    add_db_command(sub)
+    add_model_command(sub)
     return p
 
 

@@ -9,6 +9,8 @@ unless a scoped `override` is in force, and checks what it reads: a bad value is
 |---|---|---|
 | `POLYDL_CACHE_DIR` | `cache_dir()` | compile cache root (default: the user cache dir) |
 | `POLYDL_TUNING_DB` | `tuning_db()` | tuning database (default: `tuning.sqlite` in the cache) |
+| `POLYDL_SYSTEM_DB` | `system_db()` | read-only tuning database shipped beside the user's (default: `tuning/system.sqlite` in the package if there is one; empty: none) |
+| `POLYDL_COST_MODEL` | `cost_model()` | learned cost model for `schedule="tuned"` (default: `costmodel.txt` in the cache) |
 | `POLYDL_CC` | `cc()` | C compiler (default `cc`) |
 | `POLYDL_CFLAGS` | `cflags()` | its optimisation flags, None for the default |
 | `POLYDL_ISA` | `forced_isa()` | lower the native target's ISA |
@@ -33,6 +35,8 @@ from polydl.errors import PolyDLError
 VARIABLES = {
     "cache_dir": "POLYDL_CACHE_DIR",
     "tuning_db": "POLYDL_TUNING_DB",
+    "system_db": "POLYDL_SYSTEM_DB",
+    "cost_model": "POLYDL_COST_MODEL",
     "cc": "POLYDL_CC",
     "cflags": "POLYDL_CFLAGS",
     "isa": "POLYDL_ISA",
@@ -81,6 +85,21 @@ def cache_dir() -> Path:
 def tuning_db() -> Path:
     value = _raw("tuning_db")
     return Path(value) if value else cache_dir() / "tuning.sqlite"
+
+
+def system_db() -> Path | None:
+    """The read-only database of measurements shipped with polydl, None where there is none."""
+    value = _raw("system_db")
+    if value is not None:
+        return Path(value) if value else None
+    shipped = Path(__file__).resolve().parent / "tuning" / "system.sqlite"
+    return shipped if shipped.is_file() else None
+
+
+def cost_model() -> Path:
+    """The learned cost model `schedule="tuned"` asks where the database has no answer."""
+    value = _raw("cost_model")
+    return Path(value) if value else cache_dir() / "costmodel.txt"
 
 
 def cc() -> str:

@@ -17,7 +17,8 @@ PACKAGE = Path(polydl.__file__).resolve().parent
 STAGES = ("frontends", "poly", "schedules", "codegen", "runtime")
 # Below the API: the pipeline never reaches up into these (the target package sits beside it:
 # every stage may read a target value).
-ABOVE_PIPELINE = ("polydl.api", "polydl.cli", "polydl.driver", "polydl.bench", "polydl.onnx")
+ABOVE_PIPELINE = ("polydl.api", "polydl.cli", "polydl.driver", "polydl.bench", "polydl.onnx",
+                  "polydl.tuning")
 
 
 def _module_name(path: Path) -> str:

@@ -20,7 +20,6 @@ from polydl.driver import c_backend, gpu_backend
 from polydl.driver.backend import Backend, Plan
 from polydl.driver.compilation import Compilation
 from polydl.driver.reference import LazyReference
-from polydl.driver.tuning import tuned_schedule
 from polydl.errors import PolyDLError
 from polydl.ir import LoopNest, fingerprint
 from polydl.poly.model import PolyModel, build_model
@@ -28,6 +27,7 @@ from polydl.runtime.cache import compiler_revision, content_key, read_lowering, 
 from polydl.runtime.kernel import CompiledKernel
 from polydl.schedules.schedule import Schedule
 from polydl.target import Target
+from polydl.tuning.lookup import tuned_schedule
 from polydl.version import __version__
 
 BACKENDS: dict[str, Backend] = {
@@ -46,9 +46,10 @@ def _plan(model: PolyModel, target: Target, schedule: Any) -> Plan:
     if isinstance(schedule, str) and schedule == "tuned":
         if target.kind != "c":
             raise PolyDLError(f"target '{target.kind}' takes schedule='auto' only, not 'tuned'")
-        chosen, how = tuned_schedule(model, target)  # type: ignore[arg-type]
-        plan = backend.plan(model, target, chosen)
-        return replace(plan, decision=replace(plan.decision, source="tuned", reason=how))
+        choice = tuned_schedule(model, target)  # type: ignore[arg-type]
+        plan = backend.plan(model, target, choice.schedule)
+        reason = f"the {choice.decided_by} decided: {choice.reason}"
+        return replace(plan, decision=replace(plan.decision, source="tuned", reason=reason))
     return backend.plan(model, target, schedule)
 
 

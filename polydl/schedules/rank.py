@@ -51,7 +51,7 @@ class RankedSchedule:
     balance: float
 
 
-def _extent(model: PolyModel, var: str) -> int:
+def loop_extent(model: PolyModel, var: str) -> int:
     for s in model.statements:
         if var in s.iterators:
             d = s.iterators.index(var)
@@ -75,8 +75,8 @@ def _n_tiles(extent: int, lanes: int) -> list[int]:
 def microkernel_candidates(
     model: PolyModel, machine: CpuTarget, band_vars: tuple[str, ...], binding: MicrokernelBinding
 ) -> list[Schedule]:
-    lanes = _lanes(model, machine, binding)
-    m_ext, n_ext = _extent(model, binding.m), _extent(model, binding.n)
+    lanes = accumulator_lanes(model, machine, binding)
+    m_ext, n_ext = loop_extent(model, binding.m), loop_extent(model, binding.n)
     outer_vars = [v for v in band_vars if v not in binding.loops]
     out: list[Schedule] = []
     for mt in _m_tiles(m_ext):
@@ -115,7 +115,7 @@ def _bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel
     return next(st for st in model.statements if st.name == mk.statement)
 
 
-def _lanes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBinding) -> int:
+def accumulator_lanes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBinding) -> int:
     """Vector lanes of the call's accumulators: its output's dtype as products accumulate
     (float64 halves them; bfloat16 inputs accumulate in float32)."""
     target = _bound_statement(model, mk).statement.target.array
@@ -153,14 +153,14 @@ def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBindi
     c, _, b = operands
     b_n, b_k = element_stride(model, b, binding.n), element_stride(model, b, binding.k)
     c_n = element_stride(model, c, binding.n)
-    lanes = _lanes(model, machine, binding)
+    lanes = accumulator_lanes(model, machine, binding)
     if c_n != 1 or b_n is None or b_k is None:
         return False
-    n_ext = _extent(model, binding.n)
+    n_ext = loop_extent(model, binding.n)
     # rows of B a page or more apart: each k step of a register tile misses the TLB
     row_bytes = abs(b_k) * _element_bytes(model, b)
     reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and row_bytes >= 1024)
-    return reshaped and _extent(model, binding.m) >= 4 * MICRO_ROWS
+    return reshaped and loop_extent(model, binding.m) >= 4 * MICRO_ROWS
 
 
 def packed_candidates(
@@ -171,9 +171,9 @@ def packed_candidates(
     if not packing_pays(model, machine, binding):
         return []
     packed = replace(binding, pack_b=True)
-    lanes = _lanes(model, machine, binding)
+    lanes = accumulator_lanes(model, machine, binding)
     nr = lanes * _micro_vectors(machine)
-    m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
+    m_ext, n_ext, k_ext = (loop_extent(model, v) for v in (binding.m, binding.n, binding.k))
     n_tiles = [t for t in (8 * nr, 4 * nr) if t < n_ext] + [n_ext] * (n_ext <= 16 * nr)
     # whole register rows; besides the usual sizes, ones that split m evenly over the cores
     cores = max(machine.cores, 1)
@@ -188,7 +188,7 @@ def packed_candidates(
     for nt in n_tiles:
         for mt in m_tiles:
             tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nt), (binding.k, k_tile))
-                     if t is not None and t < _extent(model, v)}
+                     if t is not None and t < loop_extent(model, v)}
             j, i, k = (tile_loop(v) if v in tiles else None
                        for v in (binding.n, binding.m, binding.k))
             orders = ([j, k, i], [j, i, k], [i, j, k])
@@ -210,8 +210,8 @@ def micro_panel_candidates(
     packed B (`[n/nr][k][nr]`) is one contiguous micro-panel that stays in L1 while the call's
     register tiles walk down m; an m block of A (m tile x k tile) stays in L2 across the
     calls of the n loop inside it; k is blocked near K_TILE so that the micro-panel fits L1."""
-    nr = _lanes(model, machine, binding) * _micro_vectors(machine)
-    m_ext, n_ext, k_ext = (_extent(model, v) for v in (binding.m, binding.n, binding.k))
+    nr = accumulator_lanes(model, machine, binding) * _micro_vectors(machine)
+    m_ext, n_ext, k_ext = (loop_extent(model, v) for v in (binding.m, binding.n, binding.k))
     if binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None:
         return []
     # A stays in place: its packed panels (`pack_a`) measured 0-11% slower in these blockings
@@ -229,7 +229,7 @@ def micro_panel_candidates(
     out = []
     for mt in m_tiles:
         tiles = {v: t for v, t in ((binding.m, mt), (binding.n, nr), (binding.k, k_tile))
-                 if t is not None and t < _extent(model, v)}
+                 if t is not None and t < loop_extent(model, v)}
         j, i, k = (tile_loop(v) if v in tiles else None for v in (binding.n, binding.m, binding.k))
         # m blocks outermost first: one parallel loop around all the k blocks (a
         # k loop outside it forks and joins the threads once per k block)
@@ -270,9 +270,9 @@ def loop_candidates(model: PolyModel, machine: CpuTarget, band_vars: tuple[str, 
                    for inner in band_vars[:-1] if streams_along(model, inner)][:1]
     out = [Schedule()]
     for order in orders:
-        big = [v for v in order if _extent(model, v) > 64]
+        big = [v for v in order if loop_extent(model, v) > 64]
         for size in (32, 64, 128):
-            tiles = {v: size for v in big if _extent(model, v) > size}
+            tiles = {v: size for v in big if loop_extent(model, v) > size}
             if not tiles:
                 continue
             tile_order = [tile_loop(v) for v in order if v in tiles]
@@ -298,11 +298,8 @@ def candidates(model: PolyModel, machine: CpuTarget) -> list[Schedule]:
 _Memo = dict[tuple[object, ...], object]
 
 
-def _with_parallel(
-    model: PolyModel, schedule: Schedule, machine: CpuTarget, memo: _Memo | None = None
-) -> tuple[Schedule, GroupPlan] | None:
-    """Parallelise the outermost dependence-free loop, collapsing a second one when the first
-    alone has too few iterations for the cores."""
+def _plan_of(model: PolyModel, schedule: Schedule, memo: _Memo | None) -> GroupPlan | None:
+    """The band plan of `schedule`'s order and tiles (None if illegal), once per ranking."""
     memo = {} if memo is None else memo
     key = ("plan", schedule.order, schedule.tiles)
     if key not in memo:
@@ -311,21 +308,33 @@ def _with_parallel(
         except ScheduleError:
             memo[key] = None
     plan = memo[key]
+    assert plan is None or isinstance(plan, GroupPlan)
+    return plan
+
+
+def _with_parallel(
+    model: PolyModel, schedule: Schedule, machine: CpuTarget, memo: _Memo | None = None
+) -> tuple[Schedule, GroupPlan] | None:
+    """Parallelise the outermost dependence-free loop, collapsing a second one when the first
+    alone has too few iterations for the cores."""
+    plan = _plan_of(model, schedule, memo)
     if plan is None:
         return None
-    assert isinstance(plan, GroupPlan)
-    inside_call = set(schedule.microkernel.loops) if schedule.microkernel else set()
-    free = [
-        name
-        for d, name in enumerate(plan.order)
-        if name not in inside_call and loop_is_parallel(model, plan, d)
-    ]
+    free = _free_loops(model, schedule, plan)
+    if schedule.parallel:  # chosen by the caller (the tuner's search space): legal or nothing
+        if not set(schedule.parallel) <= set(free):
+            return None
+        try:
+            apply_schedule(model, schedule)
+        except ScheduleError:
+            return None
+        return schedule, plan
     if not free:
         return replace(schedule, parallel=()), plan
     first = plan.order.index(free[0])
     chosen = [free[0]]
     nxt = plan.order[first + 1] if first + 1 < len(plan.order) else None
-    if _trip(model, schedule, free[0]) < 4 * machine.cores and nxt in free:
+    if trip_count(model, schedule, free[0]) < 4 * machine.cores and nxt in free:
         chosen.append(nxt)
     final = replace(schedule, parallel=tuple(chosen))
     try:
@@ -335,26 +344,47 @@ def _with_parallel(
     return final, plan  # the parallel loops do not change the time map the reuse model reads
 
 
-def _trip(model: PolyModel, schedule: Schedule, loop: str) -> int:
+def _free_loops(model: PolyModel, schedule: Schedule, plan: GroupPlan) -> list[str]:
+    """The loops of `plan` outside the microkernel call that carry no dependence."""
+    inside_call = set(schedule.microkernel.loops) if schedule.microkernel else set()
+    return [name for d, name in enumerate(plan.order)
+            if name not in inside_call and loop_is_parallel(model, plan, d)]
+
+
+def parallel_choices(model: PolyModel, schedule: Schedule, memo: _Memo | None = None) -> list[tuple[str, ...]]:
+    """Every legal choice of parallel loops for `schedule`: one dependence-free loop, or two
+    adjacent ones collapsed (the search space's thread mappings)."""
+    plan = _plan_of(model, schedule, memo)
+    if plan is None:
+        return []
+    free = _free_loops(model, schedule, plan)
+    choices: list[tuple[str, ...]] = [(loop,) for loop in free]
+    order = list(plan.order)
+    choices += [(a, b) for a, b in zip(free, free[1:], strict=False)
+                if order.index(b) == order.index(a) + 1]
+    return choices
+
+
+def trip_count(model: PolyModel, schedule: Schedule, loop: str) -> int:
     var = loop_var(loop)
-    extent = _extent(model, var)
+    extent = loop_extent(model, var)
     tile = schedule.tile_sizes.get(var)
     if loop.endswith(".t"):
         return math.ceil(extent / tile) if tile else 1
     return min(tile, extent) if tile else extent
 
 
-def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> float:
+def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
     blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
     far less."""
     mk = schedule.microkernel
     if mk is None:
         return 0.15
-    lanes = _lanes(model, machine, mk)
-    m_ext = _extent(model, mk.m)
+    lanes = accumulator_lanes(model, machine, mk)
+    m_ext = loop_extent(model, mk.m)
     m = min(schedule.tile_sizes.get(mk.m, m_ext), m_ext)
-    n = schedule.tile_sizes.get(mk.n, _extent(model, mk.n))
+    n = schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
     used = min(vectors, _micro_vectors(machine))
@@ -364,8 +394,8 @@ def _mk_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> 
         cycles += rows_step_cycles(unit, m_ext % m, used)
     efficiency = lane_use * (m_ext * used / unit.fma_ports) / cycles
     # each call loads and stores its C tile once, over a reduction of k times the batch
-    k = schedule.tile_sizes.get(mk.k, _extent(model, mk.k))
-    k *= math.prod(_trip(model, schedule, b) for b in mk.batch)
+    k = schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k))
+    k *= math.prod(trip_count(model, schedule, b) for b in mk.batch)
     efficiency *= k / (k + 16)
     if not mk.pack_b and _strided_b(model, mk):
         # every k step of a register tile reads B from another page: TLB and prefetch misses
@@ -384,9 +414,9 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget
     0.75 of the contiguous panel's speed.)"""
     mk = schedule.microkernel
     assert mk is not None
-    nr = _lanes(model, machine, mk) * _micro_vectors(machine)
+    nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
     strides = _b_strides(model, mk)
-    n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
+    n = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n))
     contiguous = (mk.pack_b and n <= nr) or (strides is not None and strides[:2] == (1, nr))
     if contiguous:
         return 1.0
@@ -426,9 +456,9 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
     a_m, a_k = element_stride(model, a, mk.m), element_stride(model, a, mk.k)
     if a_m is None or a_k is None:
         return None
-    m = min(schedule.tile_sizes.get(mk.m, _extent(model, mk.m)), _extent(model, mk.m))
-    k = min(schedule.tile_sizes.get(mk.k, _extent(model, mk.k)), _extent(model, mk.k))
-    k *= math.prod(_trip(model, schedule, b) for b in mk.batch)
+    m = min(schedule.tile_sizes.get(mk.m, loop_extent(model, mk.m)), loop_extent(model, mk.m))
+    k = min(schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k)), loop_extent(model, mk.k))
+    k *= math.prod(trip_count(model, schedule, b) for b in mk.batch)
     per_line = max(line_bytes // _element_bytes(model, a), 1)
     if a_k == 1:
         return m * math.ceil(k / per_line)
@@ -452,14 +482,14 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     if a_lines is None:
         return traffic
     a_bytes = a_lines * line
-    nr = _lanes(model, machine, mk) * _micro_vectors(machine)
-    n = min(schedule.tile_sizes.get(mk.n, _extent(model, mk.n)), _extent(model, mk.n))
+    nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
+    n = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n))
     strips = math.ceil(n / nr)
     if a_bytes > capacity // 2 and strips > 1:
         traffic += (strips - 1) * a_bytes * call.executions
     calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
     if calls_loop == tile_loop(mk.n) and a_bytes <= capacity // 2:
-        trip = _trip(model, schedule, calls_loop)
+        trip = trip_count(model, schedule, calls_loop)
         streamed = (call.lines - a_lines) * line * call.executions
         traffic = min(traffic, streamed + a_bytes * call.executions // max(trip, 1))
     return traffic
@@ -478,10 +508,10 @@ def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3:
         return 0
     part = packed_bytes
     if k_tile in order and order.index(k_tile) < order.index(m_tile):
-        part = packed_bytes // max(_trip(model, schedule, k_tile), 1)
+        part = packed_bytes // max(trip_count(model, schedule, k_tile), 1)
     if part <= 0.75 * l3:
         return 0
-    return (_trip(model, schedule, m_tile) - 1) * packed_bytes
+    return (trip_count(model, schedule, m_tile) - 1) * packed_bytes
 
 
 def evaluate(
@@ -525,22 +555,22 @@ def evaluate(
     flops = sum(s.flops for s in plan.statements)
     # 2 FMA pipes x lanes x 2 flops, lanes of the main statement's accumulation
     if final.microkernel is not None:
-        lanes = _lanes(model, machine, final.microkernel)
+        lanes = accumulator_lanes(model, machine, final.microkernel)
     elif loops and not streams_along(model, loop_var(loops[-1])):
         lanes = 1  # an innermost loop with a strided access runs scalar
     else:
         lanes = machine.vector_lanes(_nest_dtype(model, plan))
     peak_per_cycle = 2 * 2 * lanes
-    compute = flops / (peak_per_cycle * _mk_efficiency(final, model, machine))
+    compute = flops / (peak_per_cycle * microkernel_efficiency(final, model, machine))
     # codegen runs the outermost parallel loop's iterations on the threads
-    units = _trip(model, final, final.parallel[0]) if final.parallel else 1
+    units = trip_count(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
     balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
     if final.parallel and final.parallel[0].endswith(".t"):
         # the static schedule gives each thread ceil(tiles / cores) whole tiles; with a ragged
         # last tile the busiest thread does more than an even share of the extent
         var = final.parallel[0][:-2]
-        extent, tile = _extent(model, var), final.tile_sizes.get(var)
+        extent, tile = loop_extent(model, var), final.tile_sizes.get(var)
         if tile:
             busiest = min(math.ceil(units / cores) * tile, extent)
             balance = max(balance, busiest * cores / extent)
@@ -561,7 +591,7 @@ def evaluate(
         # inside the loops around it is one more parallel loop): a few microseconds each
         order = plan.order
         first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
-        around = math.prod(_trip(model, final, loop) for loop in order[:first])
+        around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
@@ -584,7 +614,7 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
     out = []
     for var in outer:
-        if var not in s.iterators or var in schedule.tile_sizes or _extent(model, var) < 8:
+        if var not in s.iterators or var in schedule.tile_sizes or loop_extent(model, var) < 8:
             continue
         if element_stride(model, a, var) != 0:
             continue

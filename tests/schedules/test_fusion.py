@@ -200,12 +200,16 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
 
 
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from polydl.driver.tuning import tune
-    from polydl.schedules.database import TuningDatabase
+    from polydl.tuning.database import PerfDatabase
+    from polydl.tuning.measure import Limits
+    from polydl.tuning.tuner import tune
 
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
-    result = tune(nest, params, target=host_target(), trials=2, db=TuningDatabase(tmp_path / "t.sqlite"), log=None)
-    assert all(t.schedule.epilogues == ("S2", "S3") for t in result.trials)
+    result = tune(nest, params, target=host_target(), trials=2,
+                  db=PerfDatabase(tmp_path / "t.sqlite", system=False),
+                  limits=Limits(max_other_load=1.0, max_rounds=2, budget_s=0.05))
+    assert result.measured and all(tuple(t.schedule["epilogues"]) == ("S2", "S3") for t in result.measured)
+    assert all(t.status == "ok" for t in result.measured)
 
 
 # The consumer is a running sum along j: its own column loop carries a dependence.

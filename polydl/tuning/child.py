@@ -1,0 +1,11 @@
+"""Entry point of the measuring process (`python -m polydl.tuning.child FD`); see measure.py.
+
+A module of its own so that the measuring code runs as `polydl.tuning.measure`, not as a
+second copy under `__main__`."""
+
+import sys
+
+from polydl.tuning.measure import child_main
+
+if __name__ == "__main__":
+    child_main(int(sys.argv[1]))

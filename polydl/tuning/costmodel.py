@@ -1,0 +1,162 @@
+"""The learned cost model: gradient-boosted trees (LightGBM) that predict how much slower than
+the best of its problem a candidate schedule runs, from its features (`features.py`).
+
+Trained on the performance database's `ok` trials: within each (problem, target) the label of
+a trial is log2(its median time / the fastest median), so problems of any size share one scale
+and the model learns which schedules lose, not how long a shape takes. Picking for a shape never
+measured ranks its search space by the prediction.
+
+LightGBM because the data are a few thousand rows of mixed-scale numbers, where boosted trees
+need no feature scaling and train in a second; its model file is text (loading it runs no
+code, unlike a pickle) and it is a small optional dependency (`polydl[tune]`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polydl.errors import PolyDLError
+from polydl.tuning import records
+from polydl.tuning.features import vector
+from polydl.tuning.records import Trial
+
+FORMAT = "polydl-cost-model 1"
+PARAMS = {
+    "objective": "regression",
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 5,
+    "feature_fraction": 0.9,
+    "bagging_fraction": 0.9,
+    "bagging_freq": 1,
+    "deterministic": True,
+    "num_threads": 1,
+    "seed": 0,
+    "verbose": -1,
+}
+ROUNDS = 300
+
+
+def _lightgbm() -> Any:
+    try:
+        import lightgbm
+    except ImportError:
+        raise PolyDLError("the cost model needs LightGBM: pip install 'polydl[tune]'") from None
+    return lightgbm
+
+
+Group = tuple[str, str]  # (problem key, target key)
+
+
+def groups_of(trials: Iterable[Trial]) -> dict[Group, list[Trial]]:
+    """The `ok` trials with features, by (problem, target); one trial per schedule (its
+    fastest measurement)."""
+    best: dict[Group, dict[str, Trial]] = defaultdict(dict)
+    for t in trials:
+        if t.status != records.OK or not t.features or t.seconds is None:
+            continue
+        seen = best[(t.problem.key, t.target_key)]
+        old = seen.get(t.schedule_key)
+        if old is None or (old.seconds or math.inf) > t.seconds:
+            seen[t.schedule_key] = t
+    return {g: list(v.values()) for g, v in best.items() if v}
+
+
+def slowdowns(group: Sequence[Trial]) -> list[float]:
+    """log2(time / fastest time of the group) of each trial."""
+    fastest = min(t.seconds or math.inf for t in group)
+    return [math.log2((t.seconds or math.inf) / fastest) for t in group]
+
+
+@dataclass
+class CostModel:
+    booster: object  # lightgbm.Booster
+    feature_names: tuple[str, ...]
+    trained_on: int  # trials
+
+    @classmethod
+    def train(cls, trials: Iterable[Trial], rounds: int = ROUNDS) -> CostModel:
+        lgb = _lightgbm()
+        groups = groups_of(trials)
+        rows = [t for g in groups.values() if len(g) > 1 for t in g]
+        if len(rows) < 10:
+            raise PolyDLError(f"too few measurements to train on ({len(rows)} ok trials in "
+                              "problems with two or more): tune some problems first")
+        names = tuple(sorted({n for t in rows for n in t.features}))
+        x = [vector(dict(t.features), names) for g in groups.values() if len(g) > 1 for t in g]
+        y = [s for g in groups.values() if len(g) > 1 for s in slowdowns(g)]
+        data = lgb.Dataset(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64),
+                           feature_name=list(names), free_raw_data=False)
+        booster = lgb.train(PARAMS, data, num_boost_round=rounds)
+        return cls(booster, names, len(rows))
+
+    def predict(self, features: Sequence[Mapping[str, float]]) -> list[float]:
+        """Predicted log2 slowdown against the best of the problem: lower is better."""
+        if not features:
+            return []
+        rows = [vector(dict(f), self.feature_names) for f in features]
+        predicted = self.booster.predict(np.asarray(rows, dtype=np.float64))  # type: ignore[attr-defined]
+        return [float(v) for v in predicted]
+
+    def save(self, path: Path | str) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = json.dumps({"format": FORMAT, "features": list(self.feature_names),
+                             "trained_on": self.trained_on})
+        text = self.booster.model_to_string()  # type: ignore[attr-defined]
+        path.write_text(header + "\n" + text)
+
+    @classmethod
+    def load(cls, path: Path | str) -> CostModel:
+        path = Path(path)
+        try:
+            header, _, text = path.read_text().partition("\n")
+            meta = json.loads(header)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PolyDLError(f"{path}: not a polydl cost model ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise PolyDLError(f"{path}: not a polydl cost model (format {FORMAT!r} expected); "
+                              "train one with `polydl model train`")
+        lgb = _lightgbm()
+        try:
+            booster = lgb.Booster(model_str=text)
+        except Exception as exc:  # noqa: BLE001 - LightGBM raises its own error types
+            raise PolyDLError(f"{path}: the model cannot be read ({exc})") from None
+        return cls(booster, tuple(meta["features"]), int(meta.get("trained_on", 0)))
+
+
+@dataclass(frozen=True)
+class PickQuality:
+    """How good the model's pick is on one measured group: best time / time of the pick."""
+
+    group: Group
+    label: str
+    candidates: int
+    quality: float  # 1.0: it picked the fastest
+    rank_of_pick: int  # 0 = fastest
+    first_good: int  # measurements in the model's order until one within 5% of the best
+
+
+def evaluate(model: CostModel, groups: Mapping[Group, Sequence[Trial]]) -> list[PickQuality]:
+    out = []
+    for group, trials in groups.items():
+        if len(trials) < 2:
+            continue
+        scores = model.predict([t.features for t in trials])
+        order = sorted(range(len(trials)), key=lambda i: scores[i])
+        fastest = min(t.seconds or math.inf for t in trials)
+        times = [t.seconds or math.inf for t in trials]
+        by_time = sorted(range(len(trials)), key=lambda i: times[i])
+        pick = order[0]
+        good = next(n for n, i in enumerate(order, 1) if times[i] <= fastest * 1.05)
+        out.append(PickQuality(group, trials[0].problem.describe(), len(trials),
+                               fastest / times[pick], by_time.index(pick), good))
+    return out

@@ -1,0 +1,119 @@
+"""Features of one candidate schedule, read off the polyhedral model's analysis of it.
+
+The cost model learns from these. Each is a number that means the same across problems and
+machines: working sets and traffic per cache level (log2 bytes, and relative to the level's
+capacity), trip counts, the microkernel's vector and register-tile efficiency, the parallel
+loop's balance over the cores, and the analytic cost relative to the best candidate of the
+same problem (the prior the model corrects).
+"""
+
+from __future__ import annotations
+
+import math
+
+from polydl.poly.model import PolyModel
+from polydl.schedules import rank as analytic
+from polydl.schedules.rank import RankedSchedule
+from polydl.schedules.schedule import is_tile_loop, loop_var
+from polydl.target.cpu import ISAS, CpuTarget
+
+CACHES = ("l1", "l2", "l3")
+
+
+def _log2(value: float) -> float:
+    return math.log2(value) if value > 0 else -1.0
+
+
+def _capacities(target: CpuTarget) -> dict[str, int]:
+    return {"l1": target.l1_bytes, "l2": target.l2_bytes,
+            "l3": max(target.l3_bytes // max(target.cores, 1), 1)}
+
+
+def features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule, best_cost: float) -> dict[str, float]:
+    """The feature vector of `ranked` (a candidate evaluated by `rank.evaluate`)."""
+    s = ranked.schedule
+    line = target.cache_line_bytes
+    flops = float(model.flops)
+    out: dict[str, float] = {
+        "flops": flops,
+        "log_flops": _log2(flops),
+        "log_cost": _log2(ranked.cost),
+        "cost_vs_best": ranked.cost / best_cost if best_cost > 0 else 1.0,
+        "log_compute_cycles": _log2(ranked.compute_cycles),
+        "compute_share": ranked.compute_cycles / max(ranked.cost * max(target.cores, 1), 1.0),
+        "balance": ranked.balance,
+        "cores": float(target.cores),
+        "isa": float(ISAS.index(target.isa)) if target.isa in ISAS else -1.0,
+        "lanes": float(target.vector_lanes("float32")),
+        "loops": float(len(s.order)),
+        "tiled_loops": float(len(s.tiles)),
+    }
+    capacities = _capacities(target)
+    sets = list(ranked.working_sets)
+    for cache in CACHES:
+        traffic = ranked.traffic_bytes.get(cache, 0)
+        out[f"log_traffic_{cache}"] = _log2(traffic)
+        out[f"traffic_per_flop_{cache}"] = traffic / flops if flops else 0.0
+        fitting = [w for w in sets if w.bytes(line) <= capacities[cache] * 0.75]
+        # the outermost loop whose working set fits this cache: how deep, how full
+        ws = fitting[0] if fitting else (sets[-1] if sets else None)
+        out[f"fit_level_{cache}"] = float(ws.level) if ws else -1.0
+        out[f"fill_{cache}"] = ws.bytes(line) / capacities[cache] if ws else 0.0
+        out[f"log_executions_{cache}"] = _log2(ws.executions) if ws else -1.0
+    trips = [analytic.trip_count(model, s, loop) for loop in s.order]
+    out["log_outer_trip"] = _log2(trips[0]) if trips else -1.0
+    out["log_inner_trip"] = _log2(trips[-1]) if trips else -1.0
+    out.update(_parallel_features(model, target, ranked))
+    out.update(_microkernel_features(model, target, ranked))
+    return out
+
+
+def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule) -> dict[str, float]:
+    s = ranked.schedule
+    if not s.parallel:
+        return {"parallel_loops": 0.0, "parallel_depth": -1.0, "parallel_units_per_core": 0.0,
+                "parallel_is_tile": 0.0}
+    first = s.parallel[0]
+    units = math.prod(analytic.trip_count(model, s, loop) for loop in s.parallel)
+    return {
+        "parallel_loops": float(len(s.parallel)),
+        "parallel_depth": float(s.order.index(first)) if first in s.order else -1.0,
+        "parallel_units_per_core": units / max(target.cores, 1),
+        "parallel_is_tile": float(is_tile_loop(first)),
+    }
+
+
+def _microkernel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule) -> dict[str, float]:
+    s = ranked.schedule
+    mk = s.microkernel
+    if mk is None:
+        return {"microkernel": 0.0, "mk_efficiency": analytic.microkernel_efficiency(s, model, target),
+                "mk_m": -1.0, "mk_n": -1.0, "mk_k": -1.0, "mk_batch": 0.0, "pack_a": 0.0,
+                "pack_b": 0.0, "n_lane_use": 0.0, "innermost_streams": float(
+                    bool(s.order) and analytic.streams_along(model, loop_var(s.order[-1])))}
+    sizes = {}
+    for name, var in (("m", mk.m), ("n", mk.n), ("k", mk.k)):
+        extent = analytic.loop_extent(model, var)
+        sizes[name] = min(s.tile_sizes.get(var, extent), extent)
+    lanes = analytic.accumulator_lanes(model, target, mk)
+    vectors = max(1, math.ceil(sizes["n"] / lanes))
+    batch = math.prod(analytic.trip_count(model, s, b) for b in mk.batch)
+    return {
+        "microkernel": 1.0,
+        "mk_efficiency": analytic.microkernel_efficiency(s, model, target),
+        "mk_m": _log2(sizes["m"]),
+        "mk_n": _log2(sizes["n"]),
+        "mk_k": _log2(sizes["k"] * batch),
+        "mk_batch": _log2(batch),
+        "pack_a": float(mk.pack_a),
+        "pack_b": float(mk.pack_b),
+        "n_lane_use": sizes["n"] / (vectors * lanes),
+        "innermost_streams": 1.0,
+    }
+
+
+
+
+def vector(values: dict[str, float], names: tuple[str, ...]) -> list[float]:
+    """`values` in the order of `names` (a feature the record lacks is NaN: trees handle it)."""
+    return [float(values.get(n, math.nan)) for n in names]

@@ -1,0 +1,379 @@
+"""Honest measurements of candidate schedules, in a child process.
+
+The child pins itself to the cores it is given (and OpenMP to as many threads), compiles each
+candidate, checks its output against a reference, then times the candidates interleaved (a
+round runs each once, in a rotating order) until the spread of every candidate's samples is
+small. A round during which other processes took more than a share of those cores is thrown
+away and the child waits; when the machine stays busy the candidates are kept as `noisy`,
+never as a winner. The parent reads the child's progress through a pipe: a candidate that
+kills the child is recorded as `crashed`, one that stops answering as `timed_out`, and the
+child is started again for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polydl.driver import c_backend
+from polydl.driver.reference import LazyReference
+from polydl.driver.verification import STEP_BUDGET
+from polydl.errors import PolyDLError
+from polydl.ir import LoopNest
+from polydl.names import spelling
+from polydl.poly.model import PolyModel, build_model
+from polydl.poly.reference import python_steps
+from polydl.runtime.inputs import random_inputs
+from polydl.runtime.kernel import NUMPY_DTYPES, Kernel, aligned_zeros
+from polydl.runtime.verify import compare
+from polydl.target.cpu import CpuTarget
+from polydl.tuning import records
+
+# A problem whose numpy reference is cheap enough to run at full size (multiply-adds);
+# larger ones are checked against the analytic schedule's kernel, itself verified by `polydl run`.
+REFERENCE_FLOPS = 5e7
+# Wall time over which the load on the pinned cores is read (the kernel's ticks are 10 ms).
+METER_WINDOW_S = 0.25
+
+
+@dataclass(frozen=True)
+class Limits:
+    min_rounds: int = 3
+    max_rounds: int = 15
+    spread: float = 0.03  # stop when every candidate's (p75 - p25) / median is below this
+    sample_s: float = 2e-3  # calls are batched so that one sample lasts at least this long
+    budget_s: float = 1.0  # timing seconds per candidate, after `min_rounds`
+    timeout_s: float = 120.0  # silence from the child that counts as a hang
+    max_other_load: float = 0.2  # share of the pinned cores other processes may take
+    load_waits: int = 3  # busy rounds waited out (0.5 s each) before giving up as noisy
+
+
+@dataclass(frozen=True)
+class Request:
+    nest: LoopNest
+    params: Mapping[str, int]
+    target: CpuTarget
+    schedules: tuple[Mapping[str, Any], ...]  # Schedule.to_dict() of each candidate
+    cpus: tuple[int, ...] | None = None  # the cores to pin to (None: the process's own)
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    index: int  # into Request.schedules
+    status: str
+    samples: tuple[float, ...] = ()
+    message: str = ""
+    other_load: float | None = None
+
+
+def measure(request: Request) -> list[Outcome]:
+    """One outcome per schedule of `request`, in its order."""
+    outcomes: dict[int, Outcome] = {}
+    pending = list(range(len(request.schedules)))
+    while pending:
+        finished, current, code, log = _run_child(request, pending, outcomes)
+        if not finished and current is not None and current not in outcomes:
+            why = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            outcomes[current] = Outcome(current, records.CRASHED,
+                                        message=f"the measuring process died ({why}){log}")
+        left = [i for i in pending if i not in outcomes]
+        if left == pending:
+            raise PolyDLError(f"the measuring process died before measuring (exit status {code}){log}")
+        pending = left
+    return [outcomes[i] for i in range(len(request.schedules))]
+
+
+def _run_child(
+    request: Request, pending: list[int], outcomes: dict[int, Outcome]
+) -> tuple[bool, int | None, int | None, str]:
+    """Run one measuring process over `pending`, filling `outcomes`; returns (finished, the
+    candidate it was running when it stopped, its exit status, the end of its stderr)."""
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "polydl.tuning.child", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(write_fd,),
+        )
+        os.close(write_fd)
+        conn = Connection(read_fd, writable=False)
+        assert process.stdin is not None
+        try:
+            process.stdin.write(pickle.dumps((request, tuple(pending))))
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        current: int | None = None
+        finished = False
+        try:
+            while True:
+                if not conn.poll(request.limits.timeout_s):
+                    process.kill()
+                    if current is not None:
+                        outcomes[current] = Outcome(current, records.TIMED_OUT, message=(
+                            f"no progress in {request.limits.timeout_s:g} s: killed"))
+                    break
+                try:
+                    message = conn.recv()
+                except EOFError:
+                    break
+                if message[0] == "begin":
+                    current = message[1]
+                elif message[0] == "outcome":
+                    outcomes[message[1].index] = message[1]
+                elif message[0] == "failed":  # nothing can be measured (no reference)
+                    raise PolyDLError(message[1])
+                elif message[0] == "done":
+                    finished = True
+                    break
+        finally:
+            conn.close()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        stderr.seek(0)
+        tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+    log = (": " + " | ".join(tail)) if tail else ""
+    return finished, current, process.returncode, log
+
+
+# ---------------------------------------------------------------------------- the child
+
+
+def child_main(fd: int) -> None:
+    """The measuring process: a pickled (request, indices) on stdin, messages to `fd`."""
+    conn = Connection(fd, readable=False)
+    try:
+        request, indices = pickle.load(sys.stdin.buffer)
+        _pin(request.cpus, request.target.cores)
+        _Child(request, conn).run(indices)
+        conn.send(("done",))
+    except PolyDLError as exc:
+        conn.send(("failed", str(exc)))
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("failed", "the measuring process failed:\n" + traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _pin(cpus: tuple[int, ...] | None, threads: int) -> None:
+    """Bind this process to `cpus` and OpenMP to one thread per core, before any kernel
+    (and with it the OpenMP runtime) is loaded."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["OMP_PROC_BIND"] = "close"
+    os.environ["OMP_PLACES"] = "cores"
+
+
+class _Child:
+    def __init__(self, request: Request, conn: Any) -> None:
+        self.request, self.conn = request, conn
+        self.limits = request.limits
+
+    def run(self, indices: tuple[int, ...]) -> None:
+        ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]] = {}
+        reference: _Reference | None = None
+        for i in indices:
+            self.conn.send(("begin", i))
+            try:
+                kernel = candidate_kernel(self.request, self.request.schedules[i])
+            except PolyDLError as exc:
+                self._send(Outcome(i, records.COMPILE_FAILED, message=_one_line(exc)))
+                continue
+            if reference is None:
+                inputs = random_inputs(kernel.arguments, seed=0)
+                reference = _Reference.of(self.request, kernel, inputs)
+            outputs = _named_outputs(kernel)
+            ok, error = reference.check(kernel, outputs)
+            if not ok:
+                self._send(Outcome(i, records.WRONG_RESULT, message=(
+                    f"max relative error {error:.2e} against {reference.what}")))
+                continue
+            ready[i] = (kernel, reference.inputs, outputs)
+        if ready:
+            self._time(ready)
+
+    def _send(self, outcome: Outcome) -> None:
+        self.conn.send(("outcome", outcome))
+
+    def _time(self, ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]]) -> None:
+        calls = {}
+        for i, (kernel, inputs, outputs) in ready.items():
+            self.conn.send(("begin", i))
+            t0 = time.perf_counter()
+            kernel(*inputs, **outputs)
+            once = max(time.perf_counter() - t0, 1e-7)
+            calls[i] = max(1, math.ceil(self.limits.sample_s / once))
+        samples: dict[int, list[float]] = {i: [] for i in ready}
+        order = list(ready)
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        deadline = time.monotonic() + self.limits.budget_s * len(ready)
+        rounds = waits = 0
+        load: float | None = None
+        noisy = False
+        # rounds are committed a window at a time: a window is long enough for /proc/stat's
+        # ticks to tell whether other processes ran on these cores meanwhile
+        window: dict[int, list[float]] = {i: [] for i in ready}
+        meter = CoreMeter(cpus)
+        while rounds < self.limits.max_rounds:
+            shift = rounds % len(order)
+            for i in order[shift:] + order[:shift]:
+                kernel, inputs, outputs = ready[i]
+                self.conn.send(("begin", i))
+                t0 = time.perf_counter()
+                for _ in range(calls[i]):
+                    kernel(*inputs, **outputs)
+                window[i].append((time.perf_counter() - t0) / calls[i])
+            rounds += 1
+            last = rounds >= self.limits.max_rounds
+            if not (meter.long_enough() or last):
+                continue
+            share = meter.other_share()
+            load = share if share is not None else load
+            if share is not None and share > self.limits.max_other_load:
+                waits += 1
+                if waits <= self.limits.load_waits and not last:
+                    rounds -= len(window[order[0]])  # the window's rounds do not count
+                    time.sleep(0.5)
+                    meter, window = CoreMeter(cpus), {i: [] for i in ready}
+                    continue
+                noisy = True
+            for i in ready:
+                samples[i] += window[i]
+            if noisy:
+                break
+            meter, window = CoreMeter(cpus), {i: [] for i in ready}
+            if rounds >= self.limits.min_rounds and (
+                all(spread(s) <= self.limits.spread for s in samples.values())
+                or time.monotonic() > deadline
+            ):
+                break
+        for i in ready:
+            if noisy:
+                message = (f"other processes took {load:.0%} of cores {_cpu_list(cpus)} after "
+                           f"{waits - 1} waits")
+                self._send(Outcome(i, records.NOISY, tuple(samples[i]), message, load))
+            else:
+                self._send(Outcome(i, records.OK, tuple(samples[i]),
+                                   f"spread {spread(samples[i]):.1%} over {len(samples[i])} rounds", load))
+
+
+def candidate_kernel(request: Request, schedule: Mapping[str, Any]) -> Kernel:
+    """Compile one candidate for the request's target (not through the stored-lowering cache:
+    a candidate is built once; its library is still cached by content)."""
+    model = build_model(request.nest, dict(request.params))
+    return _kernel(model, request.target, c_backend.schedule_from(schedule))
+
+
+def _named_outputs(kernel: Any) -> dict[str, np.ndarray]:
+    """Output buffers passed by name: every call updates them in place, none allocates."""
+    return {spelling(a.name): aligned_zeros(a.shape, NUMPY_DTYPES[a.dtype])
+            for a in kernel.arguments if not a.is_input}
+
+
+@dataclass
+class _Reference:
+    inputs: list[np.ndarray]
+    expected: dict[str, np.ndarray]
+    what: str
+
+    @classmethod
+    def of(cls, request: Request, kernel: Any, inputs: list[np.ndarray]) -> _Reference:
+        """The numpy evaluation of the nest where it is cheap; else the output of the analytic
+        schedule's kernel (the one `schedule="auto"` builds and `polydl run` verifies)."""
+        model = build_model(request.nest, dict(request.params))
+        if model.flops <= REFERENCE_FLOPS and python_steps(model) <= STEP_BUDGET:
+            return cls(inputs, _by_name(kernel, kernel.reference(*inputs)), "the numpy reference")
+        auto = _kernel(model, request.target, "auto")
+        return cls(inputs, _by_name(auto, auto(*inputs)), "the analytic schedule's kernel")
+
+    def check(self, kernel: Any, outputs: dict[str, np.ndarray]) -> tuple[bool, float]:
+        fresh = {name: np.zeros_like(buf) for name, buf in outputs.items()}
+        kernel(*self.inputs, **fresh)
+        worst_ok, worst = True, 0.0
+        for arg in (a for a in kernel.arguments if not a.is_input):
+            name = spelling(arg.name)
+            ok, err = compare(fresh[name], self.expected[name], arg.dtype)
+            worst_ok, worst = worst_ok and ok, max(worst, err)
+        return worst_ok, worst
+
+
+def _kernel(model: PolyModel, target: CpuTarget, schedule: Any) -> Kernel:
+    plan = c_backend.plan(model, target, schedule)
+    code = c_backend.generate(model, plan, target)
+    return c_backend.load(code, model.nest, model.params, plan.schedule, model.flops,
+                          LazyReference(model.nest, model.params, model), target)
+
+
+def _by_name(kernel: Any, result: Any) -> dict[str, np.ndarray]:
+    outs = result if isinstance(result, tuple) else (result,)
+    names = [spelling(a.name) for a in kernel.arguments if not a.is_input]
+    return dict(zip(names, outs, strict=True))
+
+
+class CoreMeter:
+    """The share of `cpus` that other processes took since construction: their busy time in
+    /proc/stat less this process's own CPU time (its OpenMP threads run only there)."""
+
+    def __init__(self, cpus: Sequence[int]) -> None:
+        self.cpus = tuple(cpus)
+        self._start = self._read(), time.perf_counter()
+
+    def _read(self) -> tuple[float, float] | None:
+        try:
+            lines = Path("/proc/stat").read_text().splitlines()
+        except OSError:
+            return None
+        wanted = {f"cpu{c}" for c in self.cpus}
+        busy = 0
+        for line in lines:
+            fields = line.split()
+            if fields and fields[0] in wanted:
+                ticks = [int(f) for f in fields[1:9]]
+                busy += sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
+        own = sum(os.times()[:2])
+        return busy / os.sysconf("SC_CLK_TCK"), own
+
+    def long_enough(self) -> bool:
+        return time.perf_counter() - self._start[1] >= METER_WINDOW_S
+
+    def other_share(self) -> float | None:
+        (start, t0), end = self._start, self._read()
+        wall = (time.perf_counter() - t0) * len(self.cpus)
+        if start is None or end is None or wall <= 0:
+            return None
+        return max(0.0, (end[0] - start[0]) - (end[1] - start[1])) / wall
+
+
+def spread(samples: Sequence[float]) -> float:
+    """(p75 - p25) / median: how far apart the middle half of the samples lie."""
+    if len(samples) < 2:
+        return math.inf
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return (q[2] - q[0]) / max(statistics.median(samples), 1e-12)
+
+
+def _cpu_list(cpus: Sequence[int]) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

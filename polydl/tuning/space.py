@@ -1,0 +1,123 @@
+"""The schedule search space of one problem on one target.
+
+Seeds are the reuse model's candidates (loop orders, tile sizes, microkernel bindings, packing);
+around each seed the space adds its neighbours: every tile size halved and doubled, packing of
+A and B switched, the outer tilings of microkernel schedules, and every legal choice of parallel
+loops. Each point is evaluated by the analytic model, which drops the illegal ones (a
+dependence check refuses them) and gives the prior cost; each keeps the fusion "auto" would
+apply, so a candidate is timed as it would run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from polydl.poly.model import PolyModel
+from polydl.schedules import rank as analytic
+from polydl.schedules.auto import resolve
+from polydl.schedules.distribution import isolate_gemms
+from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.nests import main_is_general
+from polydl.schedules.schedule import AFFINE, Schedule
+from polydl.target.cpu import CpuTarget
+from polydl.tuning.features import features
+from polydl.tuning.records import schedule_key
+
+# Points evaluated at most per problem: the analytic evaluation takes ~20 ms each.
+MAX_POINTS = 400
+
+
+@dataclass(frozen=True)
+class Candidate:
+    schedule: Schedule  # as compiled: order, tiles, parallel loops, microkernel, fusion
+    cost: float  # the analytic model's cycles (the prior)
+    features: Mapping[str, float]
+    analytic: bool = False  # the schedule `schedule="auto"` compiles (the analytic ranking's best)
+
+    @property
+    def key(self) -> str:
+        return schedule_key(self.schedule.to_dict())
+
+
+def tuning_model(model: PolyModel) -> PolyModel:
+    """The model the C backend schedules (GEMM-like statements split into their own nests)."""
+    return isolate_gemms(model)
+
+
+def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -> list[Candidate]:
+    """Every legal point found around the seeds: the analytic choice first, then by
+    analytic cost."""
+    model = tuning_model(model)
+    if main_is_general(model):
+        # no band to choose: the general scheduler decides alone
+        return [Candidate(Schedule(scheduler=AFFINE), 0.0, {})]
+    memo: analytic._Memo = {}
+    evaluated: dict[str, analytic.RankedSchedule] = {}
+
+    def add(points: Iterable[Schedule]) -> None:
+        for point in points:
+            if len(evaluated) >= limit:
+                return
+            result = analytic.evaluate(model, target, point, memo)
+            if result is not None:
+                evaluated.setdefault(schedule_key(result.schedule.to_dict()), result)
+
+    def add_threadings() -> None:
+        for point in list(evaluated.values()):
+            add(replace(point.schedule, parallel=choice)
+                for choice in analytic.parallel_choices(model, point.schedule, memo)
+                if choice != point.schedule.parallel)
+
+    ranked = analytic.rank(model, target)  # the analytic choice is in the space, whatever the cap
+    for result in ranked:
+        evaluated.setdefault(schedule_key(result.schedule.to_dict()), result)
+    add(analytic.candidates(model, target))
+    add_threadings()  # the seeds' thread mappings before the cap can cut them
+    for seed in list(evaluated.values()):
+        add(analytic.outer_tilings(model, seed.schedule))
+    for seed in list(evaluated.values()):
+        add(_neighbours(model, seed.schedule))
+    add_threadings()
+    if not evaluated:
+        return [Candidate(resolve(model, Schedule()), 0.0, {})]
+    best = min(r.cost for r in evaluated.values())
+    chosen = ranked[0].schedule if ranked else None
+    out = []
+    for result in sorted(evaluated.values(), key=lambda r: (r.schedule != chosen, r.cost)):
+        schedule = choose_fusion(model, resolve(model, result.schedule), target)[0]
+        mine = result.schedule == chosen
+        values = {**features(model, target, result, best), "analytic_choice": float(mine)}
+        out.append(Candidate(schedule, result.cost, values, analytic=mine))
+    return _distinct(out)
+
+
+def _neighbours(model: PolyModel, schedule: Schedule) -> list[Schedule]:
+    """One step from `schedule`: a tile size halved or doubled (within the loop's extent), or
+    the packing of one microkernel operand switched; the parallel loops left to the model."""
+    out = []
+    base = replace(schedule, parallel=())
+    tiles = schedule.tile_sizes
+    for var, size in tiles.items():
+        extent = analytic.loop_extent(model, var)
+        for new in (size // 2, size * 2):
+            if 1 < new < extent:
+                out.append(replace(base, tiles=tuple(sorted({**tiles, var: new}.items()))))
+    mk = schedule.microkernel
+    if mk is not None:
+        out.append(replace(base, microkernel=replace(mk, pack_b=not mk.pack_b)))
+        if not mk.batch:
+            out.append(replace(base, microkernel=replace(mk, pack_a=not mk.pack_a)))
+    return out
+
+
+def _distinct(candidates: list[Candidate]) -> list[Candidate]:
+    """Different evaluated points may compile to one schedule (fusion and resolution fill in
+    the same loops): keep the first of each."""
+    seen: set[str] = set()
+    out = []
+    for c in candidates:
+        if c.key not in seen:
+            seen.add(c.key)
+            out.append(c)
+    return out

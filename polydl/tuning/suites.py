@@ -1,0 +1,71 @@
+"""The problems of a suite: every layer of a benchmark suite (or of a suite file in the same
+JSON format) as a loop nest at its sizes, for `polydl tune --suite`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from polydl.bench.cases import SUITE_FILES, load_suite
+from polydl.errors import PolyDLError
+from polydl.frontends import builders, conv_backward
+from polydl.ir import LoopNest
+
+BLOCK = 16
+_CONV: dict[str, Callable[..., tuple[LoopNest, dict[str, int]]]] = {
+    "conv2d": builders.conv2d,
+    "conv2d_backward_data": conv_backward.conv2d_backward_data,
+    "conv2d_backward_weights": conv_backward.conv2d_backward_weights,
+}
+
+
+@dataclass(frozen=True)
+class SuiteProblem:
+    name: str
+    nest: LoopNest
+    params: dict[str, int]
+
+
+def suite_problems(name: str) -> list[SuiteProblem]:
+    """`name`: a suite of `polydl bench` (gemm, resnet50, resnet50_bwd_data, ...) or a JSON file
+    with `shapes` (GEMMs: M, N, K) or `layers` (convolutions: C, K, H, W, R, S, stride, padding,
+    with N and an optional `primitive` at the top)."""
+    if name in SUITE_FILES:
+        cases = load_suite(name)
+        return [_problem(c.name, c.primitive, c.size, c.dtype) for c in cases]
+    path = Path(name)
+    if not path.is_file():
+        raise PolyDLError(f"unknown suite '{name}': neither a suite ({', '.join(SUITE_FILES)}) "
+                          "nor a suite file")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolyDLError(f"{path}: not a suite file ({exc})") from None
+    if not isinstance(data, dict) or not ({"shapes", "layers"} & set(data)):
+        raise PolyDLError(f"{path}: a suite file is a JSON object with 'shapes' or 'layers'")
+    try:
+        if "shapes" in data:
+            return [_problem(s["name"], "matmul", {k: s[k] for k in "MNK"}, s.get("dtype", "float32"))
+                    for s in data["shapes"]]
+        keys = ("C", "K", "H", "W", "R", "S", "stride", "padding")
+        primitive = data.get("primitive", "conv2d")
+        return [_problem(layer["name"], primitive, {"N": data["N"], **{k: layer[k] for k in keys}},
+                         data.get("dtype", "float32"))
+                for layer in data["layers"]]
+    except (KeyError, TypeError) as exc:
+        raise PolyDLError(f"{path}: a shape or layer lacks {exc}") from None
+
+
+def _problem(name: str, primitive: str, sizes: dict[str, int], dtype: str) -> SuiteProblem:
+    if primitive == "matmul":
+        nest, params = builders.matmul(sizes["M"], sizes["N"], sizes["K"], dtype=dtype)
+        return SuiteProblem(name, nest, dict(params))
+    if primitive not in _CONV:
+        raise PolyDLError(f"suite layer {name}: unknown primitive '{primitive}'; known: "
+                          f"matmul, {', '.join(_CONV)}")
+    # blocked where the channels allow it, as the networks and the benchmarks run them
+    layout = "nchw16c" if sizes["C"] % BLOCK == 0 and sizes["K"] % BLOCK == 0 else "nchw"
+    nest, params = _CONV[primitive](**sizes, dtype=dtype, layout=layout)
+    return SuiteProblem(name, nest, dict(params))

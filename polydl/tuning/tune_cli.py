@@ -1,0 +1,170 @@
+"""`polydl tune` (one spec or a whole suite, in this process or on Ray) and `polydl model`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from polydl import settings
+from polydl.errors import PolyDLError
+from polydl.target.cpu import CpuTarget
+from polydl.tuning.costmodel import CostModel, evaluate, groups_of
+from polydl.tuning.database import PerfDatabase
+from polydl.tuning.records import OK, Trial
+from polydl.tuning.suites import SuiteProblem, suite_problems
+from polydl.tuning.tuner import STRATEGIES, LocalExecutor, Progress, tune
+
+
+def add_tune_options(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--suite", metavar="NAME|FILE",
+                   help="tune every layer of a suite (gemm, resnet50, ...) or suite file")
+    c.add_argument("--trials", type=int, default=32, help="candidates measured per problem")
+    c.add_argument("--strategy", default="auto", choices=STRATEGIES,
+                   help="auto: exhaustive where the space fits --trials, else guided")
+    c.add_argument("--db", metavar="FILE", help="the performance database (default: "
+                   "POLYDL_TUNING_DB, else tuning.sqlite in the cache)")
+    c.add_argument("--model", metavar="FILE", help="the cost model that guides the search "
+                   "(default: POLYDL_COST_MODEL, else costmodel.txt in the cache, if trained)")
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, metavar="N",
+                       help="N workers of a local Ray cluster, each on its share of the cores")
+    where.add_argument("--ray", metavar="ADDRESS", help="the workers of an existing Ray cluster")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_model_command(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("model", help="train or evaluate the learned cost model")
+    actions = c.add_subparsers(dest="action", required=True)
+    for name, help, func in (("train", "train on the database's trials", cmd_model_train),
+                             ("eval", "how well the model picks on the database's problems",
+                              cmd_model_eval)):
+        a = actions.add_parser(name, help=help)
+        a.add_argument("--db", metavar="FILE", help="the performance database")
+        a.add_argument("--model", metavar="FILE", help="the model file (default: "
+                       "POLYDL_COST_MODEL, else costmodel.txt in the cache)")
+        a.set_defaults(func=func)
+
+
+def cmd_tune(args: argparse.Namespace, target: CpuTarget,
+             load: Callable[[], tuple[Any, dict[str, int]]]) -> int:
+    if args.suite and args.spec:
+        raise PolyDLError("give a spec or --suite, not both")
+    if args.suite:
+        problems = suite_problems(args.suite)
+    elif args.spec:
+        nest, params = load()
+        problems = [SuiteProblem(nest.name, nest, dict(params))]
+    else:
+        raise PolyDLError("tune needs a spec or --suite NAME")
+    db = PerfDatabase(args.db)
+    model = _guiding_model(args.model)
+    executor: Any = LocalExecutor()
+    if args.workers:
+        from polydl.tuning.distributed import local_executor
+
+        executor, target = local_executor(args.workers, target)
+    elif args.ray:
+        from polydl.tuning.distributed import cluster_executor
+
+        executor = cluster_executor(args.ray, target)
+    print(f"target   {target.describe()}")
+    print(f"guide    {'cost model ' + str(args.model or settings.cost_model()) if model else 'analytic model'}")
+    try:
+        for problem in problems:
+            with _progress(problem.name, args.no_progress) as progress:
+                result = tune(problem.nest, problem.params, target=target, trials=args.trials,
+                              strategy=args.strategy, db=db, executor=executor, cost_model=model,
+                              progress=progress)
+            print(_result_line(problem.name, result))
+    finally:
+        if hasattr(executor, "shutdown"):
+            executor.shutdown()
+    print(f"stored   {db.path}")
+    return 0
+
+
+def _guiding_model(path: str | None) -> CostModel | None:
+    if path:
+        return CostModel.load(path)
+    default = settings.cost_model()
+    if not default.is_file():
+        return None
+    try:
+        return CostModel.load(default)
+    except PolyDLError:
+        return None  # no LightGBM, or an old file: the analytic model guides
+
+
+def _result_line(name: str, result: Any) -> str:
+    ok = [t for t in result.measured if t.status == OK]
+    failed = len(result.measured) - len(ok)
+    best = result.best
+    analytic = next((t for t in ok if t.schedule_key == result.analytic_key), None)
+    gain = ""
+    if best is not None and analytic is not None and best.seconds:
+        gain = f", {analytic.seconds / best.seconds:.2f}x the analytic schedule"
+    time = f"{best.seconds * 1e3:.3f} ms" if best and best.seconds else "no ok trial"
+    return (f"{name:24s} best {time}{gain}; measured {len(result.measured)} of {result.space} "
+            f"({result.strategy}), {failed} not ok, {result.skipped} already in the database")
+
+
+class _progress:
+    """A tqdm bar with the best time so far where tqdm is installed; else nothing."""
+
+    def __init__(self, name: str, disabled: bool) -> None:
+        self.name, self.bar = name, None
+        if disabled or not sys.stderr.isatty():
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self.bar = tqdm(total=0, desc=name, unit="cand", leave=False, file=sys.stderr)
+
+    def __enter__(self) -> Progress | None:
+        if self.bar is None:
+            return None
+        bar = self.bar
+
+        def update(done: int, total: int, best: Trial | None) -> None:
+            bar.total = total
+            bar.n = done
+            if best is not None and best.seconds:
+                bar.set_postfix_str(f"best {best.seconds * 1e3:.3f} ms")
+            bar.refresh()
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_model_train(args: argparse.Namespace) -> int:
+    db = PerfDatabase(args.db)
+    model = CostModel.train(db.trials())
+    path = args.model or settings.cost_model()
+    model.save(path)
+    print(f"trained  on {model.trained_on} trials, {len(model.feature_names)} features")
+    print(f"stored   {path}")
+    return 0
+
+
+def cmd_model_eval(args: argparse.Namespace) -> int:
+    db = PerfDatabase(args.db)
+    path = args.model or settings.cost_model()
+    model = CostModel.load(path)
+    picks = evaluate(model, groups_of(db.trials()))
+    if not picks:
+        raise PolyDLError(f"no problem in {db.path} has two or more ok trials to evaluate on")
+    for p in picks:
+        print(f"{p.label[:60]:60s} pick {p.quality:6.1%} of the best (rank {p.rank_of_pick + 1} "
+              f"of {p.candidates}), first within 5% after {p.first_good}")
+    within = sum(p.quality >= 1 / 1.05 for p in picks) / len(picks)
+    mean = math.fsum(p.quality for p in picks) / len(picks)
+    print(f"summary  {within:.0%} of {len(picks)} problems within 5% of the best; mean "
+          f"{mean:.1%}, worst {min(p.quality for p in picks):.1%} (on its own training data)")
+    return 0

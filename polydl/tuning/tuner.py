@@ -1,0 +1,220 @@
+"""Tuning one problem: search its schedule space, measure, store every trial.
+
+The strategy picks what to measure next. `exhaustive` measures the whole space (the default
+when the space fits the trial budget); `guided` measures in batches, each half the best-scored
+unmeasured points and half the best-scored neighbours (one aspect changed: order, tiles,
+parallel loops or microkernel) of the fastest measured so far, an evolutionary search whose
+scores come from the learned cost model, or from the analytic model where none is trained;
+`random` samples the space uniformly (the baseline the benchmark compares with). Trials already
+in the database for this problem and target are not measured again, so an interrupted run
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from polydl.errors import PolyDLError, TargetError
+from polydl.ir import LoopNest
+from polydl.poly.model import build_model
+from polydl.target.cpu import CpuTarget
+from polydl.target.host import cannot_run_here
+from polydl.tuning import records
+from polydl.tuning.costmodel import CostModel
+from polydl.tuning.database import PerfDatabase
+from polydl.tuning.measure import Limits, Outcome, Request, measure
+from polydl.tuning.records import Problem, Trial
+from polydl.tuning.space import Candidate, search_space
+
+STRATEGIES = ("auto", "exhaustive", "guided", "random")
+BATCH = 8  # candidates measured together (interleaved) per worker
+
+
+class Executor(Protocol):
+    """Runs measurement requests: `slots` at a time, results as they complete."""
+
+    slots: int
+
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]: ...
+
+
+class LocalExecutor:
+    """Measures in one child process at a time, pinned to the target's number of cores."""
+
+    slots = 1
+
+    def __init__(self, cpus: tuple[int, ...] | None = None) -> None:
+        self.cpus = cpus
+
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+        for i, request in enumerate(requests):
+            yield i, measure(replace(request, cpus=self.cpus or _first_cpus(request.target.cores)))
+
+
+class PoolExecutor:
+    """Measures on `shares` of the cores at once, one thread per share driving its own
+    measuring process (the threads only wait): Ray's local workers without Ray."""
+
+    def __init__(self, shares: Sequence[tuple[int, ...]]) -> None:
+        self.shares = list(shares)
+        self.slots = len(self.shares)
+
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        free = list(self.shares)
+        queue = list(enumerate(requests))
+        with ThreadPoolExecutor(self.slots) as pool:
+            running: dict[object, tuple[int, tuple[int, ...]]] = {}
+            while queue or running:
+                while queue and free:
+                    index, request = queue.pop(0)
+                    share = free.pop()
+                    running[pool.submit(measure, replace(request, cpus=share))] = (index, share)
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+                for future in done:
+                    index, share = running.pop(future)
+                    free.append(share)
+                    yield index, future.result()
+
+
+def _first_cpus(count: int) -> tuple[int, ...] | None:
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    return tuple(mine[:count]) if count <= len(mine) else None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    problem: Problem
+    best: Trial | None  # fastest ok trial in the database after this run
+    measured: tuple[Trial, ...]  # trials of this run
+    skipped: int  # candidates already in the database
+    space: int
+    strategy: str
+    db_path: str
+    analytic_key: str  # the schedule key of the analytic choice (`schedule="auto"`)
+
+
+Progress = Callable[[int, int, Trial | None], None]  # (done, total, best so far)
+
+
+def tune(
+    nest: LoopNest,
+    params: Mapping[str, int],
+    *,
+    target: CpuTarget,
+    trials: int = 32,
+    strategy: str = "auto",
+    db: PerfDatabase | None = None,
+    executor: Executor | None = None,
+    cost_model: CostModel | None = None,
+    limits: Limits | None = None,
+    progress: Progress | None = None,
+    seed: int = 0,
+) -> TuneResult:
+    """Measure up to `trials` candidates of the problem's search space on `target` and store
+    every trial; the target must be one this CPU can run."""
+    if strategy not in STRATEGIES:
+        raise PolyDLError(f"unknown strategy '{strategy}'; known: {', '.join(STRATEGIES)}")
+    if trials < 1:
+        raise PolyDLError(f"trials must be at least 1, not {trials}")
+    reason = cannot_run_here(target)
+    if reason:
+        raise TargetError(f"cannot tune here: {reason}")
+    db = db or PerfDatabase()
+    executor = executor or LocalExecutor()
+    limits = limits or Limits()
+    problem = Problem.of(nest, params)
+    space = search_space(build_model(nest, dict(params)), target)
+    done = db.measured(problem.key, target.key())
+    todo = [c for c in space if c.key not in done]
+    skipped = len(space) - len(todo)
+    budget = min(trials, len(todo))
+    if strategy == "auto":
+        strategy = "exhaustive" if len(todo) <= trials else "guided"
+    scores = _scores(todo, cost_model)
+    picker = _Picker(strategy, todo, scores, seed)
+    measured: list[Trial] = []
+    best = db.best(problem.key, target.key())
+    while len(measured) < budget:
+        batch = picker.next(min(BATCH * executor.slots, budget - len(measured)), measured)
+        if not batch:
+            break
+        chunks = [batch[i:: executor.slots] for i in range(executor.slots)]
+        requests = [Request(nest, dict(params), target, tuple(c.schedule.to_dict() for c in chunk),
+                            limits=limits) for chunk in chunks if chunk]
+        for index, outcomes in executor.run(requests):
+            chunk = [c for c in chunks if c][index]
+            new = [trial_of(problem, target, c, o) for c, o in zip(chunk, outcomes, strict=True)]
+            db.add(new)  # the one writer: workers only measure
+            measured += new
+            for t in new:
+                if t.status == records.OK and (best is None or (t.seconds or 0) < (best.seconds or 0)):
+                    best = t
+            if progress:
+                progress(len(measured), budget, best)
+    analytic = next((c.key for c in space if c.analytic), "")
+    return TuneResult(problem, db.best(problem.key, target.key()), tuple(measured), skipped,
+                      len(space), strategy, str(db.path), analytic)
+
+
+def _scores(candidates: Sequence[Candidate], model: CostModel | None) -> list[float]:
+    """Lower is better: the cost model's predicted slowdown, else the analytic cost."""
+    if model is not None and candidates:
+        return model.predict([c.features for c in candidates])
+    return [c.cost for c in candidates]
+
+
+class _Picker:
+    def __init__(self, strategy: str, todo: list[Candidate], scores: list[float], seed: int) -> None:
+        self.strategy = strategy
+        self.order = sorted(range(len(todo)), key=lambda i: scores[i])
+        self.todo, self.scores = todo, scores
+        self.taken: set[int] = set()
+        self.rng = random.Random(seed)
+        if strategy == "random":
+            self.rng.shuffle(self.order)
+        else:  # the analytic choice first: what tuning gains is measured against it
+            self.order.sort(key=lambda i: not todo[i].analytic)
+
+    def next(self, count: int, measured: Sequence[Trial]) -> list[Candidate]:
+        picks: list[int] = []
+        if self.strategy == "guided" and measured:
+            fastest = sorted((t for t in measured if t.status == records.OK),
+                             key=lambda t: t.seconds or 0)[:2]
+            near = [i for i in self.order if i not in self.taken
+                    and any(_one_step(self.todo[i], t.schedule) for t in fastest)]
+            picks += near[: count // 2]
+        for i in self.order:
+            if len(picks) >= count:
+                break
+            if i not in self.taken and i not in picks:
+                picks.append(i)
+        self.taken.update(picks)
+        return [self.todo[i] for i in picks]
+
+
+def _one_step(candidate: Candidate, schedule: Mapping[str, object]) -> bool:
+    """Whether `candidate` differs from `schedule` in exactly one aspect."""
+    mine = candidate.schedule.to_dict()
+    aspects = ("order", "tiles", "parallel", "microkernel")
+    return sum(mine.get(a) != schedule.get(a) for a in aspects) == 1
+
+
+def trial_of(problem: Problem, target: CpuTarget, candidate: Candidate, outcome: Outcome) -> Trial:
+    return Trial(
+        problem=problem, target_key=target.key(), schedule=candidate.schedule.to_dict(),
+        status=outcome.status, samples=outcome.samples,
+        features=candidate.features,
+        message=outcome.message, other_load=outcome.other_load, host=socket.gethostname(),
+        created=time.time(),
+    )
