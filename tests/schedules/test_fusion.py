@@ -207,7 +207,7 @@ def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # t
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
     result = tune(nest, params, target=host_target(), trials=2,
                   db=PerfDatabase(tmp_path / "t.sqlite", system=False),
-                  limits=Limits(max_other_load=1.0, max_rounds=2, budget_s=0.05))
+                  limits=Limits(max_other_load=float("inf"), max_rounds=2, budget_s=0.05))
     assert result.measured and all(tuple(t.schedule["epilogues"]) == ("S2", "S3") for t in result.measured)
     assert all(t.status == "ok" for t in result.measured)
 
