@@ -51,7 +51,7 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
     model = tuning_model(model)
     if main_is_general(model):
         # no band to choose: the general scheduler decides alone
-        return [Candidate(Schedule(scheduler=AFFINE), 0.0, {})]
+        return [Candidate(Schedule(scheduler=AFFINE), 0.0, {}, analytic=True)]
     memo: analytic._Memo = {}
     evaluated: dict[str, analytic.RankedSchedule] = {}
 

@@ -62,7 +62,7 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
     db = PerfDatabase(args.db)
     model = _guiding_model(args.model)
     executor: Any = LocalExecutor()
-    if args.workers:
+    if args.workers is not None:
         from polydl.tuning.distributed import local_executor
 
         executor, target = local_executor(args.workers, target)

@@ -1,0 +1,549 @@
+"""Tuning beyond the basics of test_tuner.py: the search space of every kind of nest, each way a
+measurement can fail, the load judged over whole windows, what a resumed run measures again,
+the lookup order with a system database, and the `polydl tune` command's errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polydl import layouts
+from polydl.cli import main
+from polydl.driver.pipeline import build_kernel, lower
+from polydl.errors import TargetError
+from polydl.frontends import builders, load_spec
+from polydl.ir import LoopNest
+from polydl.poly.model import build_model
+from polydl.schedules.auto import auto_schedule
+from polydl.schedules.schedule import Schedule
+from polydl.target.cpu import CpuTarget
+from polydl.target.host import cannot_run_here, host_target
+from polydl.tuning import records
+from polydl.tuning.costmodel import CostModel
+from polydl.tuning.database import PerfDatabase
+from polydl.tuning.lookup import tuned_schedule
+from polydl.tuning.measure import Limits, Outcome, Request, measure
+from polydl.tuning.records import Problem, Trial, schedule_key
+from polydl.tuning.space import search_space, tuning_model
+from polydl.tuning.tuner import BATCH, LocalExecutor, PoolExecutor, tune
+from tests.frontends.test_builders import conv2d_numpy
+from tests.kernels import run_and_check
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MATMUL_SPEC = [str(EXAMPLES / "matmul.c"), "-p", "M=32", "-p", "N=32", "-p", "K=32"]
+# Tests run beside each other: the load check is off where a test expects `ok`.
+QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
+
+
+Nest = tuple[LoopNest, dict[str, int]]
+
+
+@pytest.fixture(scope="module")
+def matmul32() -> Nest:
+    nest, params = builders.matmul(32, 32, 32)
+    return nest, dict(params)
+
+
+def _db(tmp_path: Path, name: str = "perf.sqlite") -> PerfDatabase:
+    return PerfDatabase(tmp_path / name, system=False)
+
+
+def _without_notes(schedule: Schedule) -> dict[str, Any]:
+    return {k: v for k, v in schedule.to_dict().items() if k != "notes"}
+
+
+# ------------------------------------------------------------------------------ search space
+
+
+NESTS: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "matmul_odd": lambda: builders.matmul(33, 17, 9),
+    "linear_bias_relu": lambda: load_spec(EXAMPLES / "linear_bias_relu.c",
+                                          {"N": 4, "C": 24, "K": 20}),
+    "conv2d_nchw": lambda: builders.conv2d(N=1, C=3, K=4, H=6, W=6, R=3, S=3, padding=1),
+    "wavefront": lambda: load_spec(EXAMPLES / "wavefront.c", {"N": 16}),  # no band to choose
+}
+
+
+@pytest.mark.parametrize("name", NESTS)
+def test_the_space_leads_with_what_auto_compiles(name: str) -> None:
+    nest, params = NESTS[name]()
+    target = host_target()
+    model = build_model(nest, dict(params))
+    space = search_space(model, target)
+    keys = [c.key for c in space]
+    assert len(keys) == len(set(keys))
+    assert [c.analytic for c in space] == [True] + [False] * (len(space) - 1)
+    auto = auto_schedule(tuning_model(model), target).schedule
+    assert _without_notes(space[0].schedule) == _without_notes(auto)
+    assert space[0].key == schedule_key(auto.to_dict())
+
+
+def test_the_space_holds_tile_neighbours_and_thread_mappings_beyond_the_ranking(
+    matmul32: Nest,
+) -> None:
+    from polydl.schedules.rank import rank
+
+    nest, params = matmul32
+    target = host_target()
+    model = build_model(nest, params)
+    space = [c.schedule for c in search_space(model, target)]
+    assert len(space) > len(rank(tuning_model(model), target))
+
+    def same_but(a: Schedule, b: Schedule, aspect: str) -> bool:
+        return all(getattr(a, f) == getattr(b, f)
+                   for f in ("order", "tiles", "parallel", "microkernel") if f != aspect)
+
+    def one_tile_doubled(a: Schedule, b: Schedule) -> bool:
+        ta, tb = a.tile_sizes, b.tile_sizes
+        changed = [v for v in ta if ta[v] != tb.get(v)]
+        return ta.keys() == tb.keys() and len(changed) == 1 and tb[changed[0]] == 2 * ta[changed[0]]
+
+    assert any(same_but(a, b, "tiles") and one_tile_doubled(a, b) for a in space for b in space)
+    assert any(same_but(a, b, "parallel") and a.parallel != b.parallel
+               for a in space for b in space)
+
+
+def test_every_candidate_of_an_odd_matmul_computes_the_product() -> None:
+    nest, params = builders.matmul(33, 17, 9)
+    target = host_target()
+    for c in search_space(build_model(nest, dict(params)), target):
+        kernel = build_kernel(nest, params, target, schedule=c.schedule)
+        run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
+
+
+def test_blocked_convolution_candidates_compute_the_convolution() -> None:
+    nest, params = builders.conv2d(N=1, C=16, K=16, H=6, W=6, R=3, S=3, padding=1,
+                                   layout="nchw16c")
+    target = host_target()
+    space = search_space(build_model(nest, dict(params)), target)
+    assert any(c.schedule.microkernel is None for c in space)  # not only microkernel bindings
+
+    def expected(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        plain = conv2d_numpy(layouts.from_nchw16c(x, 16), layouts.from_kcrs16c16k(w, 16, 16),
+                             stride=1, padding=1)
+        return layouts.to_nchw16c(plain)
+
+    for c in space[:: max(1, len(space) // 5)]:
+        run_and_check(build_kernel(nest, params, target, schedule=c.schedule), expected)
+
+
+def test_the_single_candidate_of_a_general_nest_computes_the_recurrence() -> None:
+    nest, params = NESTS["wavefront"]()
+    target = host_target()
+    (only,) = search_space(build_model(nest, dict(params)), target)
+    a = np.random.default_rng(0).uniform(-1, 1, (16, 16)).astype(np.float32)
+    expected = a.astype(np.float64)
+    for i in range(1, 16):
+        for j in range(1, 16):
+            expected[i, j] = 0.5 * (expected[i - 1, j] + expected[i, j - 1])
+    got = build_kernel(nest, params, target, schedule=only.schedule)(A=a.copy())
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------- measuring
+
+# Loaded by every Python started with the test's PYTHONPATH, so by the measuring child:
+# TUNING_TEST_FAULT=KIND:INDEX makes candidate INDEX misbehave; "meter" swaps the load meter.
+SITECUSTOMIZE = '''
+import os
+import signal
+
+import polydl.tuning.measure as measure
+from polydl.errors import PolyDLError
+
+KIND, _, INDEX = os.environ.get("TUNING_TEST_FAULT", "").partition(":")
+original = measure.candidate_kernel
+
+
+class Faulty:
+    """The candidate's kernel with wrong outputs, or crashing on its third call (after the
+    check against the reference and the calibration: while it is timed)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __call__(self, *inputs, **outputs):
+        self.calls += 1
+        if KIND == "crash" and self.calls == 3:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        result = self.kernel(*inputs, **outputs)
+        if KIND == "wrong":
+            for buffer in outputs.values():
+                buffer += 1
+        return result
+
+
+def candidate_kernel(request, schedule):
+    if INDEX and schedule == request.schedules[int(INDEX)]:
+        if KIND == "compile":
+            raise PolyDLError("refused by the test")
+        return Faulty(original(request, schedule))
+    return original(request, schedule)
+
+
+class ShortWindowsLookBusy(measure.CoreMeter):
+    """The worst a window shorter than the meter can judge may read: every core taken."""
+
+    def other_share(self):
+        return 0.0 if self.long_enough() else 1.0
+
+
+measure.candidate_kernel = candidate_kernel
+if KIND == "meter":
+    measure.CoreMeter = ShortWindowsLookBusy
+'''
+
+
+Fault = Callable[[str], None]  # sets TUNING_TEST_FAULT for the measuring children
+
+
+@pytest.fixture
+def child_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fault:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
+    return lambda fault: monkeypatch.setenv("TUNING_TEST_FAULT", fault)
+
+
+def _first_schedules(nest: LoopNest, params: dict[str, int], target: CpuTarget,
+                     n: int = 3) -> tuple[dict, ...]:
+    space = search_space(build_model(nest, params), target)
+    return tuple(c.schedule.to_dict() for c in space[:n])
+
+
+@pytest.mark.parametrize("fault, status, said", [
+    ("compile:1", records.COMPILE_FAILED, "refused by the test"),
+    ("wrong:0", records.WRONG_RESULT, "against the numpy reference"),
+    ("crash:2", records.CRASHED, "signal 11"),  # while timed, not while compiled
+])
+def test_a_failing_candidate_is_recorded_and_the_rest_measured(
+    matmul32: Nest, child_fault: Fault, fault: str, status: str, said: str
+) -> None:
+    nest, params = matmul32
+    target = host_target()
+    child_fault(fault)
+    outcomes = measure(Request(nest, params, target, _first_schedules(nest, params, target),
+                               limits=QUIET))
+    bad = int(fault.split(":")[1])
+    assert [o.index for o in outcomes] == [0, 1, 2]
+    assert outcomes[bad].status == status and said in outcomes[bad].message
+    assert not outcomes[bad].samples
+    for o in outcomes[:bad] + outcomes[bad + 1:]:
+        assert o.status == records.OK and 2 <= len(o.samples) <= 3 and "spread" in o.message
+
+
+def test_the_load_is_judged_over_a_whole_window_however_few_the_rounds(
+    matmul32: Nest, child_fault: Fault
+) -> None:
+    nest, params = matmul32
+    target = host_target()
+    child_fault("meter")
+    limits = replace(QUIET, max_other_load=0.2)
+    outcomes = measure(Request(nest, params, target, _first_schedules(nest, params, target, 2),
+                               limits=limits))
+    assert [(o.status, o.other_load) for o in outcomes] == [(records.OK, 0.0)] * 2
+
+
+@pytest.fixture
+def busy_core() -> Iterator[int]:
+    """A core another process keeps busy."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(busy.pid, {cpu})
+        yield cpu
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_a_core_shared_with_a_busy_process_gives_noisy_outcomes(
+    matmul32: Nest, busy_core: int
+) -> None:
+    nest, params = matmul32
+    target = replace(host_target(), cores=1)
+    limits = Limits(max_other_load=0.2, load_waits=1, min_rounds=2, max_rounds=3, budget_s=0.05)
+    outcomes = measure(Request(nest, params, target, _first_schedules(nest, params, target),
+                               cpus=(busy_core,), limits=limits))
+    assert [o.status for o in outcomes] == [records.NOISY] * 3
+    for o in outcomes:
+        assert o.other_load is not None and o.other_load > 0.2
+        assert o.samples and f"of cores {busy_core}" in o.message
+
+
+# ------------------------------------------------------------------------------------ tuning
+
+
+class Scripted:
+    """An executor that measures nothing: each schedule's outcome is `script(schedule)`."""
+
+    slots = 1
+
+    def __init__(self, script: Callable[[dict], tuple[str, float]]) -> None:
+        self.script = script
+
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+        for n, request in enumerate(requests):
+            outcomes = []
+            for i, schedule in enumerate(request.schedules):
+                status, seconds = self.script(dict(schedule))
+                samples = (seconds,) * 3 if status in (records.OK, records.NOISY) else ()
+                outcomes.append(Outcome(i, status, samples))
+            yield n, outcomes
+
+
+def test_a_resumed_run_measures_again_only_what_was_noisy(matmul32: Nest, tmp_path: Path) -> None:
+    nest, params = matmul32
+    target = host_target()
+    space = search_space(build_model(nest, params), target)
+    rank = {c.key: n for n, c in enumerate(space)}
+    statuses = [records.OK, records.NOISY, records.CRASHED, records.TIMED_OUT, records.OK,
+                records.COMPILE_FAILED, records.WRONG_RESULT]
+
+    def script(schedule: dict) -> tuple[str, float]:
+        n = rank[schedule_key(schedule)]
+        return statuses[n % len(statuses)], 1e-3 * (len(space) - n)  # the last is fastest
+
+    db = _db(tmp_path)
+    first = tune(nest, params, target=target, trials=len(space), db=db, executor=Scripted(script))
+    assert first.strategy == "exhaustive" and first.skipped == 0
+    assert {t.schedule_key for t in first.measured} == set(rank)
+    ok = [t for t in first.measured if t.status == records.OK]
+    assert first.best is not None and first.best.seconds == min(t.seconds or math.inf for t in ok)
+    noisy = {t.schedule_key for t in first.measured if t.status == records.NOISY}
+    assert noisy and all(rank[k] % len(statuses) == 1 for k in noisy)
+    again = tune(nest, params, target=target, trials=len(space), db=db, executor=Scripted(script))
+    assert {t.schedule_key for t in again.measured} == noisy
+    assert again.skipped == len(space) - len(noisy)
+    assert len(db.trials(statuses=[records.NOISY])) == 2 * len(noisy)
+
+
+def test_noisy_trials_are_stored_but_never_the_best(matmul32: Nest, tmp_path: Path) -> None:
+    nest, params = matmul32
+    target = host_target()
+    db = _db(tmp_path)
+    result = tune(nest, params, target=target, trials=4, db=db,
+                  executor=Scripted(lambda s: (records.NOISY, 1e-6)))
+    assert result.best is None and db.best(result.problem.key, target.key()) is None
+    stored = db.trials(result.problem.key, target.key())
+    assert [t.status for t in stored] == [records.NOISY] * 4 and all(t.samples for t in stored)
+    assert tuned_schedule(build_model(nest, params), target, db).decided_by != "database"
+
+
+def test_progress_is_reported_after_every_request(matmul32: Nest, tmp_path: Path) -> None:
+    nest, params = matmul32
+    target = host_target()
+    seen: list[tuple[int, int, float | None]] = []
+
+    def progress(done: int, total: int, best: Trial | None) -> None:
+        seen.append((done, total, best.seconds if best else None))
+
+    tune(nest, params, target=target, trials=10, strategy="guided", db=_db(tmp_path),
+         executor=Scripted(lambda s: (records.OK, 1e-3 * len(s["tiles"]) + 1e-4)),
+         progress=progress)
+    assert [(done, total) for done, total, _ in seen] == [(BATCH, 10), (10, 10)]
+    assert seen[-1][2] == 1e-4  # an untiled candidate
+
+
+def test_exhaustive_tuning_measures_the_whole_space_once(tmp_path: Path) -> None:
+    nest, params = builders.matmul(4, 4, 4)
+    target = host_target()
+    db = _db(tmp_path)
+    first = tune(nest, params, target=target, trials=50, db=db, limits=QUIET)
+    space = {c.key for c in search_space(build_model(nest, dict(params)), target)}
+    assert first.strategy == "exhaustive" and first.space == len(space)
+    assert {t.schedule_key for t in first.measured} == space
+    assert all(t.status == records.OK for t in first.measured)
+    assert first.best is not None
+    assert first.best.seconds == min(t.seconds or math.inf for t in db.trials())
+    again = tune(nest, params, target=target, trials=50, db=db, limits=QUIET)
+    assert again.measured == () and again.skipped == len(space)
+    assert again.best == first.best
+
+
+def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two cores")
+    nest, params = builders.matmul(4, 4, 4)
+    target = replace(host_target(), cores=1)
+    pooled = tune(nest, params, target=target, trials=50, db=_db(tmp_path, "pool.sqlite"),
+                  executor=PoolExecutor([(cpus[0],), (cpus[1],)]), limits=QUIET)
+    alone = tune(nest, params, target=target, trials=50, db=_db(tmp_path, "one.sqlite"),
+                 executor=LocalExecutor(cpus=(cpus[0],)), limits=QUIET)
+    assert {(t.schedule_key, t.status) for t in pooled.measured} == {
+        (t.schedule_key, t.status) for t in alone.measured}
+
+
+def test_tuning_for_a_target_this_cpu_cannot_run_is_refused(matmul32: Nest, tmp_path: Path) -> None:
+    target = replace(host_target(), isa="avx512amx")
+    if not cannot_run_here(target):
+        pytest.skip("this CPU runs AMX code")
+    with pytest.raises(TargetError, match="cannot tune here"):
+        tune(*matmul32, target=target, db=_db(tmp_path))
+
+
+# ------------------------------------------------------------------------------------ lookup
+
+
+def _trial(nest: LoopNest, params: dict[str, int], target: CpuTarget, schedule: Schedule,
+           seconds: float) -> Trial:
+    return Trial(Problem.of(nest, params), target.key(), schedule.to_dict(), records.OK,
+                 (seconds,))
+
+
+def test_the_system_database_decides_until_the_user_has_measured(
+    matmul32: Nest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nest, params = matmul32
+    target = host_target()
+    model = build_model(nest, params)
+    space = search_space(model, target)
+    _db(tmp_path, "system.sqlite").add([_trial(nest, params, target, space[1].schedule, 1e-6)])
+    monkeypatch.setenv("POLYDL_SYSTEM_DB", str(tmp_path / "system.sqlite"))
+    user = PerfDatabase(tmp_path / "user.sqlite")
+    choice = tuned_schedule(model, target, user)
+    assert choice.decided_by == "database" and "the system database" in choice.reason
+    assert choice.schedule == space[1].schedule
+    user.add([_trial(nest, params, target, space[2].schedule, 1.0)])  # slower, still the user's
+    choice = tuned_schedule(model, target, user)
+    assert choice.schedule == space[2].schedule and str(user.path) in choice.reason
+
+
+def test_explain_says_the_analytic_ranking_decided_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POLYDL_TUNING_DB", str(tmp_path / "empty.sqlite"))
+    monkeypatch.setenv("POLYDL_COST_MODEL", str(tmp_path / "none.txt"))
+    assert main(["explain", *MATMUL_SPEC, "--schedule", "tuned"]) == 0
+    out = capsys.readouterr().out
+    assert "the analytic decided" in out and f"no cost model at {tmp_path / 'none.txt'}" in out
+    nest, params = builders.matmul(32, 32, 32)
+    target = host_target()
+    compilation = lower(nest, params, target, "tuned")
+    assert compilation.decision.source == "tuned"
+    assert compilation.schedule == lower(nest, params, target, "auto").schedule
+
+
+def test_a_cost_model_lightgbm_cannot_read_leaves_the_analytic_choice(
+    matmul32: Nest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lightgbm")
+    nest, params = matmul32
+    target = host_target()
+    model = build_model(nest, params)
+    bad = tmp_path / "model.txt"
+    bad.write_text('{"format": "polydl-cost-model 1", "features": ["x"]}\nnot trees\n')
+    monkeypatch.setenv("POLYDL_COST_MODEL", str(bad))
+    choice = tuned_schedule(model, target, _db(tmp_path))
+    assert choice.decided_by == "analytic"
+    assert "the cost model cannot be used" in choice.reason and "cannot be read" in choice.reason
+    assert choice.schedule == auto_schedule(tuning_model(model), target).schedule
+
+
+def test_the_cost_model_decides_with_its_lowest_prediction(
+    matmul32: Nest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lightgbm")
+    nest, params = matmul32
+    target = host_target()
+    model = build_model(nest, params)
+    # a model taught that the analytically slowest schedules run fastest
+    problems = [Problem(f"p{p}", "matmul", (("M", p),), "float32") for p in range(8)]
+    trials = [Trial(p, "{}", {"order": [str(i)]}, records.OK, (1.0 / (1 + i * 20),),
+                    features={"cost_vs_best": 1.0 + i * 20})
+              for p in problems for i in range(8)]
+    cost_model = CostModel.train(trials)
+    cost_model.save(tmp_path / "model.txt")
+    monkeypatch.setenv("POLYDL_COST_MODEL", str(tmp_path / "model.txt"))
+    choice = tuned_schedule(model, target, _db(tmp_path))
+    assert choice.decided_by == "model" and "trained on 64 trials" in choice.reason
+    space = search_space(model, target)
+    scores = cost_model.predict([c.features for c in space])
+    pick = space[scores.index(min(scores))]
+    assert choice.schedule == pick.schedule and pick.features["cost_vs_best"] > 1
+
+
+# ---------------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture
+def quiet_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("polydl.tuning.tuner.Limits", lambda: QUIET)
+    monkeypatch.setenv("POLYDL_COST_MODEL", str(tmp_path / "none.txt"))
+
+
+def test_cli_tunes_a_spec_into_the_database_it_is_given(
+    quiet_cli: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "given.sqlite"
+    assert main(["tune", *MATMUL_SPEC, "--trials", "4", "--db", str(db), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "guide    analytic model" in out
+    assert re.search(r"^matmul +best [0-9.]+ ms.*; measured 4 of \d+", out, re.M)
+    assert f"stored   {db}" in out
+    assert len(PerfDatabase(db, system=False).trials()) == 4
+
+
+def test_cli_tunes_every_layer_of_a_convolution_suite_file(
+    quiet_cli: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "convs.json"
+    suite.write_text('{"N": 1, "layers": [{"name": "tiny", "C": 3, "K": 4, "H": 6, "W": 6,'
+                     ' "R": 3, "S": 3, "stride": 1, "padding": 1}]}')
+    db = tmp_path / "perf.sqlite"
+    assert main(["tune", "--suite", str(suite), "--trials", "2", "--db", str(db),
+                 "--no-progress"]) == 0
+    assert re.search(r"^tiny +best .*measured 2 of", capsys.readouterr().out, re.M)
+    (problem,) = {t.problem for t in PerfDatabase(db, system=False).trials()}
+    assert problem.primitive == "conv2d" and problem.sizes["C"] == 3
+
+
+def _bad_suites(tmp_path: Path) -> dict[str, str]:
+    files = {
+        "missing": '{"shapes": [{"name": "a", "M": 8, "N": 8}]}',
+        "primitive": '{"N": 1, "primitive": "pool", "layers": [{"name": "p", "C": 1, "K": 1,'
+                     ' "H": 4, "W": 4, "R": 2, "S": 2, "stride": 1, "padding": 0}]}',
+        "broken": '{"shapes": [',
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.json").write_text(text)
+    return {name: str(tmp_path / f"{name}.json") for name in files}
+
+
+@pytest.mark.parametrize("argv, said", [
+    ([], "tune needs a spec or --suite"),
+    (["--suite", "nosuch"], "unknown suite 'nosuch'"),
+    (["--suite", "{missing}"], "{missing}: a shape or layer lacks 'K'"),
+    (["--suite", "{primitive}"], "suite layer p: unknown primitive 'pool'"),
+    (["--suite", "{broken}"], "{broken}: not a suite file"),
+    ([*MATMUL_SPEC, "--trials", "0"], "trials must be at least 1, not 0"),
+    ([*MATMUL_SPEC, "--workers", "0"], "--workers must be at least 1, not 0"),
+    ([*MATMUL_SPEC, "--workers", str(len(os.sched_getaffinity(0)) + 1)], "one per worker at most"),
+])
+def test_cli_tune_errors_are_one_line(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = _bad_suites(tmp_path)
+    argv = [a.format(**files) for a in argv]
+    assert main(["tune", *argv, "--db", str(tmp_path / "perf.sqlite"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert said.format(**files) in err
+
