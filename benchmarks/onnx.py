@@ -4,7 +4,7 @@ threads.
 
     python benchmarks/onnx.py [--models resnet18,resnet50,mobilenet_v2,resnext50_32x4d]
                               [--batches 1,32] [--threads 2] [--rounds 7] [--torchvision]
-                              [--warm-cache] [--no-pin] [--json FILE]
+                              [--warm-cache] [--no-pin] [--no-winograd] [--json FILE]
 
 Models are the zoo's (`polydl.onnx.zoo`: torchvision's architectures as torch.onnx.export
 writes them, random weights, BatchNorm folded), or with `--torchvision` torchvision's own,
@@ -73,6 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "cache hits, not cold compiles)")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the process to the first --threads CPUs")
+    parser.add_argument("--no-winograd", action="store_true",
+                        help="direct 3x3 convolutions only (polydl.onnx.compile(winograd=False))")
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "onnx.json"))
     parser.add_argument("--no-json", action="store_true")
@@ -199,7 +201,8 @@ def bench_one(name: str, model: Any, batch: int, args: argparse.Namespace,
     (want,) = session.run(["output"], {"input": x})
     start = time.perf_counter()
     try:
-        compiled = polydl.onnx.compile(model, machine=machine, batch=batch)
+        compiled = polydl.onnx.compile(model, machine=machine, batch=batch,
+                                       winograd=not args.no_winograd)
     except Exception as exc:  # a benchmark reports and goes on to the next model
         row["status"] = f"ERROR: {type(exc).__name__}: {exc}".splitlines()[0]
         return row
@@ -313,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         settings = {"models": args.models, "batches": args.batches, "rounds": args.rounds,
+                    "winograd": not args.no_winograd,
                     "tolerance": TOLERANCE, "image_size": IMAGE_SIZE, "seed": args.seed,
                     "cold_cache": not args.warm_cache}
         path.write_text(json.dumps(

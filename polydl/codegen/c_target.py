@@ -18,7 +18,7 @@ from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
-from polydl.schedules.fusion import epilogue_vector_dims
+from polydl.schedules.fusion import vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
 from polydl.target.cpu import CpuTarget
@@ -122,7 +122,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         plan, placement = place_epilogues(scheduled, plan, calls)
         placements += [placement] if placement is not None else []
         plan_calls = plan.calls
-        simd_dims = epilogue_vector_dims(model, plan.epilogues, plan.schedule_map)
+        simd_dims = vector_dims(model, plan.schedule_map)
         body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,

@@ -117,7 +117,7 @@ class LoopPrinter:
         parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
         if parallel_here:
             out.append(pad + self.parallel_pragma)
-        elif _dim_of(it) in self.simd_dims and self._only_epilogues(node.for_get_body()):
+        elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
             out.append(pad + "#pragma omp simd")
         step = f"{it}++" if inc == "1" else f"{it} += {inc}"
         header = f"for (long {it} = {init}; {_strip(cond)}; {step}) {{"
@@ -154,6 +154,13 @@ class LoopPrinter:
             return []
         args = tuple(ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))
         return [Instance(statement, args)]
+
+    def _simd_body(self, node: isl.AstNode) -> bool:
+        """True for the bodies of a dependence-free innermost loop that the C compiler leaves
+        scalar on its own: fused epilogues only (it guards or transposes the per-tile epilogue
+        loop, which then costs as much as a separate pass over the output), and several
+        statements (gcc gives up on a large body, e.g. a Winograd transform's 36 sums)."""
+        return self._only_epilogues(node) or len(self._instances(node)) > 1
 
     def _only_epilogues(self, node: isl.AstNode) -> bool:
         """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""

@@ -150,10 +150,11 @@ def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
 
 
 def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
-             jobs: int, progress: bool | None = None) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
-                                 list[tuple[str, tuple[int, ...]]]]:
+             jobs: int, progress: bool | None = None, winograd: bool = True,
+             ) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
+                        list[tuple[str, tuple[int, ...]]]]:
     graph = fold_constants(read_graph(model, batch))
-    plan = Lowering(graph, _c_name(name, graph.name)).lower()
+    plan = Lowering(graph, _c_name(name, graph.name), target, winograd).lower()  # type: ignore[arg-type]
     codes = _kernels(plan, target, jobs, progress)
     assign_offsets(plan)
     inputs = [(n, graph.shapes[n]) for n in graph.inputs]
@@ -171,17 +172,19 @@ def _target(target: TargetArg, machine: MachineArg) -> Target:
 def compile(  # noqa: A001 - the public name the contract gives
     model: Any, *, target: TargetArg = "c", machine: MachineArg = None, batch: int | None = None,
     name: str | None = None, jobs: int | None = None, progress: bool | None = None,
+    winograd: bool = True,
 ) -> Network:
     """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
     `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
     `jobs` processes lower the layers' kernels (default: the CPU count); `progress` shows a
-    progress bar (default: when stderr is a terminal)."""
+    progress bar (default: when stderr is a terminal); `winograd=False` keeps every 3 x 3
+    convolution direct (Winograd's F(m x m, 3 x 3) rounds differently: ~1e-5 relative)."""
     resolved = _target(target, machine)
     proto = load_model(model)
     data = proto.SerializeToString()
     toolchain = current_toolchain()  # the entry points at a library that compiler built
     key = content_key([__version__, compiler_revision(), hashlib.sha256(data).hexdigest(),
-                       repr(batch), repr(name), resolved.key(), toolchain.identity,
+                       repr(batch), repr(name), repr(winograd), resolved.key(), toolchain.identity,
                        " ".join(toolchain.flags), "network"])
     entry = entry_dir(key)
     meta_path, weights_path = entry / "network.json", entry / "network.weights"
@@ -190,7 +193,8 @@ def compile(  # noqa: A001 - the public name the contract gives
         with entry_lock(entry):
             if not entry_is_complete(entry, files):
                 plan, codes, inputs, outputs = _lowered(proto, batch, name, resolved,
-                                                        jobs or os.cpu_count() or 1, progress)
+                                                        jobs or os.cpu_count() or 1, progress,
+                                                        winograd)
                 source = network_source(plan, codes, resolved.describe())
                 library = cached_network_library(
                     source, [codes[f] for f in sorted(codes)])
@@ -206,7 +210,7 @@ def compile(  # noqa: A001 - the public name the contract gives
         for path in files:
             path.unlink(missing_ok=True)
         return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs,
-                       progress=progress)
+                       progress=progress, winograd=winograd)
     return Network(library, meta["function"], [(n, tuple(s)) for n, s in meta["inputs"]],
                    [(n, tuple(s)) for n, s in meta["outputs"]], weights_path.read_bytes(),
                    meta["explain"])
@@ -214,13 +218,15 @@ def compile(  # noqa: A001 - the public name the contract gives
 
 def write_library(model: Any, directory: str | os.PathLike[str], *, target: TargetArg = "c",
                   machine: MachineArg = None, batch: int | None = None, name: str | None = None,
-                  embed_weights: bool = False, jobs: int | None = None) -> dict[str, Path]:
+                  embed_weights: bool = False, jobs: int | None = None,
+                  winograd: bool = True) -> dict[str, Path]:
     """Write the network as an ahead-of-time library into `directory`: NAME.c (and one source
     per kernel), NAME.h, libNAME.so exporting `int NAME(const float *in0, ..., float *out0,
     ...)`, and NAME.weights beside it unless `embed_weights`."""
     resolved = _target(target, machine)
     folder = Path(directory)
-    plan, codes, _, _ = _lowered(load_model(model), batch, name, resolved, jobs or os.cpu_count() or 1)
+    plan, codes, _, _ = _lowered(load_model(model), batch, name, resolved, jobs or os.cpu_count() or 1,
+                                 winograd=winograd)
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / f"{plan.name}.weights"
     write_atomic(weights, weights_blob(plan))

@@ -25,8 +25,9 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.ir import LoopNest
 from polydl.network import Buffer, CopyStep, KernelStep, NetworkPlan
-from polydl.onnx import ctext
+from polydl.onnx import ctext, winograd
 from polydl.onnx.graph import Graph, Node
+from polydl.target.cpu import CpuTarget
 
 BLOCK = layouts.BLOCK
 PLAIN, BLOCKED = "plain", "nchw16c"
@@ -115,8 +116,11 @@ UNARY = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish")
 class Lowering:
     """The state of one graph's lowering: the values met so far and the plan being built."""
 
-    def __init__(self, graph: Graph, name: str) -> None:
+    def __init__(self, graph: Graph, name: str, machine: CpuTarget | None = None,
+                 winograd: bool = True) -> None:
         self.graph = graph
+        # 3 x 3 convolutions by Winograd's algorithm (`winograd.choose`), for this machine
+        self.winograd_machine = machine if winograd else None
         self.plan = NetworkPlan(name=name, buffers={}, steps=[], inputs=[], outputs=[])
         self.values: dict[str, Value] = {}
         self.converted: dict[tuple[str, str], Value] = {}
@@ -383,6 +387,14 @@ def _conv(low: Lowering, node: Node) -> None:
     layout = BLOCKED if blocked else PLAIN
     x = low.as_layout(x, layout)
     out = low.activation((N, K, *geometry.out(H, W, R, S)), layout)
+    if blocked and groups == 1 and (R, S, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) \
+            and low.winograd_machine is not None:
+        shape = winograd.choose(N, C, K, H, W, *out.shape[2:], geometry.pads[:2],
+                                low.winograd_machine)
+        if shape is not None:
+            _conv_winograd(low, shape, x, out, weights, bias, residual, act, ", ".join(label))
+            low.values[current] = out
+            return
     has_bias = given_bias is not None or bool(np.any(bias != 0))
     fuse = (["bias"] if has_bias else []) + fuse
     pads = geometry.pads
@@ -405,6 +417,31 @@ def _conv(low: Lowering, node: Node) -> None:
         arguments["res"] = low.as_layout(residual, layout).buffer
     low.kernel(", ".join(label) + f" [{layout}]", built, arguments, zero=(out.buffer,))
     low.values[current] = out
+
+
+def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: Value,
+                   weights: np.ndarray, bias: np.ndarray, residual: Value | None,
+                   activation: str, label: str) -> None:
+    """A blocked 3 x 3 convolution by Winograd's F(m x m, 3 x 3) (`winograd`), `shape.images`
+    images per call; the bias, residual and `activation` applied in the output transform."""
+    N, C, H, W = x.shape
+    K, P, Q = out.shape[1:]
+    b_padded = np.zeros(shape.KB * BLOCK, np.float32)
+    b_padded[:K] = bias
+    text = winograd.conv_winograd_blocked("conv_winograd", shape, residual is not None, activation)
+    arguments = {"y": out.buffer, "x": x.buffer,
+                 "u": low.constant(winograd.transform_weights(weights, shape.m).astype(np.float32), "u"),
+                 "b": low.constant(b_padded, "b")}
+    image = {x.buffer: shape.CB * H * W * BLOCK, out.buffer: shape.KB * P * Q * BLOCK}
+    if residual is not None:
+        arguments["res"] = low.as_layout(residual, BLOCKED).buffer
+        image[arguments["res"]] = shape.KB * P * Q * BLOCK
+    calls = N // shape.images
+    how = f"winograd F({shape.m}x{shape.m},3x3), nchw16c"
+    if calls > 1:
+        how += f", {shape.images} image{'s' if shape.images > 1 else ''} per call"
+    low.kernel(f"{label} [{how}]", text, arguments, repeat=calls,
+               strides={buffer: size * shape.images for buffer, size in image.items()})
 
 
 def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,

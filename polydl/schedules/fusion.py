@@ -171,15 +171,10 @@ def fused_working_set(
     return ws[fused.level].bytes(line_bytes)
 
 
-def epilogue_vector_dims(
-    model: PolyModel, epilogues: Sequence[StatementModel], schedule_map: isl.UnionMap
-) -> frozenset[int]:
-    """Schedule dimensions that carry no dependence of the nest: an innermost loop there that
-    runs only fused epilogues may be declared SIMD. (Without the declaration the C compiler
-    guards or transposes the per-tile epilogue loop, which then costs as much as a separate
-    pass over the output.)"""
-    if not epilogues:
-        return frozenset()
+def vector_dims(model: PolyModel, schedule_map: isl.UnionMap) -> frozenset[int]:
+    """Schedule dimensions that carry no dependence of the nest: an innermost loop there may be
+    declared SIMD (`codegen.loops` does so where the C compiler would not vectorise it alone:
+    fused epilogues, and bodies of several statements)."""
     relation = dependences_of(model).all
     return frozenset(
         d for d in range(out_width(schedule_map)) if not carries(relation, schedule_map, d)

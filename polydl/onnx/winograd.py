@@ -1,0 +1,217 @@
+"""Winograd convolution F(m x m, 3 x 3) as three polydl loop nests, for the blocked layout.
+
+A 3 x 3 convolution of stride 1 computes each m x m tile of outputs from an (m+2) x (m+2) tile
+of inputs with (m+2)^2 multiplications per input/output channel pair instead of 9 m^2
+(Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks"): F(2x2) does 2.25 times
+fewer, F(4x4) 4 times fewer. With the weights constant, their transform `G g G^T` happens once
+here, in float64; a call then runs
+1. the input transform `V = B^T d B` of every tile (a stream, vectorised over the 16 lanes),
+2. (m+2)^2 independent GEMMs `M[xi] = V[xi] . U[xi]` over the channels: a 1 x 1 convolution
+   with (m+2)^2 "images", which the scheduler maps onto the brgemm microkernel,
+3. the output transform `Y = A^T M A` with the bias, residual and activation applied before
+   the store, the last row and column of tiles cut at the output's edge.
+The transforms are written as explicit sums with their integer coefficients, the inner sums
+textually alike so the C compiler computes each once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from polydl.onnx import ctext
+from polydl.target.cpu import CpuTarget
+
+BLOCK = ctext.BLOCK
+F = Fraction
+
+# Lavin & Gray's matrices for the interpolation points 0, 1, -1 (F(2)) and 0, 1, -1, 2, -2 (F(4)),
+# with the point at infinity last.
+MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
+    2: (
+        [[F(1), F(0), F(-1), F(0)], [F(0), F(1), F(1), F(0)], [F(0), F(-1), F(1), F(0)],
+         [F(0), F(1), F(0), F(-1)]],
+        [[F(1), F(0), F(0)], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)],
+         [F(0), F(0), F(1)]],
+        [[F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(-1)]],
+    ),
+    4: (
+        [[F(4), F(0), F(-5), F(0), F(1), F(0)], [F(0), F(-4), F(-4), F(1), F(1), F(0)],
+         [F(0), F(4), F(-4), F(-1), F(1), F(0)], [F(0), F(-2), F(-1), F(2), F(1), F(0)],
+         [F(0), F(2), F(-1), F(-2), F(1), F(0)], [F(0), F(4), F(0), F(-5), F(0), F(1)]],
+        [[F(1, 4), F(0), F(0)], [F(-1, 6), F(-1, 6), F(-1, 6)], [F(-1, 6), F(1, 6), F(-1, 6)],
+         [F(1, 24), F(1, 12), F(1, 6)], [F(1, 24), F(-1, 12), F(1, 6)], [F(0), F(0), F(1)]],
+        [[F(1), F(1), F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(2), F(-2), F(0)],
+         [F(0), F(1), F(1), F(4), F(4), F(0)], [F(0), F(1), F(-1), F(8), F(-8), F(1)]],
+    ),
+}
+TILES = tuple(MATRICES)
+# The transformed weights ((m+2)^2 / 9 times the direct ones) are read once per call, for T/2
+# flops per byte of them (T tiles). Below ~40 tiles that is under the machine's balance (~20
+# flops per byte of memory traffic) and the direct convolution, which reads fewer weight bytes,
+# is faster: 512 channels at 7 x 7, one image (16 tiles of F(2x2)): 0.78 ms against 0.57 in a
+# network, where the weights come from memory.
+MIN_TILES = 40
+
+
+@dataclass(frozen=True)
+class WinogradShape:
+    """One call's problem: `images` images of C channels, H x W, into K channels, P x Q, by
+    F(m x m, 3 x 3) with `pads` (top, left) before the first row and column."""
+
+    images: int
+    C: int
+    K: int
+    H: int
+    W: int
+    P: int
+    Q: int
+    pads: tuple[int, int]
+    m: int
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        return -(-self.P // self.m), -(-self.Q // self.m)
+
+    @property
+    def T(self) -> int:
+        th, tw = self.tiles
+        return self.images * th * tw
+
+    @property
+    def CB(self) -> int:
+        return -(-self.C // BLOCK)
+
+    @property
+    def KB(self) -> int:
+        return -(-self.K // BLOCK)
+
+    def scratch_bytes(self) -> int:
+        """The transformed input and the GEMM's output of one call, plus the padded input."""
+        th, tw = self.tiles
+        padded = self.images * self.CB * (th * self.m + 2) * (tw * self.m + 2) * BLOCK
+        return 4 * (self.alpha ** 2 * self.T * (self.CB + self.KB) * BLOCK + padded)
+
+    def gemm_flops(self) -> int:
+        return 2 * self.alpha ** 2 * self.T * self.CB * self.KB * BLOCK * BLOCK
+
+
+def transform_weights(weights: np.ndarray, m: int) -> np.ndarray:
+    """`U[xi][kb][cb][c][k] = (G w[k][c] G^T)[xi]` in float64, channels padded to blocks:
+    the GEMM operand of the (m+2)^2 products, from PyTorch's w[K][C][3][3]."""
+    K, C, R, S = weights.shape
+    assert (R, S) == (3, 3), (R, S)
+    G = np.array(MATRICES[m][1], dtype=np.float64)
+    alpha = m + 2
+    KB, CB = -(-K // BLOCK), -(-C // BLOCK)
+    padded = np.zeros((KB * BLOCK, CB * BLOCK, 3, 3))
+    padded[:K, :C] = weights
+    u = np.einsum("ar,kcrs,bs->abkc", G, padded, G).reshape(alpha * alpha, KB, BLOCK, CB, BLOCK)
+    return np.ascontiguousarray(u.transpose(0, 1, 3, 4, 2))  # [xi][kb][cb][c][k]
+
+
+def _combination(coefficients: Sequence[Fraction], terms: Sequence[str]) -> str:
+    """`sum coefficient * term` as C text, zero coefficients left out, +-1 as a sign."""
+    text = ""
+    for coefficient, term in zip(coefficients, terms, strict=True):
+        if coefficient == 0:
+            continue
+        magnitude = abs(coefficient)
+        scaled = term if magnitude == 1 else f"{ctext.literal(float(magnitude))} * {term}"
+        if not text:
+            text = f"-{scaled}" if coefficient < 0 else scaled
+        else:
+            text += f" - {scaled}" if coefficient < 0 else f" + {scaled}"
+    return f"({text})" if text else "0.0f"
+
+
+def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activation: str) -> ctext.Text:
+    """The C function of one call: `y[n][kb][p][q][k]` (nchw16c) from `x[n][cb][h][w][c]`, the
+    transformed weights `u[xi][kb][cb][c][k]`, the bias `b[KB*16]`, with `res` (shaped like y)
+    added where `residual`, then `activation` ("{0}" is the value, or empty)."""
+    s = shape
+    m, alpha = s.m, s.alpha
+    BT, _, AT = MATRICES[m]
+    TH, TW = s.tiles
+    N, CB, KB, T = s.images, s.CB, s.KB, s.T
+    top, left = s.pads
+    HP, WP = TH * m + 2, TW * m + 2
+    tile = f"n * {TH * TW} + th * {TW} + tw"
+    nests = [
+        ctext.loops([("n", N), ("cb", CB), ("h", s.H), ("v", s.W), ("c", BLOCK)],
+                    f"xp[n][cb][h + {top}][v + {left}][c] = x[n][cb][h][v][c];"),
+    ]
+    # input transform: V[a][b] = sum_j BT[b][j] (sum_i BT[a][i] d[i][j])
+    d = [[f"xp[n][cb][th * {m} + {i}][tw * {m} + {j}][c]" for j in range(alpha)] for i in range(alpha)]
+    statements = []
+    for a in range(alpha):
+        columns = [_combination([BT[a][i] for i in range(alpha)], [d[i][j] for i in range(alpha)])
+                   for j in range(alpha)]
+        for b in range(alpha):
+            statements.append(f"vt[{a * alpha + b}][cb][{tile}][c] = "
+                              f"{_combination(BT[b], columns)};")
+    nests.append(ctext.loops([("n", N), ("th", TH), ("tw", TW), ("cb", CB), ("c", BLOCK)],
+                             "{\n" + "\n".join(statements) + "\n}"))
+    # the products: a 1 x 1 convolution of alpha^2 "images" of T positions
+    nests.append(ctext.loops([("xi", alpha * alpha), ("kb", KB), ("t", T), ("cb", CB), ("c", BLOCK),
+                              ("k", BLOCK)],
+                             "mm[xi][kb][t][k] += vt[xi][cb][t][c] * u[xi][kb][cb][c][k];"))
+    # output transform: Y[a][b] = sum_i AT[a][i] (sum_j AT[b][j] M[i][j]), cut at the edge
+    mm = [[f"mm[{i * alpha + j}][kb][{tile}][k]" for j in range(alpha)] for i in range(alpha)]
+    rows = [[_combination(AT[b], mm[i]) for i in range(alpha)] for b in range(m)]
+    statements = []
+    for a in range(m):
+        for b in range(m):
+            p, q = f"th * {m} + {a}", f"tw * {m} + {b}"
+            y = f"y[n][kb][{p}][{q}][k]"
+            value = f"{_combination(AT[a], rows[b])} + b[kb * {BLOCK} + k]"
+            if residual:
+                value += f" + res[n][kb][{p}][{q}][k]"
+            if activation:
+                value = activation.format(f"({value})")
+            guards = [g for g, cut in ((f"{p} < {s.P}", s.P % m and a >= s.P % m),
+                                       (f"{q} < {s.Q}", s.Q % m and b >= s.Q % m)) if cut]
+            store = f"{y} = {value};"
+            statements.append(f"if ({' && '.join(guards)}) {store}" if guards else store)
+    nests.append(ctext.loops([("n", N), ("kb", KB), ("th", TH), ("tw", TW), ("k", BLOCK)],
+                             "{\n" + "\n".join(statements) + "\n}"))
+    arrays = [ctext.array("y", (N, KB, s.P, s.Q, BLOCK), False),
+              ctext.array("xp", (N, CB, HP, WP, BLOCK), False),
+              ctext.array("vt", (alpha * alpha, CB, T, BLOCK), False),
+              ctext.array("mm", (alpha * alpha, KB, T, BLOCK), False),
+              ctext.array("x", (N, CB, s.H, s.W, BLOCK), True),
+              ctext.array("u", (alpha * alpha, KB, CB, BLOCK, BLOCK), True),
+              ctext.array("b", (KB * BLOCK,), True)]
+    if residual:
+        arrays.append(ctext.array("res", (N, KB, s.P, s.Q, BLOCK), True))
+    return ctext.function(name, arrays, nests, local=("xp", "vt", "mm"), filled=("vt",))
+
+
+def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[int, int],
+           machine: CpuTarget) -> WinogradShape | None:
+    """The Winograd form of a 3 x 3, stride-1 convolution where it pays, else None.
+
+    Measured on 2 Zen 5 cores against the direct blocked convolution (batch 1): F(4x4) 1.9-2.6x
+    at 56 x 56 and 28 x 28; at 14 x 14 (tiles cut at the edge: 16 x 16 computed for 14 x 14) and
+    7 x 7 F(4x4) is slower (0.8-0.96x) while F(2x2) is 2.0x and 1.45x. So F(4x4) where its
+    tiles divide the output, else F(2x2). Below 32 channels the products are too short to
+    outweigh the transforms. Images go `images` per call: as many as keep one call's scratch
+    within a quarter of the L3 (the transformed weights are then read once for them all: for
+    512 channels at 7 x 7 eight images per call take F(4x4) from 0.8x to 1.44x)."""
+    if min(C, K) < 32 or min(P, Q) < 2:
+        return None
+    m = 4 if P % 4 == 0 and Q % 4 == 0 and min(P, Q) >= 8 else 2
+    one = WinogradShape(1, C, K, H, W, P, Q, pads, m)
+    budget = max(machine.l2_bytes * machine.cores, machine.l3_bytes // 4)
+    images = max([d for d in range(1, N + 1) if N % d == 0 and d * one.scratch_bytes() <= budget],
+                 default=1)
+    if images * one.T < MIN_TILES:
+        return None
+    return WinogradShape(images, C, K, H, W, P, Q, pads, m)
