@@ -37,6 +37,9 @@ from polydl.schedules.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
 
 PARALLEL_MARK = "parallel"
+# the loop below and the next one run as one parallel loop (OpenMP collapse(2)): both carry
+# no dependence, and one alone may have fewer iterations than the machine has cores
+PARALLEL_COLLAPSE_MARK = "parallel collapse"
 ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
 # Seconds isl's scheduler may take for one nest before the written order is kept.
 SCHEDULE_SECONDS = 20.0
@@ -220,11 +223,17 @@ class _Scheduler:
         if not parallel_above and self._worth_forking(node):
             first = next((i for i in range(n) if coincident[i]), None)
             if first is not None:
-                marked = self._mark_parallel(node, first)
+                pair = first + 1 < n and coincident[first + 1]
+                if not pair and first == n - 1 and not tiles:
+                    # the next loop is the next band's (the written order has a band per loop)
+                    child = node.child(0)
+                    pair = (child.get_type() == isl.schedule_node_type.band
+                            and self._can_run_in_parallel(child))
+                marked = self._mark_parallel(node, first, pair)
                 if marked is not None:
                     node, extra = marked
                     depth += extra
-                    parallel = f"loop {first}"
+                    parallel = f"loops {first}, {first + 1}" if pair else f"loop {first}"
             elif tiles:
                 marked = self._wavefront(node)
                 if marked is not None:
@@ -248,17 +257,20 @@ class _Scheduler:
         return work / entries >= MIN_WORK_PER_FORK
 
     def _mark_parallel(
-        self, band: isl.ScheduleNode, member: int
+        self, band: isl.ScheduleNode, member: int, pair: bool = False
     ) -> tuple[isl.ScheduleNode, int] | None:
-        """Mark `member` of the band parallel (splitting the band before it); None if it is
-        no loop in the code or the exact check finds a dependence it carries."""
+        """Mark `member` of the band parallel (splitting the band before it), with the next
+        member where `pair` (isl found both coincident: the code generator collapses the two
+        where they nest perfectly); None if it is no loop in the code or the exact check finds
+        a dependence it carries."""
         extra = 0
         if member > 0:
             band = band.band_split(member).child(0)
             extra = 1
         if not self._can_run_in_parallel(band):
             return None
-        marked = band.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+        mark = PARALLEL_COLLAPSE_MARK if pair else PARALLEL_MARK
+        marked = band.insert_mark(isl.Id(mark, context=band.get_ctx()))
         top = marked
         for _ in range(extra):
             top = top.parent()

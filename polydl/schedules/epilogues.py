@@ -28,6 +28,8 @@ from polydl.schedules.fusion import (
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 
+MAX_COUNTED_ACCESSES = 64  # consumers' accesses whose fused working set is counted
+
 
 def choose_fusion(
     model: PolyModel, schedule: Schedule, machine: CpuTarget
@@ -68,11 +70,28 @@ def choose_fusion(
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
         loop = level_loop(plan.order, found.level)
-        nbytes = fused_working_set(model, [*chain, *group], found, machine.cache_line_bytes)
         budget = int(machine.l2_bytes * L2_SHARE)
         # at level 0 the one call is the whole nest: the epilogue pays only as its post-ops,
-        # which read the output from registers however large it is
-        if found.level and not fits_cache(machine, nbytes):
+        # which read the output from registers however large it is. So its working set is not
+        # counted there: the whole nest's can take barvinok minutes (a Winograd output
+        # transform: 16 statements reading 36 planes each).
+        if not found.level:
+            chain += group
+            level = found.level
+            decisions.append(FusionDecision(names, True, found.level, loop, None,
+                                            "legal by the dependence check; the whole nest is one "
+                                            "tile, its epilogues the microkernel's post-ops"))
+            continue
+        accesses = sum(len(s.accesses) for s in [*chain, *group])
+        if accesses > MAX_COUNTED_ACCESSES:
+            why = (f"the fused tile's working set, over {accesses} accesses, is not counted (the "
+                   f"count grows with the union of their footprints: minutes for a Winograd "
+                   f"output transform's 600)")
+            decisions.append(FusionDecision(names, False, found.level, loop, None, why))
+            stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
+            continue
+        nbytes = fused_working_set(model, [*chain, *group], found, machine.cache_line_bytes)
+        if not fits_cache(machine, nbytes):
             why = (
                 f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
                 f"{nbytes} B, more than {budget} B of L2: the tile would leave the cache anyway"

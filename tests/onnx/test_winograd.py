@@ -74,6 +74,14 @@ def test_several_images_per_call_where_one_is_small() -> None:
     assert shape is not None and shape.images > 1 and 32 % shape.images == 0
     assert shape.T >= winograd.MIN_TILES
     assert shape.scratch_bytes() <= max(MACHINE.l2_bytes * MACHINE.cores, MACHINE.l3_bytes // 4)
+    big = replace(MACHINE, cores=8, l2_bytes=2 << 20, l3_bytes=300 << 20)  # a socket's L3
+    shape = winograd.choose(32, 64, 64, 56, 56, 56, 56, (1, 1), big)
+    assert shape is not None and shape.scratch_bytes() <= 32 << 20
+
+
+def test_choice_declines_a_whole_socket() -> None:
+    socket = replace(MACHINE, cores=winograd.MAX_CORES + 8)
+    assert winograd.choose(32, 64, 64, 56, 56, 56, 56, (1, 1), socket) is None
 
 
 def _conv_model(x_shape: tuple[int, ...], K: int, pads: list[int], *, residual: bool,
