@@ -58,10 +58,17 @@ class BandDecision:
     statements: tuple[str, ...]
     members: tuple[str, ...]  # each loop's affine function, as isl prints it for one statement
     tiles: tuple[int, ...]  # () if the band is not tiled
-    parallel: str  # "loop N" (0-based member), "wavefront", or "" (sequential)
+    # "loop N" (0-based member), "loops N, N+1" (the next loop, maybe the next band's, with it:
+    # collapsed), "wavefront", or "" (sequential)
+    parallel: str
     footprint_bytes: int = 0  # what one tile touches (tiled bands)
     skewed: bool = False  # a loop combines several of a statement's iterators
     innermost: str = ""  # the member moved innermost in each tile (for unit-stride accesses)
+
+    @property
+    def parallel_from_first(self) -> bool:
+        """Whether the band's first loop runs parallel (alone or collapsed with the next)."""
+        return self.parallel in ("loop 0", "loops 0, 1")
 
     def describe(self) -> str:
         parts = [f"band ({', '.join(self.members)}) of {', '.join(self.statements)}"]

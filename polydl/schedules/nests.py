@@ -169,7 +169,7 @@ def _parallel_outermost(schedule: AffineSchedule, model: PolyModel) -> bool:
     if not schedule.bands:
         return False
     first = schedule.bands[0]
-    return first.parallel == "loop 0" and len(first.statements) == len(model.statements)
+    return first.parallel_from_first and len(first.statements) == len(model.statements)
 
 
 def _band_plan(model: PolyModel, target: CpuTarget) -> GroupPlan:

@@ -16,11 +16,11 @@ from polydl.frontends.c_loopnest import parse_c
 from polydl.frontends.loading import load_spec
 from polydl.poly.model import build_model
 from polydl.schedules import affine
-from polydl.schedules.affine import affine_schedule
+from polydl.schedules.affine import affine_schedule, written_order_schedule
 from polydl.schedules.apply import group_statements
 from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.isl_time_limit import ScheduleTimeout, compute_schedule
-from polydl.schedules.nests import plan_nests
+from polydl.schedules.nests import _parallel_outermost, plan_nests
 from polydl.schedules.written_tree import written_order_tree
 from polydl.target import resolve_target
 from tests.kernels import compile_c, run_and_check
@@ -312,4 +312,28 @@ def test_a_strided_innermost_loop_is_ranked_below_tiles_that_stream() -> None:
     k = compile_c(SYRK_AAT, {"N": 150, "M": 140})
     assert k.schedule.order[-1] == "k" and k.schedule.tiles
     assert "#pragma omp simd reduction" in k.source
+    run_and_check(k)
+
+
+TWO_STREAMS = """
+void two(float y[4][64][512], float z[4][64][512], const float x[4][64][512]) {
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 64; j++)
+      for (int k = 0; k < 512; k++) {
+        y[i][j][k] = x[i][j][k] * 2.0f;
+        z[i][j][k] = x[i][j][k] + 1.0f;
+      }
+}"""
+
+
+def test_written_order_runs_two_dependence_free_loops_as_one() -> None:
+    """The written order of a nest whose two outer loops carry no dependence runs both as one
+    parallel loop (4 rows alone would leave cores idle), and still counts as parallel from its
+    outermost loop (what keeps a streaming nest's written order over isl's tiles)."""
+    model = _model(TWO_STREAMS)
+    written = written_order_schedule(model, TARGET, "test")
+    assert written.bands[0].parallel == "loops 0, 1", written.bands
+    assert _parallel_outermost(written, model)
+    k = compile_c(TWO_STREAMS, {})
+    assert "collapse(2)" in k.source
     run_and_check(k)
