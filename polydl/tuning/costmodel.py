@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from polydl.errors import PolyDLError
+from polydl.runtime.cache import write_atomic
 from polydl.tuning import records
 from polydl.tuning.features import vector
 from polydl.tuning.records import Trial
@@ -112,7 +113,9 @@ class CostModel:
         header = json.dumps({"format": FORMAT, "features": list(self.feature_names),
                              "trained_on": self.trained_on})
         text = self.booster.model_to_string()  # type: ignore[attr-defined]
-        path.write_text(header + "\n" + text)
+        # through a temporary file renamed into place: a lookup reading the model while
+        # `polydl model train` rewrites it sees the old one or the new one, never half of one
+        write_atomic(path, (header + "\n" + text).encode())
 
     @classmethod
     def load(cls, path: Path | str) -> CostModel:
@@ -125,12 +128,16 @@ class CostModel:
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise PolyDLError(f"{path}: not a polydl cost model (format {FORMAT!r} expected); "
                               "train one with `polydl model train`")
+        features = meta.get("features")
+        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+            raise PolyDLError(f"{path}: the model's header names no feature list; train it again "
+                              "with `polydl model train`")
         lgb = _lightgbm()
         try:
             booster = lgb.Booster(model_str=text)
         except Exception as exc:  # noqa: BLE001 - LightGBM raises its own error types
             raise PolyDLError(f"{path}: the model cannot be read ({exc})") from None
-        return cls(booster, tuple(meta["features"]), int(meta.get("trained_on", 0)))
+        return cls(booster, tuple(features), int(meta.get("trained_on", 0)))
 
 
 @dataclass(frozen=True)

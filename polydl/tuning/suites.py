@@ -56,6 +56,8 @@ def suite_problems(name: str) -> list[SuiteProblem]:
                 for layer in data["layers"]]
     except (KeyError, TypeError) as exc:
         raise PolyDLError(f"{path}: a shape or layer lacks {exc}") from None
+    except PolyDLError as exc:  # an unknown primitive or a size a builder refuses
+        raise PolyDLError(f"{path}: {exc}") from None
 
 
 def _problem(name: str, primitive: str, sizes: dict[str, int], dtype: str) -> SuiteProblem:

@@ -77,6 +77,8 @@ def test_a_saved_model_predicts_the_same_after_loading(tmp_path: Path) -> None:
     rows = [t.features for t in measured(problems=2)] + [{"x": 3.5}]  # a feature missing
     assert loaded.predict(rows) == model.predict(rows)
     assert (loaded.feature_names, loaded.trained_on) == (model.feature_names, model.trained_on)
+    # written through a temporary file renamed into place: nothing else left beside it
+    assert [p.name for p in (tmp_path / "deep").iterdir()] == ["model.txt"]
 
 
 @pytest.mark.parametrize("text, said", [
@@ -84,6 +86,8 @@ def test_a_saved_model_predicts_the_same_after_loading(tmp_path: Path) -> None:
     ("tree\nversion=v4\n", "not a polydl cost model"),
     ('{"format": "xgboost 2"}\n', "train one with `polydl model train`"),
     ('{"format": "polydl-cost-model 1", "features": ["x"]}\nnot trees\n', "cannot be read"),
+    ('{"format": "polydl-cost-model 1"}\nnot trees\n', "names no feature list"),
+    ('{"format": "polydl-cost-model 1", "features": "x"}\n', "names no feature list"),
 ])
 def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path, text: str | None, said: str) -> None:
     path = tmp_path / "model.txt"

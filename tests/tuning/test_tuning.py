@@ -531,7 +531,7 @@ def _bad_suites(tmp_path: Path) -> dict[str, str]:
     ([], "tune needs a spec or --suite"),
     (["--suite", "nosuch"], "unknown suite 'nosuch'"),
     (["--suite", "{missing}"], "{missing}: a shape or layer lacks 'K'"),
-    (["--suite", "{primitive}"], "suite layer p: unknown primitive 'pool'"),
+    (["--suite", "{primitive}"], "{primitive}: suite layer p: unknown primitive 'pool'"),
     (["--suite", "{broken}"], "{broken}: not a suite file"),
     ([*MATMUL_SPEC, "--trials", "0"], "trials must be at least 1, not 0"),
     ([*MATMUL_SPEC, "--workers", "0"], "--workers must be at least 1, not 0"),
