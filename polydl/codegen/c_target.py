@@ -122,7 +122,10 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         plan, placement = place_epilogues(scheduled, plan, calls)
         placements += [placement] if placement is not None else []
         plan_calls = plan.calls
-        simd_dims = vector_dims(model, plan.schedule_map)
+        # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
+        # a nest of one statement needs no dependence analysis per dimension for it
+        several = len(plan.printed_statements) > 1
+        simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,

@@ -138,7 +138,6 @@ class LoopPrinter:
         out += self._node(node.for_get_body(), indent + 1, in_parallel or parallel_here)
         return out + [f"{pad}}}"]
 
-
     def _collapsible(self, node: isl.AstNode, marked: int = 0) -> int:
         """How many loops from `node` down run as one parallel loop: the schedule's parallel
         dimensions, or the `marked` ones of a scheduled tree's mark (each carries no

@@ -424,7 +424,7 @@ def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: 
                    activation: str, label: str) -> None:
     """A blocked 3 x 3 convolution by Winograd's F(m x m, 3 x 3) (`winograd`), `shape.images`
     images per call; the bias, residual and `activation` applied in the output transform."""
-    N, C, H, W = x.shape
+    N, _, H, W = x.shape
     K, P, Q = out.shape[1:]
     b_padded = np.zeros(shape.KB * BLOCK, np.float32)
     b_padded[:K] = bias

@@ -107,9 +107,6 @@ class WinogradShape:
         padded = self.images * self.CB * (th * self.m + 2) * (tw * self.m + 2) * BLOCK
         return 4 * (self.alpha ** 2 * self.T * (self.CB + self.KB) * BLOCK + padded)
 
-    def gemm_flops(self) -> int:
-        return 2 * self.alpha ** 2 * self.T * self.CB * self.KB * BLOCK * BLOCK
-
 
 def transform_weights(weights: np.ndarray, m: int) -> np.ndarray:
     """`U[xi][kb][cb][c][k] = (G w[k][c] G^T)[xi]` in float64, channels padded to blocks:

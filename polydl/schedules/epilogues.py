@@ -70,43 +70,19 @@ def choose_fusion(
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
         loop = level_loop(plan.order, found.level)
-        budget = int(machine.l2_bytes * L2_SHARE)
-        # at level 0 the one call is the whole nest: the epilogue pays only as its post-ops,
-        # which read the output from registers however large it is. So its working set is not
-        # counted there: the whole nest's can take barvinok minutes (a Winograd output
-        # transform: 16 statements reading 36 planes each).
-        if not found.level:
-            chain += group
-            level = found.level
-            decisions.append(FusionDecision(names, True, found.level, loop, None,
-                                            "legal by the dependence check; the whole nest is one "
-                                            "tile, its epilogues the microkernel's post-ops"))
-            continue
-        accesses = sum(len(s.accesses) for s in [*chain, *group])
-        if accesses > MAX_COUNTED_ACCESSES:
-            why = (f"the fused tile's working set, over {accesses} accesses, is not counted (the "
-                   f"count grows with the union of their footprints: minutes for a Winograd "
-                   f"output transform's 600)")
-            decisions.append(FusionDecision(names, False, found.level, loop, None, why))
-            stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
-            continue
-        nbytes = fused_working_set(model, [*chain, *group], found, machine.cache_line_bytes)
-        if not fits_cache(machine, nbytes):
-            why = (
-                f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
-                f"{nbytes} B, more than {budget} B of L2: the tile would leave the cache anyway"
-            )
-            decisions.append(FusionDecision(names, False, found.level, loop, nbytes, why))
+        refused, nbytes = _cache_refusal(model, machine, [*chain, *group], found, loop)
+        if refused is not None:
+            decisions.append(FusionDecision(names, False, found.level, loop, nbytes, refused))
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
         chain += group
         level = found.level
         deeper = f"; not deeper: {'; '.join(reasons)}" if reasons else ""
-        why = (
-            f"legal by the dependence check; the fused tile's working set {nbytes} B fits "
-            f"{budget} B of L2{deeper}"
-        )
-        decisions.append(FusionDecision(names, True, found.level, loop, nbytes, why))
+        fits = ("the whole nest is one tile, its epilogues the microkernel's post-ops"
+                if nbytes is None else
+                f"the fused tile's working set {nbytes} B fits {_l2_budget(machine)} B of L2")
+        decisions.append(FusionDecision(names, True, found.level, loop, nbytes,
+                                        f"legal by the dependence check; {fits}{deeper}"))
     if not chain:
         return unfused, tuple(decisions)
     assert level is not None
@@ -120,3 +96,30 @@ def choose_fusion(
 
 def _names(group: tuple[StatementModel, ...]) -> tuple[str, ...]:
     return tuple(s.name for s in group)
+
+
+def _l2_budget(machine: CpuTarget) -> int:
+    return int(machine.l2_bytes * L2_SHARE)
+
+
+def _cache_refusal(model: PolyModel, machine: CpuTarget, consumers: list[StatementModel],
+                   found: FusedMaps, loop: str) -> tuple[str | None, int | None]:
+    """Why `consumers` may not fuse at `found.level` for the cache (None where they may), and
+    the fused tile's working set in bytes where it was counted. At level 0 the one call is the
+    whole nest: the epilogue pays only as its post-ops, which read the output from registers
+    however large it is, so nothing is counted there (the whole nest's count can take barvinok
+    minutes: a Winograd output transform, 16 statements reading 36 planes each); nor over
+    `MAX_COUNTED_ACCESSES` accesses."""
+    if not found.level:
+        return None, None
+    accesses = sum(len(s.accesses) for s in consumers)
+    if accesses > MAX_COUNTED_ACCESSES:
+        return (f"the fused tile's working set, over {accesses} accesses, is not counted (the "
+                f"count grows with the union of their footprints: minutes for a Winograd "
+                f"output transform's 600)"), None
+    nbytes = fused_working_set(model, consumers, found, machine.cache_line_bytes)
+    if not fits_cache(machine, nbytes):
+        return (f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
+                f"{nbytes} B, more than {_l2_budget(machine)} B of L2: the tile would leave the "
+                "cache anyway"), nbytes
+    return None, nbytes
