@@ -1,14 +1,23 @@
 """GPU benchmark: polydl's CUDA kernels against PyTorch (cuBLAS/cuDNN), same run, same device.
 
-    python benchmarks/gpu.py [--json FILE] [--quick] [--repeat N]
+    python benchmarks/gpu.py [--json FILE] [--quick] [--repeat N] [--set NAME] [--only CASE]
 
-Cases: GEMM (fp32, bf16 inputs with fp32 output, 4096^3 bf16 included), batched GEMM, and the
-ResNet-50 convolution suite (polydl/bench/suites/resnet50_conv.json, N=2, fp32). Every case is
-first checked against a float64 reference (PyTorch on the GPU) with fresh random inputs and a
-poisoned output; then polydl and the reference library are timed with CUDA events around
-each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and matmuls run
-with TF32 off (the same arithmetic as polydl's FMA kernels); the TF32 column shows cuDNN with
-TF32 on, for context. Prints a table and writes JSON (default benchmarks/results/gpu.json).
+Case sets (`--set`, repeatable; default all):
+- gemm: GEMMs and batched GEMMs. "_bf16" takes bf16 inputs and accumulates into an fp32 C
+  (C += A B); "_bf16out" is C = A B with a bf16 C (the starting value fused into the kernel),
+  PyTorch's bf16 matmul exactly; 4096^3 and 8192^3 among them.
+- conv2, conv32: the ResNet-50 convolutions (polydl/bench/suites/resnet50_conv.json), fp32,
+  NCHW, at N=2 and N=32.
+- conv32_bf16: the same at N=32 with bf16 activations and weights (polydl writes fp32, cuDNN
+  bf16).
+- fused32: conv + bias + ReLU at N=32, fp32, one polydl kernel against cuDNN's convolution
+  followed by PyTorch's bias add and ReLU.
+Every case is first checked against a float64 reference (PyTorch on the GPU) with fresh random
+inputs and a zeroed output; then polydl and the reference library are timed with CUDA events
+around each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and
+matmuls run with TF32 off (the same arithmetic as polydl's FMA kernels). "peak %" is the case's
+polydl TFLOP/s against the device's measured peak for its input type: the best PyTorch matmul
+of 8192^3 in this run. Prints a table and writes JSON (default benchmarks/results/gpu.json).
 """
 
 from __future__ import annotations
@@ -34,6 +43,20 @@ from polydl.frontends.c_loopnest import read_c  # noqa: E402
 from polydl.ir import LoopNest  # noqa: E402
 
 BATCHED = (Path(__file__).resolve().parents[1] / "examples" / "batched_matmul.c").read_text()
+# C = A B with the starting value written by the nest (fused into the GEMM kernel's store)
+GEMM_SET = """
+void gemm_set(int M, int N, int K, float C[M][N], const float A[M][K], const float B[K][N]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = 0.0f;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[k][j];
+}
+"""
+SETS = ("gemm", "conv2", "conv32", "conv32_bf16", "fused32")
+QUICK_LAYERS = ("conv1", "res2_3x3", "res3_1x1a_s2", "res4_1x1b")
 
 
 def retype(nest: LoopNest, dtypes: dict[str, str]) -> LoopNest:
@@ -41,12 +64,17 @@ def retype(nest: LoopNest, dtypes: dict[str, str]) -> LoopNest:
     return replace(nest, arrays=tuple(replace(a, dtype=dtypes.get(a.name, a.dtype)) for a in nest.arrays))
 
 
-def gemm_case(m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
-    nest, params = builders.matmul(m, n, k)
-    if dtype == "bfloat16":
-        nest = retype(nest, {"A": "bfloat16", "B": "bfloat16"})
-    return {"name": f"gemm_{m}x{n}x{k}_{'bf16' if dtype == 'bfloat16' else 'fp32'}", "kind": "gemm",
-            "nest": nest, "params": params, "dtype": dtype, "flops": 2 * m * n * k}
+def gemm_case(m: int, n: int, k: int, dtype: str, bf16_out: bool = False) -> dict[str, Any]:
+    if bf16_out:
+        nest = retype(read_c(GEMM_SET, "<gemm_set>").nest, {"A": "bfloat16", "B": "bfloat16", "C": "bfloat16"})
+        params = {"M": m, "N": n, "K": k}
+    else:
+        nest, params = builders.matmul(m, n, k)
+        if dtype == "bfloat16":
+            nest = retype(nest, {"A": "bfloat16", "B": "bfloat16"})
+    tag = "bf16out" if bf16_out else ("bf16" if dtype == "bfloat16" else "fp32")
+    return {"name": f"gemm_{m}x{n}x{k}_{tag}", "kind": "gemm", "set": "gemm", "nest": nest, "params": params,
+            "dtype": dtype, "out_dtype": "bfloat16" if bf16_out else "float32", "flops": 2 * m * n * k}
 
 
 def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
@@ -54,29 +82,33 @@ def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
     if dtype == "bfloat16":
         nest = retype(nest, {"X": "bfloat16", "Y": "bfloat16"})
     return {"name": f"bmm_{b}x{m}x{n}x{k}_{'bf16' if dtype == 'bfloat16' else 'fp32'}", "kind": "bmm",
-            "nest": nest, "params": {"B": b, "M": m, "N": n, "K": k}, "dtype": dtype,
-            "flops": 2 * b * m * n * k}
+            "set": "gemm", "nest": nest, "params": {"B": b, "M": m, "N": n, "K": k}, "dtype": dtype,
+            "out_dtype": "float32", "flops": 2 * b * m * n * k}
 
 
-def conv_cases(batch: int) -> list[dict[str, Any]]:
+def conv_cases(batch: int, set_name: str, dtype: str = "float32",
+               fuse: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     suite = json.loads((SUITES_DIR / "resnet50_conv.json").read_text())
+    tag = "fused" if fuse else ("conv" if dtype == "float32" else "conv_bf16")
+    kind = "fused" if fuse else "conv"
     out = []
     for layer in suite["layers"]:
         sizes = {k: layer[k] for k in ("C", "K", "H", "W", "R", "S", "stride", "padding")}
-        nest, params = builders.conv2d(N=batch, **sizes)
+        nest, params = builders.conv2d(N=batch, **sizes, dtype=dtype, fuse=fuse)
         p = (layer["H"] + 2 * layer["padding"] - layer["R"]) // layer["stride"] + 1
         q = (layer["W"] + 2 * layer["padding"] - layer["S"]) // layer["stride"] + 1
-        out.append({"name": layer["name"], "kind": "conv", "nest": nest, "params": params,
-                    "dtype": "float32", "layer": {**sizes, "N": batch},
+        name = layer["name"] if (batch, tag) == (2, "conv") else f"{layer['name']}_n{batch}_{tag}"
+        out.append({"name": name, "layer_name": layer["name"], "kind": kind, "nest": nest, "params": params,
+                    "set": set_name,
+                    "dtype": dtype, "out_dtype": "float32", "layer": {**sizes, "N": batch},
                     "flops": 2 * batch * layer["K"] * p * q * layer["C"] * layer["R"] * layer["S"]})
     return out
 
 
 def inputs_for(case: dict[str, Any], torch: Any) -> list[Any]:
-    dev = "cuda"
+    """The kernel's inputs in argument order, on the GPU."""
     p = case["params"]
-    bf = case["dtype"] == "bfloat16"
-    tdt = torch.bfloat16 if bf else torch.float32
+    tdt = torch.bfloat16 if case["dtype"] == "bfloat16" else torch.float32
     if case["kind"] == "gemm":
         shapes = [(p["M"], p["K"]), (p["K"], p["N"])]
     elif case["kind"] == "bmm":
@@ -84,15 +116,22 @@ def inputs_for(case: dict[str, Any], torch: Any) -> list[Any]:
     else:
         lay = case["layer"]
         shapes = [(lay["N"], lay["C"], lay["H"], lay["W"]), (lay["K"], lay["C"], lay["R"], lay["S"])]
-    return [torch.randn(s, device=dev, dtype=torch.float32).to(tdt) for s in shapes]
+    args = [torch.randn(s, device="cuda", dtype=torch.float32).to(tdt) for s in shapes]
+    if case["kind"] == "fused":
+        args.append(torch.randn(case["layer"]["K"], device="cuda", dtype=torch.float32))
+    return args
 
 
-def torch_reference(case: dict[str, Any], torch: Any, args: list[Any], dtype: Any) -> Any:
-    a, b = (x.to(dtype) for x in args)
+def torch_op(case: dict[str, Any], torch: Any, args: list[Any]) -> Any:
+    """PyTorch's computation of the case on `args` (in their dtype): the timed reference."""
+    F = torch.nn.functional
     if case["kind"] in ("gemm", "bmm"):
-        return torch.matmul(a, b)
+        return torch.matmul(args[0], args[1])
     lay = case["layer"]
-    return torch.nn.functional.conv2d(a, b, stride=lay["stride"], padding=lay["padding"])
+    y = F.conv2d(args[0], args[1], stride=lay["stride"], padding=lay["padding"])
+    if case["kind"] == "fused":  # cuDNN's convolution, then PyTorch's bias add and ReLU
+        return torch.relu_(y.add_(args[2].view(1, -1, 1, 1)))
+    return y
 
 
 def time_cuda(torch: Any, fn: Any, repeat: int) -> list[float]:
@@ -157,11 +196,80 @@ def time_graph(torch: Any, fn: Any, repeat: int) -> list[float] | None:
         return None
 
 
+def all_cases() -> list[dict[str, Any]]:
+    return [
+        gemm_case(4096, 4096, 4096, "bfloat16"),
+        gemm_case(4096, 4096, 4096, "bfloat16", bf16_out=True),
+        gemm_case(8192, 8192, 8192, "bfloat16", bf16_out=True),
+        gemm_case(4096, 4096, 4096, "float32"),
+        gemm_case(1024, 1024, 1024, "bfloat16", bf16_out=True),
+        gemm_case(1024, 1024, 1024, "float32"),
+        gemm_case(1000, 2048, 513, "float32"),
+        gemm_case(1000, 2048, 520, "bfloat16"),
+        bmm_case(16, 512, 512, 512, "float32"),
+        bmm_case(16, 512, 512, 512, "bfloat16"),
+        *conv_cases(2, "conv2"),
+        *conv_cases(32, "conv32"),
+        *conv_cases(32, "conv32_bf16", dtype="bfloat16"),
+        *conv_cases(32, "fused32", fuse=("bias", "relu")),
+    ]
+
+
+def measured_peaks(torch: Any, repeat: int) -> dict[str, float]:
+    """TFLOP/s of PyTorch's 8192^3 matmul per input type: the device's reachable peak."""
+    peaks = {}
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        a, b = (torch.randn(8192, 8192, device="cuda").to(dtype) for _ in range(2))
+        t = statistics.median(time_cuda(torch, lambda a=a, b=b: torch.matmul(a, b), max(3, repeat // 3)))
+        peaks[name] = 2 * 8192**3 / t / 1e12
+        del a, b
+    torch.cuda.empty_cache()
+    return peaks
+
+
+def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: dict[str, float]) -> dict[str, Any]:
+    args_dev = inputs_for(case, torch)
+    ref = torch_op(case, torch, [x.double() for x in args_dev])
+    out_dtype = torch.bfloat16 if case["out_dtype"] == "bfloat16" else torch.float32
+    out = torch.zeros(ref.shape, device="cuda", dtype=out_dtype)  # polydl's convolutions add into y
+    kernel(*args_dev, **{kernel.outputs[0].name: out})
+    torch.cuda.synchronize()
+    err = (torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)).item()
+    tol = 1e-2 if "bfloat16" in (case["dtype"], case["out_dtype"]) else 1e-5
+    ok = bool(math.isfinite(err) and err < tol)
+    del ref
+
+    def reference(a: list[Any] = args_dev) -> Any:
+        return torch_op(case, torch, a)
+
+    def ours(a: list[Any] = args_dev, out: Any = out) -> Any:
+        return kernel(*a, **{kernel.outputs[0].name: out})
+
+    rounds_ours, rounds_ref = [], []
+    for _ in range(3):  # interleave the two, a few samples each round
+        rounds_ours += time_cuda(torch, ours, max(1, repeat // 3))
+        rounds_ref += time_cuda(torch, reference, max(1, repeat // 3))
+    t_ours, t_ref = statistics.median(rounds_ours), statistics.median(rounds_ref)
+    g_ours, g_ref = time_graph(torch, ours, repeat), time_graph(torch, reference, repeat)
+    row = {
+        "case": case["name"], "set": case["set"], "dtype": case["dtype"], "ok": ok, "rel_error": err,
+        "polydl_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3,
+        "polydl_tflops": case["flops"] / t_ours / 1e12, "torch_tflops": case["flops"] / t_ref / 1e12,
+        "ratio": t_ref / t_ours, "schedule": kernel.schedule.describe(),
+        "graph_polydl_ms": statistics.median(g_ours) * 1e3 if g_ours else None,
+        "graph_torch_ms": statistics.median(g_ref) * 1e3 if g_ref else None,
+    }
+    row["peak_percent"] = 100 * row["polydl_tflops"] / peaks[case["dtype"]]
+    row["graph_ratio"] = (row["graph_torch_ms"] / row["graph_polydl_ms"] if g_ours and g_ref else None)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="benchmarks/results/gpu.json")
-    ap.add_argument("--quick", action="store_true", help="a few cases only")
+    ap.add_argument("--quick", action="store_true", help="a few cases of each set")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--set", action="append", default=[], choices=SETS)
     ap.add_argument("--only", action="append", default=[])
     args = ap.parse_args()
     import torch
@@ -169,94 +277,49 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    cases = [
-        gemm_case(4096, 4096, 4096, "bfloat16"),
-        gemm_case(4096, 4096, 4096, "float32"),
-        gemm_case(1024, 1024, 1024, "bfloat16"),
-        gemm_case(1024, 1024, 1024, "float32"),
-        gemm_case(1000, 2048, 513, "float32"),
-        gemm_case(1000, 2048, 520, "bfloat16"),
-        bmm_case(16, 512, 512, 512, "float32"),
-        bmm_case(16, 512, 512, 512, "bfloat16"),
-        *conv_cases(2),
-    ]
+    cases = all_cases()
+    if args.set:
+        cases = [c for c in cases if c["set"] in args.set]
     if args.quick:
-        cases = [c for c in cases if c["kind"] != "conv" or c["name"] in ("conv1", "res2_3x3", "res3_1x1a_s2")]
+        cases = [c for c in cases if c["kind"] in ("gemm", "bmm") and "8192" not in c["name"]
+                 or c.get("layer_name") in QUICK_LAYERS]
     if args.only:
         cases = [c for c in cases if c["name"] in args.only]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
         kernels = list(pool.map(lambda c: build_kernel(c["nest"], c["params"], target="cuda"), cases))
     print(f"built {len(kernels)} kernels in {time.time() - t0:.1f} s", flush=True)
+    peaks = measured_peaks(torch, args.repeat)
+    print("measured peak TFLOP/s (PyTorch 8192^3 matmul): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
     rows = []
     for case, kernel in zip(cases, kernels, strict=True):
-        args_dev = inputs_for(case, torch)
-        ref = torch_reference(case, torch, args_dev, torch.float64)
-        out_dtype = torch.float32
-        out = torch.full(ref.shape, float("nan"), device="cuda", dtype=out_dtype)
-        out.zero_()  # the kernel accumulates (+=) into its output
-        kernel(*args_dev, **{kernel.outputs[0].name: out})
-        torch.cuda.synchronize()
-        err = (torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)).item()
-        tol = 1e-2 if case["dtype"] == "bfloat16" else 1e-5
-        ok = bool(math.isfinite(err) and err < tol)
-        if case["kind"] == "conv":
-            lay = case["layer"]
-
-            def reference(a=args_dev, lay=lay) -> Any:
-                return torch.nn.functional.conv2d(a[0], a[1], stride=lay["stride"], padding=lay["padding"])
-        else:
-            def reference(a=args_dev) -> Any:
-                return torch.matmul(a[0], a[1])
-
-        def ours(a=args_dev, out=out, kernel=kernel) -> Any:
-            return kernel(*a, **{kernel.outputs[0].name: out})
-
-        rounds_ours, rounds_ref = [], []
-        for _ in range(3):  # interleave the two, a few samples each round
-            rounds_ours += time_cuda(torch, ours, max(1, args.repeat // 3))
-            rounds_ref += time_cuda(torch, reference, max(1, args.repeat // 3))
-        t_ours, t_ref = statistics.median(rounds_ours), statistics.median(rounds_ref)
-        g_ours, g_ref = time_graph(torch, ours, args.repeat), time_graph(torch, reference, args.repeat)
-        row = {
-            "case": case["name"], "dtype": case["dtype"], "ok": ok, "rel_error": err,
-            "polydl_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3,
-            "polydl_tflops": case["flops"] / t_ours / 1e12, "torch_tflops": case["flops"] / t_ref / 1e12,
-            "ratio": t_ref / t_ours, "schedule": kernel.schedule.describe(),
-            "graph_polydl_ms": statistics.median(g_ours) * 1e3 if g_ours else None,
-            "graph_torch_ms": statistics.median(g_ref) * 1e3 if g_ref else None,
-        }
-        row["graph_ratio"] = (row["graph_torch_ms"] / row["graph_polydl_ms"]
-                              if g_ours and g_ref else None)
-        if case["kind"] == "conv":
-            torch.backends.cudnn.allow_tf32 = True
-            row["torch_tf32_ms"] = statistics.median(time_cuda(torch, reference, 5)) * 1e3
-            torch.backends.cudnn.allow_tf32 = False
+        row = run_case(case, kernel, torch, args.repeat, peaks)
         rows.append(row)
-        print(f"{row['case']:26s} {'ok ' if ok else 'BAD'} err={err:.1e} polydl {row['polydl_ms']:8.3f} ms "
-              f"{row['polydl_tflops']:7.2f} TF/s | torch {row['torch_ms']:8.3f} ms {row['torch_tflops']:7.2f} TF/s"
-              f" | ratio {row['ratio']:.2f} graph {row['graph_ratio'] or float('nan'):.2f}", flush=True)
-    conv_names = {c["name"] for c in cases if c["kind"] == "conv"}
-    convs = [r["ratio"] for r in rows if r["case"] in conv_names]
-    conv_graph = [r["graph_ratio"] for r in rows if r["case"] in conv_names and r["graph_ratio"]]
-    gemm = next((r for r in rows if r["case"] == "gemm_4096x4096x4096_bf16"), None)
-    summary = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "all_correct": all(r["ok"] for r in rows),
-        "gemm_4096_bf16_ratio": gemm["ratio"] if gemm else None,
-        "gemm_4096_bf16_graph_ratio": gemm["graph_ratio"] if gemm else None,
-        "resnet50_conv_geomean_ratio": geomean(convs),
-        "resnet50_conv_geomean_graph_ratio": geomean(conv_graph),
+        print(f"{row['case']:30s} {'ok ' if row['ok'] else 'BAD'} err={row['rel_error']:.1e} "
+              f"polydl {row['polydl_ms']:8.3f} ms {row['polydl_tflops']:7.2f} TF/s | torch {row['torch_ms']:8.3f} ms "
+              f"{row['torch_tflops']:7.2f} TF/s | ratio {row['ratio']:.2f} graph {row['graph_ratio'] or float('nan'):.2f}",
+              flush=True)
+    summary: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "peak_tflops": peaks, "all_correct": all(r["ok"] for r in rows),
     }
-    print("\n| case | dtype | ok | rel err | polydl ms | torch ms | polydl TF/s | torch TF/s | ratio |"
-          " graph polydl ms | graph torch ms | graph ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in SETS:
+        ratios = [r["ratio"] for r in rows if r["set"] == name]
+        graphs = [r["graph_ratio"] for r in rows if r["set"] == name and r["graph_ratio"]]
+        if ratios:
+            summary[f"{name}_geomean_ratio"] = geomean(ratios)
+            summary[f"{name}_geomean_graph_ratio"] = geomean(graphs)
+            summary[f"{name}_min_ratio"] = min(ratios)
     for r in rows:
-        print(f"| {r['case']} | {r['dtype']} | {'yes' if r['ok'] else 'NO'} | {r['rel_error']:.1e} | "
+        if r["set"] == "gemm":
+            summary[f"{r['case']}_ratio"] = r["ratio"]
+    print("\n| case | ok | rel err | polydl ms | torch ms | polydl TF/s | torch TF/s | peak % | ratio |"
+          " graph ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {'yes' if r['ok'] else 'NO'} | {r['rel_error']:.1e} | "
               f"{r['polydl_ms']:.3f} | {r['torch_ms']:.3f} | {r['polydl_tflops']:.1f} | "
-              f"{r['torch_tflops']:.1f} | {r['ratio']:.2f} | {_fmt(r['graph_polydl_ms'], '.3f')} | "
-              f"{_fmt(r['graph_torch_ms'], '.3f')} | {_fmt(r['graph_ratio'], '.2f')} |")
+              f"{r['torch_tflops']:.1f} | {r['peak_percent']:.0f} | {r['ratio']:.2f} | {_fmt(r['graph_ratio'], '.2f')} |")
     print(json.dumps(summary, indent=1))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,14 @@ from polydl.runtime.inputs import random_inputs
 from polydl.runtime.verify import compare
 
 
+def with_bf16(nest, names):  # type: ignore[no-untyped-def]
+    """The nest with the arrays `names` retyped to bfloat16."""
+    from dataclasses import replace
+
+    return replace(nest, arrays=tuple(replace(a, dtype="bfloat16") if a.name in names else a
+                                      for a in nest.arrays))
+
+
 def run_and_check(
     kernel: polydl.runtime.kernel.Kernel,  # type: ignore[name-defined]
     expected: Callable[..., object] | None = None,

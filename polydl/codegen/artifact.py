@@ -48,6 +48,7 @@ class GeneratedCode:
     target_flags: tuple[str, ...] = ()  # C: what makes the compiler build for the target
     fallback_flags: tuple[str, ...] = ()  # C: the same ISA for a compiler that lacks its -march
     placements: tuple[EpiloguePlacement, ...] = ()  # where the fused epilogues run
+    pointer_alignment: int = 1  # GPU: bytes every array's device address must be a multiple of
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -72,4 +73,5 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
             EpiloguePlacement(tuple(p["epilogues"]), p["as_postops"], p["reason"])
             for p in data.get("placements", ())
         ),
+        pointer_alignment=int(data.get("pointer_alignment", 1)),
     )

@@ -15,10 +15,11 @@ loops and guards sequentially; a GEMM statement becomes the block-tiled implicit
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
+from polydl.codegen.microkernels.postops import scalar_expr
 from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
 from polydl.ir import Condition, Guard, Loop
@@ -29,7 +30,9 @@ from polydl.schedules.gpu import (
     GemmPlan,
     GpuKernelPlan,
     GpuSchedule,
-    vector_operands,
+    TensorMap,
+    mma_vector,
+    operand_modes,
 )
 from polydl.target.gpu import GpuTarget
 from polydl.version import __version__
@@ -131,24 +134,132 @@ def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: 
     )
 
 
-def _wgmma_function(kernel: str, bn: int) -> str:
-    """`{kernel}_wgmma(acc, da, db)`: acc += A(64x16) * B(16xBN), both from shared memory."""
+def _wgmma_function(kernel: str, bn: int, b_transposed: bool = True) -> str:
+    """`{kernel}_wgmma(acc, da, db)`: acc += A(64x16) * B(16xBN), both from shared memory; A
+    K-major, B N-major (`b_transposed`) or K-major."""
     n = bn // 2
     regs = ", ".join(f"%{i}" for i in range(n))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
     return (
         f"static __device__ __forceinline__ void {kernel}_wgmma(float *d, uint64_t da, uint64_t db) {{\n"
         f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"\n'
-        f'    "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16 {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+        f'    "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16 {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, {int(b_transposed)};\\n}}\\n"\n'
         f'    : {outs}\n'
         f'    : "l"(da), "l"(db), "r"(1));\n'
         "}"
     )
 
 
+def _store(g: GemmPlan, kernel: str, value: str) -> tuple[str, list[str]]:
+    """The statement that stores accumulator `value` into `*cell` (at flat indices m, n and
+    batch z), applying the fused epilogue; and the operands' index functions it calls."""
+    bf16 = g.dtype_c == "bfloat16"
+    load = "_pd_bf16_to_f32" if bf16 else ""
+    if g.tiling.splits > 1:  # K slices of one tile meet in C (no epilogue: see gpu_epilogues)
+        return f"atomicAdd(cell, {value});", []
+    e = g.epilogue
+    if e is None:
+        if bf16:
+            return f"*cell = _pd_f32_to_bf16(_pd_bf16_to_f32(*cell) + {value});", []
+        return f"*cell += {value};", []
+    funcs = []
+    for i, o in enumerate(e.operands):
+        for label, dims in (("m", g.m), ("n", g.n), ("z", g.batch)):
+            moved = tuple(replace(d, stride_c=o.stride(d.var)) for d in dims)
+            funcs.append(_index_function(kernel, f"e{i}{label}", moved, "c"))
+
+    def operand(i: int) -> str:
+        o = e.operands[i]
+        return (f"{load}({o.array}[{o.base}L + {kernel}_e{i}m(m) + {kernel}_e{i}n(n) + "
+                f"{kernel}_e{i}z(z)])")
+
+    start = f"{load}(*cell)" if e.initial is None else scalar_expr(e.initial, "", operand, "float")
+    lines = [f"float pd_v = {start} + {value};"]
+    lines += [f"pd_v = {scalar_expr(step, 'pd_v', operand, 'float')};" for step in e.steps]
+    lines.append("*cell = _pd_f32_to_bf16(pd_v);" if bf16 else "*cell = pd_v;")
+    return "{ " + " ".join(lines) + " }", funcs
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """A kernel's text and how the launcher starts it."""
+
+    text: str
+    grid: tuple[str, ...]  # C expressions
+    block: int
+    shared_bytes: int
+    setup: tuple[str, ...] = ()  # launcher lines before the launch
+    extra_args: tuple[str, ...] = ()  # arguments after the arrays
+    alignment: int = 1  # bytes the operands' device addresses must be a multiple of
+
+
+def _tma_coordinates(view: TensorMap, n_offset: str) -> str:
+    """The box coordinates (innermost first) of one K step of the current tile."""
+    spell = {"k": "kt * BK", "m": "(int)(tm * BM)", "n": f"(int)(tn * BN{n_offset})"}
+    return ", ".join(spell.get(role, f"(int)z_{role}") for role in view.roles)
+
+
+def _tma_setup(kernel: str, name: str, view: TensorMap, base: str) -> list[str]:
+    """Launcher lines encoding the tensor map `{kernel}_{name}` of the operand at `base`."""
+    values = lambda xs: ", ".join(f"{x}u" for x in xs)  # noqa: E731
+    return [
+        f"CUtensorMap {kernel}_{name};",
+        "{",
+        f"  const cuuint64_t extents[] = {{{values(view.extents)}}};",
+        f"  const cuuint64_t strides[] = {{{values(view.strides)}}};",
+        f"  const cuuint32_t box[] = {{{values(view.box)}}};",
+        f"  status = pd_tensor_map(&{kernel}_{name}, {base}, {view.rank}, extents, strides, box);",
+        "  if (status != pdSuccess) return (int)status;",
+        "}",
+    ]
+
+
+def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLaunch:
+    t, tma = g.tiling, g.tma
+    assert tma is not None
+    transposed = tma.b_major == "n"
+    lines = [
+        "const long z = tile / (TILES_M * TILES_N), rest = tile % (TILES_M * TILES_N);",
+        "const long first_m = rest / (GROUP_M * TILES_N) * GROUP_M;",
+        "const long rows = TILES_M - first_m < GROUP_M ? TILES_M - first_m : GROUP_M;",
+        "const long tm = first_m + rest % (GROUP_M * TILES_N) % rows;",
+        "const long tn = rest % (GROUP_M * TILES_N) / rows;",
+    ]
+    inner = 1
+    for d in reversed(g.batch):  # the batch loops' coordinates, innermost fastest
+        lines.append(f"const long z_{d.var} = z / {inner}L % {d.extent}L;")
+        inner *= d.extent
+    lines.append("(void)z; (void)rows;")
+    (lbo_a, sbo_a) = WGMMA_STRIDES["a"]
+    lbo_b, sbo_b = (t.block_k * 128, 1024) if transposed else WGMMA_STRIDES["a"]
+    text = render(
+        "gpu/gemm_tma.j2",
+        **{**values, "index_functions": f"{values['index_functions']}\n"
+           + _wgmma_function(kernel, t.block_n, transposed)},
+        stages=t.stages, batch=GemmPlan.size(g.batch),
+        b_boxes=t.block_n // 64 if transposed else 1,
+        tile_coordinates="\n".join(lines),
+        coords_a=_tma_coordinates(tma.a, ""), coords_b=_tma_coordinates(tma.b, " + j * 64" if transposed else ""),
+        rank_a=tma.a.rank, rank_b=tma.b.rank,
+        b_step="kk * 64" if transposed else "kk",
+        lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
+    )
+    tiles = (math.ceil(GemmPlan.size(g.m) / t.block_m) * math.ceil(GemmPlan.size(g.n) / t.block_n)
+             * GemmPlan.size(g.batch))
+    setup = [
+        *_tma_setup(kernel, "a", tma.a, f"{g.a.array} + {g.base_a}L"),
+        *_tma_setup(kernel, "b", tma.b, f"{g.b.array} + {g.base_b}L"),
+        "int pd_sms = 0;",
+        "status = pd_multiprocessors(&pd_sms);",
+        "if (status != pdSuccess) return (int)status;",
+    ]
+    return KernelLaunch(text, (f"pd_sms < {tiles} ? pd_sms : {tiles}",), t.threads, t.shared_bytes,
+                      tuple(setup), (f"{kernel}_a", f"{kernel}_b"), alignment=16)
+
+
 def _gemm_kernel(
     model: PolyModel, plan: GpuKernelPlan, kernel: str, device: GpuTarget
-) -> tuple[str, tuple[int, int, int], int, int]:
+) -> KernelLaunch:
     g: GemmPlan = plan.gemm  # type: ignore[assignment]
     t = g.tiling
     funcs = [
@@ -162,19 +273,14 @@ def _gemm_kernel(
         _index_function(kernel, "cn", g.n, "c"),
         _index_function(kernel, "cz", g.batch, "c"),
     ]
-    a_mode = "m" if g.m[-1].stride_a == 1 and g.k[-1].stride_a != 1 else "k"
-    b_mode = "k" if g.k[-1].stride_b == 1 and g.n[-1].stride_b != 1 else "n"
+    a_mode, b_mode = operand_modes(g)
     dtype_c = g.dtype_c
     c_type = "uint16_t" if dtype_c == "bfloat16" else "float"
     ab_type = "uint16_t" if g.dtype_ab == "bfloat16" else "float"
     convert = "_pd_bf16_to_f32" if g.dtype_ab == "bfloat16" else ""
     value = "acc[i][j]" if t.kind == "fma" else "value"
-    if t.splits > 1:  # K slices of one tile meet in C
-        store_c = f"atomicAdd(cell, {value});"
-    elif dtype_c == "bfloat16":
-        store_c = f"*cell = _pd_f32_to_bf16(_pd_bf16_to_f32(*cell) + {value});"
-    else:
-        store_c = f"*cell += {value};"
+    store_c, operand_funcs = _store(g, kernel, value)
+    funcs += operand_funcs
     values = dict(
         kernel=kernel,
         index_functions="\n".join(funcs),
@@ -188,15 +294,19 @@ def _gemm_kernel(
         load_b=f"{convert}(b_base[b_col[i] + {kernel}_bk(kk)])",
         splits=t.splits,
     )
+    if t.kind == "tma":
+        return _tma_kernel(values, g, kernel)
+    vector_copies = t.kind == "wgmma"  # 16-byte cp.async of the operands
     if t.kind == "wgmma":
         (lbo_a, sbo_a), (lbo_b, sbo_b) = WGMMA_STRIDES["a"], WGMMA_STRIDES["b"]
         text = render(
-            "gpu/gemm_wgmma.j2", **{**values, "index_functions": values["index_functions"] + "\n"
+            "gpu/gemm_wgmma.j2", **{**values, "index_functions": f"{values['index_functions']}\n"
                                     + _wgmma_function(kernel, t.block_n)},
             stages=t.stages, lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
         )
     elif t.kind == "mma":
-        vec = 8 if a_mode == "k" and b_mode == "n" and vector_operands(g) else 1
+        vec = 8 if mma_vector(g) else 1
+        vector_copies = vec == 8
         if vec != 8:
             t = replace(t, stages=2)  # the register-staged path double-buffers
         text = render(
@@ -210,7 +320,8 @@ def _gemm_kernel(
         math.ceil(GemmPlan.size(g.m) / t.block_m),
         GemmPlan.size(g.batch) * t.splits,
     )
-    return text, grid, t.threads, 0 if t.kind == "fma" else t.shared_bytes
+    return KernelLaunch(text, tuple(map(str, grid)), t.threads, 0 if t.kind == "fma" else t.shared_bytes,
+                      alignment=16 if vector_copies else 1)
 
 
 # ----------------------------------------------------------------------------- the unit
@@ -227,20 +338,22 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
     }
     printer = StatementPrinter(layouts)
     kernels, launches = [], []
+    alignment = 1
+    kinds = {p.gemm.tiling.kind for p in schedule.kernels if p.gemm is not None}
     all_arrays = [a.name for a in model.nest.arrays]
     for plan in schedule.kernels:
         kernel = f"{name}_{plan.name}"
         if plan.gemm is not None:
-            text, grid, block, smem = _gemm_kernel(model, plan, kernel, device)
-            grid_dims = [str(g) for g in grid]
+            launch = _gemm_kernel(model, plan, kernel, device)
         else:
             text, total = _plain_kernel(model, plan, kernel, printer)
-            smem = 0
-            block = plan.block
-            grid_dims = [str(max(1, min(math.ceil(total / block), MAX_GRID_X)))]
-        kernels.append(text)
-        launches.append({"kernel": kernel, "grid": grid_dims, "block": block, "args": all_arrays,
-                         "smem": smem})
+            launch = KernelLaunch(text, (str(max(1, min(math.ceil(total / plan.block), MAX_GRID_X))),),
+                                plan.block, 0)
+        kernels.append(launch.text)
+        alignment = max(alignment, launch.alignment)
+        launches.append({"kernel": kernel, "grid": list(launch.grid), "block": launch.block,
+                         "args": all_arrays + list(launch.extra_args), "smem": launch.shared_bytes,
+                         "setup": list(launch.setup)})
     suffix = SOURCE_SUFFIX[target]
     parameters = device_parameters(arguments)
     values = dict(
@@ -254,19 +367,24 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         kernels=kernels,
     )
+    scratch = [
+        {"name": a.name, "c_type": layouts[a.name].c_type, "count": math.prod(layouts[a.name].shape)}
+        for a in model.nest.locals
+    ]
     launcher = render(
         "gpu/launcher.j2",
         **values,
         kernels_file=f"{name}{suffix}",
         parameters=parameters,
-        locals=[
-            {"name": a.name, "c_type": layouts[a.name].c_type, "count": math.prod(layouts[a.name].shape)}
-            for a in model.nest.locals
-        ],
+        locals=scratch,
+        scratch_parameters=[f"{a['c_type']} *{a['name']}" for a in scratch],
+        argument_names=[a.name for a in arguments],
+        local_names=[a["name"] for a in scratch],
         launches=launches,
+        tma="tma" in kinds,
     )
     header = render("gpu/header.j2", **values, arguments=arguments, parameters=parameters)
-    hopper = any(p.gemm is not None and p.gemm.tiling.kind == "wgmma" for p in schedule.kernels)
+    hopper = bool(kinds & {"wgmma", "tma"})
     return GeneratedCode(
         function=name,
         arguments=arguments,
@@ -277,6 +395,7 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         compile_flags=("-gencode=arch=compute_90a,code=sm_90a",) if hopper
         else architecture_flags(target, device.architectures),
         launcher=launcher,
+        pointer_alignment=alignment,
     )
 
 

@@ -19,13 +19,13 @@ from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
 from polydl.runtime.gpu_kernel import GpuKernel
 from polydl.runtime.gpu_toolchain import build_gpu_library
-from polydl.schedules.gpu import GpuSchedule, gpu_schedule
+from polydl.schedules.gpu import GpuSchedule, StoredGpuSchedule, gpu_schedule
 from polydl.target.gpu import GpuTarget
 
 
 class GpuBackend:
-    # a GpuSchedule holds isl-derived plans that have no JSON form: lowered on every build
-    stores_lowerings = False
+    # stored lowerings come back with a StoredGpuSchedule (the descriptions, not the plans)
+    stores_lowerings = True
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -47,7 +47,7 @@ class GpuBackend:
 
     def load(
         self, code: GeneratedCode, nest: LoopNest, params: Mapping[str, int],
-        schedule: GpuSchedule, flops: int, reference: LazyReference, target: GpuTarget,
+        schedule: GpuSchedule | StoredGpuSchedule, flops: int, reference: LazyReference, target: GpuTarget,
     ) -> GpuKernel:
         if self.kind != "cuda":
             raise PolyDLError(
@@ -57,8 +57,8 @@ class GpuBackend:
         return GpuKernel(code=code, nest=nest, params=params, schedule=schedule, flops=flops,
                          reference_impl=reference, library_path=build_gpu_library(code))
 
-    def schedule_from_dict(self, data: dict[str, Any]) -> GpuSchedule:
-        raise NotImplementedError("GPU lowerings are not stored")
+    def schedule_from_dict(self, data: dict[str, Any]) -> StoredGpuSchedule:
+        return StoredGpuSchedule.from_dict(data)
 
 
 CUDA = GpuBackend("cuda")

@@ -102,7 +102,7 @@ def stored_lowering(
     try:
         return (code_from_dict(record["code"]),
                 backend_for(target).schedule_from_dict(record["schedule"]), int(record["flops"]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, PolyDLError):
         return None  # an entry from an older layout: lower again and overwrite it
 
 

@@ -156,7 +156,7 @@ def device_view(value: Any) -> DeviceArray:
     return _from_dlpack(value)
 
 
-def _check_device(arg: KernelArgument, view: DeviceArray) -> None:
+def _check_device(arg: KernelArgument, view: DeviceArray, alignment: int = 1) -> None:
     role = "input" if arg.is_input else "output"
     dtype_ok = view.dtype == arg.dtype or (arg.dtype == "bfloat16" and view.dtype == "uint16")
     if not dtype_ok:
@@ -168,6 +168,10 @@ def _check_device(arg: KernelArgument, view: DeviceArray) -> None:
                          given="strided")
     if not arg.is_input and view.readonly:
         raise ShapeError(arg.name, "output is read-only", expected="writeable", given="read-only")
+    if view.pointer % alignment:
+        raise ShapeError(arg.name, f"{role} is not {alignment}-byte aligned (the kernel copies its "
+                         f"operands in {alignment}-byte units)", expected=f"an address multiple of {alignment}",
+                         given=f"address {view.pointer:#x}")
 
 
 _LOADED: dict[Path, tuple[cffi.FFI, Any]] = {}
@@ -276,7 +280,7 @@ class GpuKernel(CompiledKernel):
         for arg in self.arguments:
             if arg.name in given:
                 view = device_view(given[arg.name])
-                _check_device(arg, view)
+                _check_device(arg, view, self.code.pointer_alignment)
                 views[arg.name] = view
         for arg in self.outputs:
             if arg.name not in given:

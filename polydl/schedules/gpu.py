@@ -31,6 +31,7 @@ from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.gpu_epilogues import GemmEpilogue, with_epilogues
 from polydl.schedules.microkernel import (
     _only_accumulation,
     candidate_bindings,
@@ -54,10 +55,23 @@ WGMMA_TILES = ((256, 128, 64, 4), (128, 256, 64, 4), (128, 128, 64, 5), (64, 256
 # BK = 64: A K-major (8-row groups 1024 bytes apart), B N-major (64-wide n blocks BK * 128
 # bytes apart, 8-row k groups 1024 bytes apart).
 WGMMA_STRIDES = {"a": (16, 1024), "b": (8192, 1024)}
+# TMA-fed, warp-specialised persistent tiles (BM, BN, BK, stages): one producer warpgroup
+# moves operand tiles with the tensor-memory accelerator, BM / 64 consumer warpgroups issue
+# wgmma on them; 4 stages of 128x256 fill 192 KiB of shared memory.
+TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (64, 256, 64, 6), (64, 128, 64, 8))
+TMA_MAX_RANK = 5
 MMA_TILES = (
     (256, 128, 64, 4, 2, 3), (128, 256, 64, 2, 4, 4), (128, 128, 32, 2, 4, 4),
     (128, 64, 32, 2, 2, 4), (64, 128, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4), (32, 64, 32, 1, 2, 4),
     (32, 32, 32, 1, 1, 4),
+)
+# Operands without 16-byte runs (an im2col gather of a convolution) go element by element
+# through registers: K steps of 16 keep each thread's loads, and the row offsets it keeps, to
+# 16 or fewer (BK = 64 tiles took 64 + 32 loads a thread and spilled: 3 TFLOP/s on a 3x3
+# layer where these reach the FMA kernel's load rate with tensor-core arithmetic).
+MMA_SCALAR_TILES = (
+    (128, 128, 16, 2, 4, 2), (128, 64, 16, 2, 2, 2), (64, 128, 16, 2, 2, 2), (64, 64, 16, 2, 2, 2),
+    (32, 64, 16, 1, 2, 2), (32, 32, 16, 1, 1, 2),
 )
 # Split K over blocks (partial sums added atomically) until the grid has this many warps per SM.
 WARPS_PER_SM = 8
@@ -89,7 +103,9 @@ class GemmDim:
 
 @dataclass(frozen=True)
 class GemmTiling:
-    kind: str  # "wgmma" (warpgroup MMA) | "mma" (warp-level fragments) | "fma" (register tile)
+    # "tma" (TMA-fed warp-specialised wgmma) | "wgmma" (warpgroup MMA over cp.async) |
+    # "mma" (warp-level fragments) | "fma" (register tile)
+    kind: str
     block_m: int
     block_n: int
     block_k: int
@@ -102,6 +118,8 @@ class GemmTiling:
 
     @property
     def shared_bytes(self) -> int:
+        if self.kind == "tma":  # operand stages, two mbarriers per stage, 1 KiB for alignment
+            return self.stages * ((self.block_m + self.block_n) * self.block_k * 2 + 16) + 1024
         if self.kind == "wgmma":
             return self.stages * (self.block_m + self.block_n) * self.block_k * 2
         if self.kind == "mma":
@@ -110,11 +128,36 @@ class GemmTiling:
 
     @property
     def threads(self) -> int:
+        if self.kind == "tma":  # a producer warpgroup and one consumer per 64 rows
+            return 128 * (1 + self.block_m // 64)
         if self.kind == "wgmma":
             return 128 * (self.block_m // 64)
         if self.kind == "mma":
             return 32 * self.warps_m * self.warps_n
         return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A TMA view of one operand: extents and byte strides innermost first (the first dimension
+    is contiguous), the box one copy moves, and where the GEMM's indices enter: the tile
+    coordinate of each dimension is "k", "m", "n" or a batch loop's name."""
+
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, of dimensions 1.. (dimension 0 is contiguous)
+    box: tuple[int, ...]
+    roles: tuple[str, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.extents)
+
+
+@dataclass(frozen=True)
+class TmaOperands:
+    a: TensorMap  # K-major: (k, m, batch...)
+    b: TensorMap  # N-major (n, k, batch...) or K-major (k, n, batch...)
+    b_major: str  # "n" | "k"
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,6 +176,8 @@ class GemmPlan:
     dtype_c: str
     tiling: GemmTiling
     footprint_bytes: int  # A and B cells one block's K step reads (isl count)
+    tma: TmaOperands | None = None  # set when the tiling is "tma"
+    epilogue: GemmEpilogue | None = None  # neighbouring statements applied in the kernel
 
     @staticmethod
     def size(dims: tuple[GemmDim, ...]) -> int:
@@ -167,6 +212,7 @@ class GpuKernelPlan:
             return (
                 f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
                 f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
+                + (f"; {g.epilogue.describe()}" if g.epilogue is not None else "")
             )
         par = ", ".join(t.var for t in self.threads) or "none"
         seq = ", ".join(self.sequential) or "none"
@@ -184,7 +230,30 @@ class GpuSchedule:
         return f"gpu {self.device.name}: " + " | ".join(k.describe() for k in self.kernels)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device.key(), "kernels": [k.describe() for k in self.kernels]}
+        return {"device": self.device.to_dict(), "kernels": [k.describe() for k in self.kernels]}
+
+
+@dataclass(frozen=True)
+class StoredGpuSchedule:
+    """A GPU schedule read back from the lowering cache: the plans themselves hold isl objects
+    and stay behind; what a loaded kernel reports (its device and each launch's description)
+    comes back."""
+
+    device: GpuTarget
+    kernels: tuple[str, ...]  # each launch's `describe()`
+
+    def describe(self) -> str:
+        return f"gpu {self.device.name}: " + " | ".join(self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device.to_dict(), "kernels": list(self.kernels)}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> StoredGpuSchedule:
+        kernels = data["kernels"]
+        if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+            raise ValueError("kernels must be a list of descriptions")
+        return StoredGpuSchedule(GpuTarget.from_dict(data["device"]), tuple(kernels))
 
 
 # ----------------------------------------------------------------------------- legality
@@ -377,25 +446,90 @@ def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
     return unit_contiguous(plan.k, "a", vec, a_others) and unit_contiguous(plan.n, "b", vec, b_others)
 
 
+def operand_modes(plan: GemmPlan) -> tuple[str, str]:
+    """Along which index each operand is contiguous: A "m" or "k", B "k" or "n"."""
+    a_mode = "m" if plan.m[-1].stride_a == 1 and plan.k[-1].stride_a != 1 else "k"
+    b_mode = "k" if plan.k[-1].stride_b == 1 and plan.n[-1].stride_b != 1 else "n"
+    return a_mode, b_mode
+
+
+def mma_vector(plan: GemmPlan) -> bool:
+    """The warp-level MMA kernel copies both operands in 16-byte runs (A along K, B along N)."""
+    return operand_modes(plan) == ("k", "n") and vector_operands(plan)
+
+
+def _collapsed(dims: tuple[GemmDim, ...], operand: str) -> tuple[int, int] | None:
+    """(extent, element stride) of `dims` read as one dimension of the operand: each loop's
+    stride is the next inner one's stride times its extent."""
+    if not dims:
+        return None
+    strides = [{"a": d.stride_a, "b": d.stride_b}[operand] for d in dims]
+    for i in range(len(dims) - 1):
+        if strides[i] != strides[i + 1] * dims[i + 1].extent:
+            return None
+    return math.prod(d.extent for d in dims), strides[-1]
+
+
+def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: int = 64) -> TmaOperands | None:
+    """TMA views of A (K-major) and B (N- or K-major), or None where the operands are not
+    strided matrices that the tensor-memory accelerator can address: one contiguous dimension,
+    16-byte aligned rows and base offsets, at most five dimensions."""
+    if plan.dtype_ab != "bfloat16" or plan.base_a % 8 or plan.base_b % 8:
+        return None
+    if 2 + len(plan.batch) > TMA_MAX_RANK:
+        return None
+    ak, am = _collapsed(plan.k, "a"), _collapsed(plan.m, "a")
+    bk, bn = _collapsed(plan.k, "b"), _collapsed(plan.n, "b")
+    if None in (ak, am, bk, bn):
+        return None
+    assert ak and am and bk and bn
+    batch_a = [d.stride_a for d in plan.batch]
+    batch_b = [d.stride_b for d in plan.batch]
+    if ak[1] != 1 or am[1] % 8 or any(s % 8 or s <= 0 for s in batch_a + batch_b):
+        return None
+    names = tuple(d.var for d in plan.batch)
+    extents_b = tuple(d.extent for d in plan.batch)
+    ones = (1,) * len(plan.batch)
+    a = TensorMap((ak[0], am[0], *extents_b), (am[1] * 2, *(s * 2 for s in batch_a)),
+                  (block_k, block_m, *ones), ("k", "m", *names))
+    if bn[1] == 1 and bk[1] % 8 == 0:
+        b = TensorMap((bn[0], bk[0], *extents_b), (bk[1] * 2, *(s * 2 for s in batch_b)),
+                      (64, block_k, *ones), ("n", "k", *names))
+        major = "n"
+    elif bk[1] == 1 and bn[1] % 8 == 0:
+        b = TensorMap((bk[0], bn[0], *extents_b), (bn[1] * 2, *(s * 2 for s in batch_b)),
+                      (block_k, block_n, *ones), ("k", "n", *names))
+        major = "k"
+    else:
+        return None
+    if any(e >= 1 << 32 for e in a.extents + b.extents) or any(s >= 1 << 40 for s in a.strides + b.strides):
+        return None
+    return TmaOperands(a, b, major)
+
+
 def _candidates(plan: GemmPlan, device: GpuTarget) -> list[GemmTiling]:
+    if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan):
+        return [GemmTiling("tma", bm, bn, bk, stages=st) for bm, bn, bk, st in TMA_TILES]
     if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and vector_operands(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":
         return [GemmTiling("mma", bm, bn, bk, warps_m=wm, warps_n=wn, stages=st)
-                for bm, bn, bk, wm, wn, st in MMA_TILES]
+                for bm, bn, bk, wm, wn, st in (MMA_TILES if mma_vector(plan) else MMA_SCALAR_TILES)]
     return [GemmTiling("fma", bm, bn, 8) for bm, bn in BLOCK_TILES]
 
 
 def _loads_divide(t: GemmTiling) -> bool:
     """Every thread copies the same number of elements (16-byte runs for the MMA kernels) of
-    both operand tiles, as the kernels assume."""
-    vec = 1 if t.kind == "fma" else 8
+    both operand tiles, as the kernels assume (TMA copies whole boxes)."""
+    if t.kind == "tma":
+        return True
+    vec = 1 if t.kind == "fma" or t.block_k == 16 else 8  # BK 16: the element-wise MMA path
     return all(cells % (vec * t.threads) == 0
                for cells in (t.block_m * t.block_k, t.block_k * t.block_n))
 
 
 def _registers(t: GemmTiling) -> int:
-    if t.kind == "wgmma":
+    if t.kind in ("wgmma", "tma"):
         return t.block_n // 2 + 32
     if t.kind == "mma":
         fm, fn = t.block_m // t.warps_m // 16, t.block_n // t.warps_n // 16
@@ -406,7 +540,7 @@ def _registers(t: GemmTiling) -> int:
 def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuTarget) -> int:
     """K slices per output tile: enough warps in flight, each slice still a long K loop.
     Slices add into C with atomics, so only float32 outputs are split."""
-    if dtype_c != "float32":
+    if dtype_c != "float32" or t.kind == "tma":  # persistent blocks walk every tile
         return 1
     k_tiles = math.ceil(size_k / t.block_k)
     want = device.multiprocessors * WARPS_PER_SM
@@ -446,6 +580,9 @@ def choose_tiling(
         tiling = GemmTiling(**{**tiling.__dict__, "splits": splits})
         useful = size_m * size_n / (math.ceil(size_m / bm) * bm * math.ceil(size_n / bn) * bn)
         blocks = tiles * splits
+        if tiling.kind == "tma":  # persistent: the last wave's idle multiprocessors are waste
+            waves = math.ceil(blocks / device.multiprocessors)
+            useful *= blocks / (waves * device.multiprocessors)
         fill = min(1.0, blocks / device.multiprocessors)
         warps = min(1.0, blocks * tiling.threads / 32 / (device.multiprocessors * WARPS_PER_SM))
         cells_a, cells_b = tile_footprint(s, plan, bm, bn, bk)
@@ -457,7 +594,9 @@ def choose_tiling(
     if best is None:
         raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
     _, tiling, footprint = best
-    return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint})
+    tma = (tma_operands(plan, tiling.block_m, tiling.block_n, tiling.block_k)
+           if tiling.kind == "tma" else None)
+    return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint, "tma": tma})
 
 
 # ----------------------------------------------------------------------------- the schedule
@@ -483,4 +622,4 @@ def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
                 gemm=gemm,
             )
         )
-    return GpuSchedule(device, tuple(kernels))
+    return GpuSchedule(device, tuple(with_epilogues(model, kernels)))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
-from polydl.ir import Binary, Const, Expr, Load, Select, Unary
+from polydl.ir import Binary, Call, Const, Expr, Load, Select, Unary
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import GroupPlan
 from polydl.schedules.microkernel import MicrokernelCall
@@ -51,7 +51,8 @@ class Literal:
 @dataclass(frozen=True)
 class Apply:
     """`op` over `args`: "+", "-", "*", "/" (two), "neg" (one), "max"/"min" (two: exactly
-    `a > b ? a : b` / `a < b ? a : b`), or "select<" .. "select!=" (four: `a OP b ? t : f`)."""
+    `a > b ? a : b` / `a < b ? a : b`), "fmax"/"fmin" (two: C's fmaxf/fminf, which return the
+    other argument where one is NaN), or "select<" .. "select!=" (four: `a OP b ? t : f`)."""
 
     op: str
     args: tuple[PostExpr, ...]
@@ -60,6 +61,7 @@ class Apply:
 PostExpr = Acc | Operand | Literal | Apply
 
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+FMAX_FMIN = {"fmaxf": "fmax", "fmax": "fmax", "fminf": "fmin", "fmin": "fmin"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def expr_text(e: PostExpr) -> str:
         return repr(e.value)
     if e.op == "neg":
         return f"-{expr_text(e.args[0])}"
-    if e.op in ("max", "min"):
+    if e.op in ("max", "min", "fmax", "fmin"):
         return f"{e.op}({expr_text(e.args[0])}, {expr_text(e.args[1])})"
     if e.op.startswith("select"):
         a, b, t, f = (expr_text(x) for x in e.args)
@@ -153,7 +155,7 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
         for acc in s.accesses
         if acc.is_write
     }
-    cell_of = _write_relation(producer, c_array)
+    cell_of = write_relation(producer, c_array)
     last: Condition | None = None
     if plan.fusion_level != len(call.outer):
         # the reduction of a tile is split over several calls: apply them on the last one
@@ -164,18 +166,18 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
     operands: list[tuple[str, isl.Map]] = []  # (array, producer instance -> operand cell)
     steps: list[PostExpr] = []
     for s in plan.epilogues:
-        found = _epilogue_steps(model, s, producer, cell_of, c_array, written, operands)
+        found = elementwise_step(model, s, producer, cell_of, c_array, written, operands)
         if isinstance(found, str):
             return f"{s.name}: {found}"
         steps.append(found)
     strides, offsets = [], []
     for array, relation in operands:
-        offset = _flat_offset(model, array, relation)
+        offset = flat_offset(model, array, relation)
         if offset is None:
             return f"the cells of {array} read are not an affine function of the call's loops"
         d_m = producer.iterators.index(call.binding.m)
         d_n = producer.iterators.index(call.binding.n)
-        strides.append(OperandStrides(_coefficient(offset, d_m), _coefficient(offset, d_n)))
+        strides.append(OperandStrides(coefficient(offset, d_m), coefficient(offset, d_n)))
         offsets.append(PostOpOperand(array, offset))
     ops = PostOps(tuple(strides), tuple(steps))
     return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets), last)
@@ -223,11 +225,11 @@ def condition_c(condition: Condition, values: list[str]) -> str:
     return " || ".join(f"({d})" for d in disjuncts) or "0"
 
 
-def _write_relation(s: StatementModel, array: str) -> isl.Map:
+def write_relation(s: StatementModel, array: str) -> isl.Map:
     return next(acc.relation for acc in s.accesses if acc.is_write and acc.access.array == array)
 
 
-def _epilogue_steps(
+def elementwise_step(
     model: PolyModel,
     s: StatementModel,
     producer: StatementModel,
@@ -241,7 +243,7 @@ def _epilogue_steps(
     target = s.statement.target
     if target.array != c_array:
         return f"it writes {target.array}, not the call's output {c_array}"
-    write = _write_relation(s, c_array)
+    write = write_relation(s, c_array)
     if not write.is_injective():
         return f"it writes a cell of {c_array} more than once"
     if not write.range().is_equal(cell_of.range()):
@@ -279,6 +281,8 @@ def _epilogue_steps(
             if (e.op == "<" and (t, f) == (a, b)) or (e.op == ">" and (t, f) == (b, a)):
                 return Apply("min", (a, b) if e.op == "<" else (b, a))  # type: ignore[arg-type]
             return Apply("select" + e.op, (a, b, t, f))  # type: ignore[arg-type]
+        if isinstance(e, Call) and e.function in FMAX_FMIN and len(e.args) == 2:
+            return _apply(FMAX_FMIN[e.function], [convert(e.args[0]), convert(e.args[1])])
         return f"its expression uses {type(e).__name__.lower()} {getattr(e, 'op', '') or getattr(e, 'function', '')}".rstrip()
 
     value = convert(s.statement.value)
@@ -299,7 +303,7 @@ def _apply(op: str, parts: list[PostExpr | str]) -> PostExpr | str:
     return Apply(op, tuple(parts))  # type: ignore[arg-type]
 
 
-def _flat_offset(model: PolyModel, array: str, relation: isl.Map) -> isl.Aff | None:
+def flat_offset(model: PolyModel, array: str, relation: isl.Map) -> isl.Aff | None:
     """producer instance -> element offset of the cell, if one affine piece without divisions."""
     shape = model.nest.array(array).concrete_shape(model.params)
     strides, step = [], 1
@@ -320,7 +324,7 @@ def _flat_offset(model: PolyModel, array: str, relation: isl.Map) -> isl.Aff | N
     return pieces[0]
 
 
-def _coefficient(aff: isl.Aff, dim: int) -> int:
+def coefficient(aff: isl.Aff, dim: int) -> int:
     return int(aff.get_coefficient_val(isl.dim_type.in_, dim).to_python())
 
 
@@ -328,7 +332,7 @@ def offset_c(aff: isl.Aff, names: tuple[str, ...]) -> str:
     """The offset as C text over the producer's iterator names."""
     terms = []
     for d, name in enumerate(names):
-        coeff = _coefficient(aff, d)
+        coeff = coefficient(aff, d)
         if coeff:
             terms.append(name if coeff == 1 else f"{coeff}L * {name}")
     const = int(aff.get_constant_val().to_python())

@@ -27,6 +27,7 @@ class GpuTarget:
     multiprocessors: int
     tensor_cores: bool  # bf16/fp16 warp-level MMA reachable from the generated source
     warpgroup_mma: bool = False  # Hopper's wgmma (built for sm_90a)
+    tensor_memory_accelerator: bool = False  # Hopper's TMA bulk tensor copies and mbarriers
 
     def __post_init__(self) -> None:
         if self.kind not in ("cuda", "hip"):
@@ -43,6 +44,7 @@ class GpuTarget:
             f"memory per block ({self.shared_memory_optin_bytes // 1024} KiB opted in), "
             f"tensor cores {'yes' if self.tensor_cores else 'no'}"
             + (", wgmma" if self.warpgroup_mma else "")
+            + (", TMA" if self.tensor_memory_accelerator else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,7 +57,7 @@ class GpuTarget:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         missing = sorted(f.name for f in fields(cls) if f.name not in data
-                         and f.name not in ("warpgroup_mma",))
+                         and f.name not in ("warpgroup_mma", "tensor_memory_accelerator"))
         if unknown or missing:
             raise TargetError(f"unknown field(s) {unknown}, missing field(s) {missing}", source)
         values = dict(data)
@@ -78,6 +80,7 @@ class GpuTarget:
             f"{self.name}|{self.kind}|{','.join(self.architectures)}|w{self.warp_size}|"
             f"smem={self.shared_memory_bytes}|regs={self.registers_per_thread}|"
             f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}|wgmma={int(self.warpgroup_mma)}"
+            f"|tma={int(self.tensor_memory_accelerator)}"
         )
 
 
@@ -93,6 +96,7 @@ HOPPER = GpuTarget(
     multiprocessors=132,
     tensor_cores=True,
     warpgroup_mma=True,
+    tensor_memory_accelerator=True,
 )
 
 CDNA = GpuTarget(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,9 @@ from polydl.runtime.gpu_toolchain import compile_gpu_library
 from polydl.schedules.gpu import gpu_schedule
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
+from tests.kernels import with_bf16 as _bf16
+from tests.schedules.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
+from tests.schedules.test_gpu_epilogues import LINEAR
 
 BACKWARD = """
 void back(int N, float a[N], float b[N]) {
@@ -30,9 +32,6 @@ void back(int N, float a[N], float b[N]) {
 }
 """
 
-
-def _bf16(nest, names):  # type: ignore[no-untyped-def]
-    return replace(nest, arrays=tuple(replace(a, dtype="bfloat16") if a.name in names else a for a in nest.arrays))
 
 
 def test_matmul_becomes_a_tiled_gemm() -> None:
@@ -49,9 +48,14 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     nest, params = builders.matmul(512, 512, 512)
     nest = _bf16(nest, {"A", "B"})
     cuda = lower(nest, params, "cuda")
-    assert cuda.schedule.kernels[0].gemm.tiling.kind == "wgmma"
-    assert "wgmma.mma_async" in cuda.code.source
+    assert cuda.schedule.kernels[0].gemm.tiling.kind == "tma"
+    assert "wgmma.mma_async" in cuda.code.source and "cp.async.bulk.tensor" in cuda.code.source
     assert cuda.code.compile_flags == ("-gencode=arch=compute_90a,code=sm_90a",)
+    assert cuda.code.pointer_alignment == 16  # TMA addresses 16-byte units
+    # without the tensor-memory accelerator: wgmma fed by cp.async
+    no_tma = device_for("cuda", tensor_memory_accelerator=False)
+    plan = gpu_schedule(build_model(nest, params), no_tma)
+    assert plan.kernels[0].gemm.tiling.kind == "wgmma"
     # rows of 36 elements are not 16-byte runs: warp-level mma.sync with scalar loads
     ragged, ragged_params = builders.matmul(64, 36, 64)
     mma = lower(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
@@ -60,6 +64,45 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     hip = lower(nest, params, "hip")
     assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
     assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
+
+
+def test_tma_kernel_is_persistent_and_warp_specialised() -> None:
+    nest, params = builders.matmul(1000, 2048, 520)
+    code = lower(_bf16(nest, {"A", "B"}), params, "cuda").code
+    # one tensor map per operand, encoded by the launcher through the driver's entry point
+    assert code.launcher.count("pd_tensor_map(&matmul_S0_") == 2
+    assert "cudaGetDriverEntryPoint" in code.launcher and "-lcuda" not in " ".join(code.compile_flags)
+    # as many blocks as multiprocessors (or tiles), a producer warpgroup giving up registers
+    assert "pd_sms < 128 ? pd_sms : 128" in code.launcher  # 8 x 16 tiles of 128 x 128
+    assert "setmaxnreg.dec" in code.source and "setmaxnreg.inc" in code.source
+    assert "mbarrier.try_wait.parity" in code.source
+
+
+def test_scratch_is_allocated_per_call_on_the_stream() -> None:
+    nest, params = builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1)
+    launcher = lower(nest, params, "cuda").code.launcher
+    assert "static float *" not in launcher  # no buffer shared by concurrent calls
+    assert "pdMallocAsync((void **)&xp" in launcher and "pdFreeAsync(xp, stream)" in launcher
+
+
+def test_gpu_lowerings_are_stored_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from polydl.driver import pipeline
+    from polydl.schedules.gpu import StoredGpuSchedule
+
+    monkeypatch.setenv("POLYDL_CACHE_DIR", str(tmp_path))
+    nest, params = builders.conv2d(32, 64, 64, 28, 28, 1, 1, fuse=("bias", "relu"))
+    target = DEFAULT_GPUS["cuda"]
+    assert pipeline.stored_lowering(nest, params, target) is None
+    fresh = pipeline.lower_and_store(nest, params, target)
+    stored = pipeline.stored_lowering(nest, params, target)
+    assert stored is not None
+    code, schedule, flops = stored
+    assert code == fresh.code and flops == fresh.flops
+    assert isinstance(schedule, StoredGpuSchedule) and schedule.describe() == fresh.schedule.describe()
+    assert "epilogue S1, S2 in the kernel" in schedule.describe()
+    # another device is another key
+    other = device_for("cuda", multiprocessors=114)
+    assert pipeline.lowering_key(nest, params, other, "auto") != pipeline.lowering_key(nest, params, target, "auto")
 
 
 def test_conv_is_an_implicit_gemm_after_the_padding_copy() -> None:
@@ -137,18 +180,21 @@ COMPILE_CASES = {
     "matmul": lambda: builders.matmul(256, 192, 100),
     "matmul_bf16": lambda: (_bf16(builders.matmul(256, 256, 256)[0], {"A", "B"}), {"M": 256, "N": 256, "K": 256}),
     "conv": lambda: builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1, fuse=("bias", "relu")),
+    "dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 200, "N": 136, "K": 72}),
+    "linear_bf16": lambda: (_bf16(read_c(LINEAR).nest, {"x", "w"}), {"N": 64, "C": 128, "K": 96}),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 33}),
 }
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront"])
+@pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront", "dense_bf16_out",
+                                  "linear_bf16"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
     library = compile_gpu_library(code, tmp_path)
     assert library.stat().st_size > 0
-    if case == "matmul_bf16" and shutil.which("cuobjdump"):
+    if case in ("matmul_bf16", "dense_bf16_out", "linear_bf16") and shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "--dump-sass", str(library)], capture_output=True, text=True).stdout
         assert "HGMMA" in sass
 

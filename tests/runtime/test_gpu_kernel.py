@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,9 @@ from polydl.frontends.c_loopnest import read_c
 from polydl.runtime.inputs import random_inputs
 from polydl.runtime.verify import compare
 from tests.kernels import ROWSUM, WAVEFRONT
+from tests.kernels import with_bf16 as _bf16
+from tests.schedules.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
+from tests.schedules.test_gpu_epilogues import LINEAR
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -36,9 +38,6 @@ needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU")
 
 BATCHED = (Path(__file__).resolve().parents[2] / "examples" / "batched_matmul.c").read_text()
 
-
-def _bf16(nest, names):  # type: ignore[no-untyped-def]
-    return replace(nest, arrays=tuple(replace(a, dtype="bfloat16") if a.name in names else a for a in nest.arrays))
 
 
 @needs_nvcc
@@ -66,6 +65,15 @@ CASES = {
     "conv_fused": lambda: builders.conv2d(2, 5, 7, 9, 11, 3, 3, 2, 1, fuse=("bias", "relu", "residual")),
     "conv_1x1": lambda: builders.conv2d(1, 16, 24, 8, 8, 1, 1),
     "conv_blocked": lambda: builders.conv2d(1, 16, 16, 6, 6, 3, 3, 1, 1, layout="nchw16c"),
+    # TMA-fed persistent kernels: ragged edges by the tensor maps' bounds, B read along K,
+    # the starting value and ReLU fused with a bf16 output, batched tensor maps
+    "tma_ragged": lambda: (_bf16(builders.matmul(200, 136, 72)[0], {"A", "B"}), {"M": 200, "N": 136, "K": 72}),
+    "tma_linear": lambda: (_bf16(read_c(LINEAR).nest, {"x", "w"}), {"N": 300, "C": 136, "K": 264}),
+    "tma_dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 384, "N": 520, "K": 200}),
+    "tma_batched": lambda: (_bf16(read_c(BATCHED).nest, {"X", "Y"}), {"B": 3, "M": 192, "N": 264, "K": 136}),
+    "conv_fused_in_kernel": lambda: builders.conv2d(16, 64, 64, 16, 16, 1, 1, fuse=("bias", "relu", "residual")),
+    "conv_bf16_fused_in_kernel": lambda: builders.conv2d(4, 16, 32, 20, 20, 3, 3, 1, 1, dtype="bfloat16",
+                                                         fuse=("bias", "relu", "residual")),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 20}),
     "rowsum": lambda: (read_c(ROWSUM).nest, {"N": 50, "M": 37}),
 }
@@ -77,6 +85,11 @@ CASES = {
 def test_numpy_arrays_match_the_reference(case: str) -> None:
     nest, params = CASES[case]()
     k = build_kernel(nest, params, target="cuda")
+    describe = k.schedule.describe()
+    if case.startswith("tma_"):
+        assert "gemm[tma]" in describe, describe
+    if "in_kernel" in case or case == "tma_dense_bf16_out":
+        assert " in the kernel" in describe, describe
     for seed in (1, 2):  # fresh inputs each time: the kernel must compute the same function
         inputs = random_inputs(k.arguments, seed=seed)
         out = k(*inputs)
@@ -144,3 +157,48 @@ def test_cupy_arrays_are_used_without_copies() -> None:
     c = k(a, b)
     assert isinstance(c, cupy.ndarray)
     np.testing.assert_allclose(cupy.asnumpy(c), cupy.asnumpy(a) @ cupy.asnumpy(b), rtol=1e-4, atol=1e-4)
+
+
+def _torch_cuda():  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no GPU")
+    return torch
+
+
+@gpu
+@needs_gpu
+def test_one_kernel_on_two_streams_at_once() -> None:
+    """The padded convolution's scratch copy is per call: two calls in flight on two streams
+    each read their own input."""
+    torch = _torch_cuda()
+    nest, params = builders.conv2d(4, 32, 32, 28, 28, 3, 3, 1, 1)
+    k = build_kernel(nest, params, target="cuda")
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    xs = [torch.randn(4, 32, 28, 28, device="cuda") * (i + 1) for i in range(2)]
+    w = torch.randn(32, 32, 3, 3, device="cuda")
+    torch.cuda.synchronize()
+    for _ in range(20):  # many rounds, so the two calls overlap
+        ys = [torch.zeros(4, 32, 28, 28, device="cuda") for _ in range(2)]
+        torch.cuda.synchronize()
+        for stream, x, y in zip(streams, xs, ys, strict=True):
+            with torch.cuda.stream(stream):
+                k(x, w, y=y)  # on the current stream
+        torch.cuda.synchronize()
+        for x, y in zip(xs, ys, strict=True):
+            want = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+            assert (torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)).item() < 1e-5
+
+
+@gpu
+@needs_gpu
+def test_misaligned_device_arrays_are_refused() -> None:
+    torch = _torch_cuda()
+    nest, params = builders.matmul(128, 128, 64)
+    k = build_kernel(_bf16(nest, {"A", "B"}), params, target="cuda")
+    assert k.code.pointer_alignment == 16
+    storage = torch.zeros(128 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    a = storage[1:].view(128, 64)  # contiguous, 2 bytes past an aligned address
+    b = torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ShapeError, match="'A'.*16-byte aligned"):
+        k(a, b)

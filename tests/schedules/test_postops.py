@@ -317,3 +317,20 @@ def test_a_nest_that_is_one_call_fuses_its_epilogue_as_postops() -> None:
     text = explain(lower(nest, params, schedule=schedule), ranking=0)
     assert "the whole nest: one microkernel call" in text
     assert "as post-ops in the microkernel" in text
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2", "scalar"])
+def test_fmaxf_consumers_run_as_postops_with_c_nan_rules(isa: str) -> None:
+    """`fmaxf(y + b, 0)` is a post-op with C's semantics: a NaN argument gives the other one
+    (the vector max instructions would give their second operand)."""
+    machine = None if isa == "native" else replace(host_target(), isa=isa, march="")
+    path = Path(__file__).resolve().parents[2] / "examples" / "linear_bias_relu.c"
+    kernel = polydl.compile(str(path), {"N": 24, "C": 40, "K": 36}, machine=machine)
+    assert POSTOPS in kernel.source
+    x, w, b = random_inputs(kernel.arguments, seed=4)
+    b[3] = np.nan  # fmaxf(NaN, 0) is 0: column 3 is all zeros
+    x[5, 0] = np.nan  # row 5: NaN + b is NaN, fmaxf gives 0 again
+    want = np.fmax(x.astype(np.float64) @ w.astype(np.float64).T + b, 0.0)
+    got = kernel(x, w, b)
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -73,6 +73,8 @@ def scalar_expr(e: PostExpr, acc: str, operand: Callable[[int], str], ctype: str
             return f"({args[0]} > {args[1]} ? {args[0]} : {args[1]})"
         if x.op == "min":
             return f"({args[0]} < {args[1]} ? {args[0]} : {args[1]})"
+        if x.op in ("fmax", "fmin"):
+            return f"{x.op}{'f' if ctype == 'float' else ''}({args[0]}, {args[1]})"
         if x.op.startswith("select"):
             return f"({args[0]} {x.op[6:]} {args[1]} ? {args[2]} : {args[3]})"
         return f"({args[0]} {x.op} {args[1]})"
@@ -111,6 +113,12 @@ class VectorOps:
             return f"{p}_{names[op]}_{self.sfx}({args[0]}, {args[1]})"
         if op == "neg":  # flip the sign bit: 0 - x would turn -0 into +0
             return f"{p}_xor_{self.sfx}({args[0]}, {constant(-0.0)})"
+        if op in ("fmax", "fmin"):  # as C's: where b is NaN, a (max_ps / min_ps return b)
+            a, b = args
+            both = f"{p}_{op[1:]}_{self.sfx}({a}, {b})"
+            if self.wide:
+                return f"_mm512_mask_blend_{self.sfx}(_mm512_cmp_{self.sfx}_mask({b}, {b}, _CMP_UNORD_Q), {both}, {a})"
+            return f"_mm256_blendv_{self.sfx}({both}, {a}, _mm256_cmp_{self.sfx}({b}, {b}, _CMP_UNORD_Q))"
         a, b, t, f = args
         pred = PREDICATES[op[6:]]
         if self.wide:

@@ -1,0 +1,139 @@
+"""GPU GEMM plans on Hopper: which operands the tensor-memory accelerator can address, and the
+neighbouring statements fused into the GEMM kernel (starting value and epilogue)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from polydl.frontends import builders
+from polydl.frontends.c_loopnest import read_c
+from polydl.poly.model import build_model
+from polydl.schedules.gpu import gpu_schedule, tma_operands
+from polydl.target.gpu import DEFAULT_GPUS
+from tests.kernels import with_bf16 as _bf16
+
+HOPPER = DEFAULT_GPUS["cuda"]
+
+INIT_BIAS_RELU = """
+void dense(int M, int N, int K, float C[M][N], const float A[M][K], const float B[K][N],
+           const float bias[N]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = bias[j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[k][j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = fmaxf(C[i][j], 0.0f);
+}
+"""
+
+# The statement after the GEMM reads C at a cell the same block does not own: not an epilogue.
+TRANSPOSED_READ = """
+void mmt(int M, int K, float C[M][M], float D[M][M], const float A[M][K], const float B[K][M]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < M; j++)
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[k][j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < M; j++)
+      D[i][j] = C[j][i] + 1.0f;
+}
+"""
+
+LINEAR = """
+void linear(int N, int C, int K, float y[N][K], const float x[N][C], const float w[K][C]) {
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < K; k++)
+      for (int c = 0; c < C; c++)
+        y[n][k] += x[n][c] * w[k][c];
+}
+"""
+
+
+
+def _plans(nest, params):  # type: ignore[no-untyped-def]
+    return gpu_schedule(build_model(nest, params), HOPPER).kernels
+
+
+# ----------------------------------------------------------------------------- TMA operands
+
+
+def test_row_major_bf16_operands_are_tensor_maps() -> None:
+    nest, params = builders.matmul(1000, 2048, 520)
+    (plan,) = _plans(_bf16(nest, {"A", "B"}), params)
+    g = plan.gemm
+    assert g.tiling.kind == "tma" and g.tma is not None
+    # A K-major (k innermost, rows 520 elements = 1040 bytes apart); B N-major
+    assert g.tma.a.extents == (520, 1000) and g.tma.a.strides == (1040,)
+    assert g.tma.a.roles == ("k", "m") and g.tma.a.box == (64, g.tiling.block_m)
+    assert g.tma.b_major == "n" and g.tma.b.extents == (2048, 520) and g.tma.b.box == (64, 64)
+
+
+def test_weights_read_along_k_are_a_k_major_tensor_map() -> None:
+    nest = _bf16(read_c(LINEAR).nest, {"x", "w"})
+    (plan,) = _plans(nest, {"N": 256, "C": 512, "K": 384})
+    tma = plan.gemm.tma
+    assert tma is not None and tma.b_major == "k"
+    assert tma.b.roles == ("k", "n") and tma.b.extents == (512, 384) and tma.b.strides == (1024,)
+
+
+def test_batched_operands_gain_a_tensor_map_dimension() -> None:
+    text = (Path(__file__).resolve().parents[2] / "examples" / "batched_matmul.c").read_text()
+    nest = _bf16(read_c(text).nest, {"X", "Y"})
+    (plan,) = _plans(nest, {"B": 4, "M": 256, "N": 128, "K": 64})
+    tma = plan.gemm.tma
+    assert tma is not None and tma.a.rank == 3 and tma.a.roles[2] == plan.gemm.batch[0].var
+    assert tma.a.strides == (128, 256 * 64 * 2)
+
+
+def test_operands_tma_cannot_address_fall_back() -> None:
+    nest, params = builders.matmul(64, 36, 64)  # rows of B 72 bytes apart: not 16-byte aligned
+    (plan,) = _plans(_bf16(nest, {"A", "B"}), params)
+    assert tma_operands(plan.gemm) is None and plan.gemm.tiling.kind == "mma"
+    fp32, fp32_params = builders.matmul(256, 256, 256)
+    (plan,) = _plans(fp32, fp32_params)
+    assert plan.gemm.tma is None and plan.gemm.tiling.kind == "fma"
+    (plan,) = gpu_schedule(build_model(_bf16(fp32, {"A", "B"}), fp32_params),
+                           replace(HOPPER, tensor_memory_accelerator=False)).kernels
+    assert plan.gemm.tiling.kind == "wgmma"
+
+
+# ----------------------------------------------------------------------------- epilogues
+
+
+def test_initial_value_and_activation_fuse_into_one_launch() -> None:
+    nest = _bf16(read_c(INIT_BIAS_RELU).nest, {"A", "B"})
+    (plan,) = _plans(nest, {"M": 512, "N": 512, "K": 256})
+    e = plan.gemm.epilogue
+    assert e is not None and e.initializer == "S0" and e.statements == ("S2",)
+    assert [o.array for o in e.operands] == ["bias"]
+    assert dict(e.operands[0].strides) == {"j": 1}
+    text = plan.describe()
+    assert "C starts at e0 (S0 fused)" in text and "acc = fmax(acc, 0.0)" in text
+
+
+def test_conv_bias_relu_is_one_kernel_at_batch_32() -> None:
+    nest, params = builders.conv2d(32, 256, 64, 56, 56, 1, 1, fuse=("bias", "relu"))
+    (conv,) = _plans(nest, params)
+    assert conv.gemm.epilogue is not None
+    assert conv.gemm.epilogue.statements == ("S1", "S2")
+    assert "epilogue S1, S2 in the kernel" in conv.describe()
+
+
+def test_split_reduction_keeps_its_neighbours() -> None:
+    # a 7x7 output with 4608-long reductions: K is split over blocks meeting in atomics, so no
+    # block sees a final cell
+    nest, params = builders.conv2d(32, 512, 512, 7, 7, 3, 3, 1, 1, fuse=("bias", "relu"))
+    plans = _plans(nest, params)
+    conv = next(p for p in plans if p.gemm is not None)
+    assert conv.gemm.tiling.splits > 1 and conv.gemm.epilogue is None
+    assert len(plans) == 4  # padding copy, conv, bias, relu
+
+
+def test_reading_another_cell_of_c_is_not_an_epilogue() -> None:
+    plans = _plans(read_c(TRANSPOSED_READ).nest, {"M": 512, "K": 512})
+    assert len(plans) == 2 and plans[0].gemm.epilogue is None
