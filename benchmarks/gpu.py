@@ -12,6 +12,8 @@ Case sets (`--set`, repeatable; default all):
   bf16).
 - fused32: conv + bias + ReLU at N=32, fp32, one polydl kernel against cuDNN's convolution
   followed by PyTorch's bias add and ReLU.
+- nhwc32_bf16, fused32_nhwc_bf16: the bf16 convolutions (and conv + bias + ReLU) at N=32 in
+  channels-last layout, against cuDNN on channels-last tensors (its tensor-core layout).
 Every case is first checked against a float64 reference (PyTorch on the GPU) with fresh random
 inputs and a zeroed output; then polydl and the reference library are timed with CUDA events
 around each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and
@@ -55,7 +57,7 @@ void gemm_set(int M, int N, int K, float C[M][N], const float A[M][K], const flo
         C[i][j] += A[i][k] * B[k][j];
 }
 """
-SETS = ("gemm", "conv2", "conv32", "conv32_bf16", "fused32")
+SETS = ("gemm", "conv2", "conv32", "conv32_bf16", "fused32", "nhwc32_bf16", "fused32_nhwc_bf16")
 QUICK_LAYERS = ("conv1", "res2_3x3", "res3_1x1a_s2", "res4_1x1b")
 
 
@@ -86,20 +88,21 @@ def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
             "out_dtype": "float32", "flops": 2 * b * m * n * k}
 
 
-def conv_cases(batch: int, set_name: str, dtype: str = "float32",
-               fuse: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def conv_cases(batch: int, set_name: str, dtype: str = "float32", fuse: tuple[str, ...] = (),
+               layout: str = "nchw") -> list[dict[str, Any]]:
     suite = json.loads((SUITES_DIR / "resnet50_conv.json").read_text())
-    tag = "fused" if fuse else ("conv" if dtype == "float32" else "conv_bf16")
+    tag = ("fused" if fuse else "conv") + ("_bf16" if dtype == "bfloat16" else "") + (
+        "_nhwc" if layout == "nhwc" else "")
     kind = "fused" if fuse else "conv"
     out = []
     for layer in suite["layers"]:
         sizes = {k: layer[k] for k in ("C", "K", "H", "W", "R", "S", "stride", "padding")}
-        nest, params = builders.conv2d(N=batch, **sizes, dtype=dtype, fuse=fuse)
+        nest, params = builders.conv2d(N=batch, **sizes, dtype=dtype, fuse=fuse, layout=layout)
         p = (layer["H"] + 2 * layer["padding"] - layer["R"]) // layer["stride"] + 1
         q = (layer["W"] + 2 * layer["padding"] - layer["S"]) // layer["stride"] + 1
         name = layer["name"] if (batch, tag) == (2, "conv") else f"{layer['name']}_n{batch}_{tag}"
         out.append({"name": name, "layer_name": layer["name"], "kind": kind, "nest": nest, "params": params,
-                    "set": set_name,
+                    "set": set_name, "layout": layout,
                     "dtype": dtype, "out_dtype": "float32", "layer": {**sizes, "N": batch},
                     "flops": 2 * batch * layer["K"] * p * q * layer["C"] * layer["R"] * layer["S"]})
     return out
@@ -117,6 +120,8 @@ def inputs_for(case: dict[str, Any], torch: Any) -> list[Any]:
         lay = case["layer"]
         shapes = [(lay["N"], lay["C"], lay["H"], lay["W"]), (lay["K"], lay["C"], lay["R"], lay["S"])]
     args = [torch.randn(s, device="cuda", dtype=torch.float32).to(tdt) for s in shapes]
+    if case.get("layout") == "nhwc":  # channels-last memory, NCHW shapes (PyTorch's convention)
+        args = [a.contiguous(memory_format=torch.channels_last) for a in args]
     if case["kind"] == "fused":
         args.append(torch.randn(case["layer"]["K"], device="cuda", dtype=torch.float32))
     return args
@@ -132,6 +137,14 @@ def torch_op(case: dict[str, Any], torch: Any, args: list[Any]) -> Any:
     if case["kind"] == "fused":  # cuDNN's convolution, then PyTorch's bias add and ReLU
         return torch.relu_(y.add_(args[2].view(1, -1, 1, 1)))
     return y
+
+
+def kernel_view(case: dict[str, Any], value: Any) -> Any:
+    """A PyTorch tensor as polydl's kernel takes or gives it: channels-last tensors as their
+    N, H, W, C arrays (the same memory)."""
+    if case.get("layout") == "nhwc" and value.dim() == 4:
+        return value.permute(0, 2, 3, 1)
+    return value
 
 
 def time_cuda(torch: Any, fn: Any, repeat: int) -> list[float]:
@@ -212,6 +225,8 @@ def all_cases() -> list[dict[str, Any]]:
         *conv_cases(32, "conv32"),
         *conv_cases(32, "conv32_bf16", dtype="bfloat16"),
         *conv_cases(32, "fused32", fuse=("bias", "relu")),
+        *conv_cases(32, "nhwc32_bf16", dtype="bfloat16", layout="nhwc"),
+        *conv_cases(32, "fused32_nhwc_bf16", dtype="bfloat16", fuse=("bias", "relu"), layout="nhwc"),
     ]
 
 
@@ -229,10 +244,11 @@ def measured_peaks(torch: Any, repeat: int) -> dict[str, float]:
 
 def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: dict[str, float]) -> dict[str, Any]:
     args_dev = inputs_for(case, torch)
-    ref = torch_op(case, torch, [x.double() for x in args_dev])
+    ref = kernel_view(case, torch_op(case, torch, [x.double() for x in args_dev]))
+    args_ours = [kernel_view(case, x) for x in args_dev]
     out_dtype = torch.bfloat16 if case["out_dtype"] == "bfloat16" else torch.float32
     out = torch.zeros(ref.shape, device="cuda", dtype=out_dtype)  # polydl's convolutions add into y
-    kernel(*args_dev, **{kernel.outputs[0].name: out})
+    kernel(*args_ours, **{kernel.outputs[0].name: out})
     torch.cuda.synchronize()
     err = (torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)).item()
     tol = 1e-2 if "bfloat16" in (case["dtype"], case["out_dtype"]) else 1e-5
@@ -242,7 +258,7 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
     def reference(a: list[Any] = args_dev) -> Any:
         return torch_op(case, torch, a)
 
-    def ours(a: list[Any] = args_dev, out: Any = out) -> Any:
+    def ours(a: list[Any] = args_ours, out: Any = out) -> Any:
         return kernel(*a, **{kernel.outputs[0].name: out})
 
     rounds_ours, rounds_ref = [], []

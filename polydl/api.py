@@ -115,7 +115,8 @@ def conv2d(
 ) -> Kernel:
     """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call as
     `k(x, w, *fused)`. `padding` is an int or (top, left, bottom, right); blocked weights as
-    `polydl.layouts.to_conv_weights` gives them."""
+    `polydl.layouts.to_conv_weights` gives them. `layout="nhwc"` (groups=1) takes x[N,H,W,C]
+    and w[K,R,S,C] and gives y[N,P,Q,K]."""
     return _build(
         "conv2d",
         target,

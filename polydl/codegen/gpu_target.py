@@ -33,6 +33,7 @@ from polydl.schedules.gpu import (
     TensorMap,
     mma_vector,
     operand_modes,
+    wgmma_b_major,
 )
 from polydl.target.gpu import GpuTarget
 from polydl.version import __version__
@@ -298,11 +299,15 @@ def _gemm_kernel(
         return _tma_kernel(values, g, kernel)
     vector_copies = t.kind == "wgmma"  # 16-byte cp.async of the operands
     if t.kind == "wgmma":
-        (lbo_a, sbo_a), (lbo_b, sbo_b) = WGMMA_STRIDES["a"], WGMMA_STRIDES["b"]
+        b_major = wgmma_b_major(g)
+        (lbo_a, sbo_a) = WGMMA_STRIDES["a"]
+        # B K-major sits in shared memory as A does: a 128-byte row of K per n
+        lbo_b, sbo_b = WGMMA_STRIDES["b"] if b_major == "n" else WGMMA_STRIDES["a"]
         text = render(
             "gpu/gemm_wgmma.j2", **{**values, "index_functions": f"{values['index_functions']}\n"
-                                    + _wgmma_function(kernel, t.block_n)},
-            stages=t.stages, lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
+                                    + _wgmma_function(kernel, t.block_n, b_major == "n")},
+            stages=t.stages, lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b, b_major=b_major,
+            b_step="kk * 64" if b_major == "n" else "kk",
         )
     elif t.kind == "mma":
         vec = 8 if mma_vector(g) else 1

@@ -36,6 +36,8 @@ ELEMENT_CTYPES = {
 }
 SUPPORTED_DTYPES = tuple(ELEMENT_CTYPES)  # the primitives compute in floating point
 LAYOUTS = ("nchw", "nchw16c")
+# the forward convolution also takes channels-last tensors (the GPU tensor-core layout)
+CONV_LAYOUTS = (*LAYOUTS, "nhwc")
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Built:
@@ -173,6 +175,8 @@ def conv2d(
     With `groups` (dividing C and K), output channel k reads the C/groups input channels of its
     group, k // (K/groups), as PyTorch's conv2d: nchw weights are w[K][C/groups][R][S].
 
+    layout "nhwc" (groups=1): x[N][H][W][C], w[K][R][S][C], y[N][P][Q][K], the reduction
+    (r, s, c) with c innermost, contiguous in both x and w.
     layout "nchw16c": x[N][CB][H][W][16], y[N][KB][P][Q][16] with CB, KB the channel counts
     rounded up to blocks (inputs padded with zeros, `polydl.layouts`); the weights are
     w[KB][CB][R][S][16c][16k], and with groups in the form `layouts.grouped_form` names
@@ -190,9 +194,11 @@ def conv2d(
     stride = integer_arg("stride", stride)
     top, left, bottom, right = padding_arg(padding)
     in_type, ctype = ELEMENT_CTYPES[choice_arg("dtype", dtype, SUPPORTED_DTYPES)]
-    layout = choice_arg("layout", layout, LAYOUTS)
+    layout = choice_arg("layout", layout, CONV_LAYOUTS)
     epilogues = epilogue_names(fuse)
     groups, Cg, Kg = group_sizes(sizes["C"], sizes["K"], groups)
+    if layout == "nhwc" and groups != 1:
+        raise ArgumentError("groups", f"layout 'nhwc' takes groups=1 only, not {groups}")
     dilation = integer_arg("dilation", dilation)
     check_window(sizes, (top, left, bottom, right), dilation)
 
@@ -230,6 +236,18 @@ def conv2d(
             sizes, groups, Cg, Kg, out_loops, source, row, col
         )
         body = guard + body
+    elif layout == "nhwc":
+        out_shape = ["N", P, Q, "K"]
+        out_loops = [("n", "N"), ("p", P), ("q", Q), ("k", "K")]
+        out = "[n][p][q][k]"
+        bias_shape, bias = ["K"], "[k]"
+        x_shape = ["N", "H", "W", "C"]
+        xp_shape = ["N", *padded, "C"]
+        copy_loops = [("n", "N"), ("ih", "H"), ("iw", "W"), ("c", "C")]
+        copy = f"xp[n][{ih}][{iw}][c] = x[n][ih][iw][c];"
+        conv_loops = out_loops + [("r", "R"), ("s", "S"), ("c", "C")]
+        body = f"y{out} += {source}[n][{row}][{col}][c] * w[k][r][s][c];"
+        w_shape = ["K", "R", "S", "C"]
     else:
         out_shape = ["N", "K", P, Q]
         out_loops = [("n", "N"), ("k", "K"), ("p", P), ("q", Q)]

@@ -446,6 +446,20 @@ def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
     return unit_contiguous(plan.k, "a", vec, a_others) and unit_contiguous(plan.n, "b", vec, b_others)
 
 
+def wgmma_b_major(plan: GemmPlan, vec: int = 8) -> str | None:
+    """How the wgmma kernel copies B in 16-byte runs: "n" (contiguous along N) or "k" (along K,
+    as a channels-last convolution's weights); None where A is not contiguous along K or B
+    along neither."""
+    a_others = [plan.base_a, *(d.stride_a for d in plan.m + plan.batch)]
+    if not unit_contiguous(plan.k, "a", vec, a_others):
+        return None
+    if unit_contiguous(plan.n, "b", vec, [plan.base_b, *(d.stride_b for d in plan.k + plan.batch)]):
+        return "n"
+    if unit_contiguous(plan.k, "b", vec, [plan.base_b, *(d.stride_b for d in plan.n + plan.batch)]):
+        return "k"
+    return None
+
+
 def operand_modes(plan: GemmPlan) -> tuple[str, str]:
     """Along which index each operand is contiguous: A "m" or "k", B "k" or "n"."""
     a_mode = "m" if plan.m[-1].stride_a == 1 and plan.k[-1].stride_a != 1 else "k"
@@ -510,7 +524,7 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
 def _candidates(plan: GemmPlan, device: GpuTarget) -> list[GemmTiling]:
     if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan):
         return [GemmTiling("tma", bm, bn, bk, stages=st) for bm, bn, bk, st in TMA_TILES]
-    if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and vector_operands(plan):
+    if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and wgmma_b_major(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":
         return [GemmTiling("mma", bm, bn, bk, warps_m=wm, warps_n=wn, stages=st)

@@ -179,6 +179,19 @@ def test_conv2d_fused_epilogues_numbers(dtype: str) -> None:
     assert got.dtype == NUMPY_DTYPES[dtype]
 
 
+@pytest.mark.parametrize("n, c, k, h, w, r, s, stride, padding", CONV_CASES)
+def test_conv2d_nhwc_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  # type: ignore[no-untyped-def]
+    """Channels last: x[N][H][W][C], w[K][R][S][C], y[N][P][Q][K], with bias and ReLU."""
+    nest, params = conv2d(N=n, C=c, K=k, H=h, W=w, R=r, S=s, stride=stride, padding=padding,
+                          layout="nhwc", fuse=("bias", "relu"))
+    inputs = random_inputs(nest, params, seed=5)
+    got = evaluate(nest, params, inputs)["y"]
+    x = inputs["x"].transpose(0, 3, 1, 2)
+    wt = inputs["w"].transpose(0, 3, 1, 2)
+    want = np.maximum(conv2d_numpy(x, wt, stride, padding) + inputs["b"][None, :, None, None], 0)
+    np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "n, c, k, h, w, r, s, stride, padding",
     [(1, 3, 5, 5, 6, 3, 3, 1, 1), (1, 17, 18, 5, 4, 3, 2, 2, 1), (2, 16, 16, 3, 3, 1, 1, 1, 0)],
@@ -227,7 +240,8 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"stride": 0}, "stride"),
         ({"padding": -1}, "padding"),
         ({"dtype": "int8"}, "dtype"),
-        ({"layout": "nhwc"}, "layout"),
+        ({"layout": "nhwc16c"}, "layout"),
+        ({"layout": "nhwc", "C": 4, "K": 4, "groups": 2}, "groups"),
         ({"fuse": ("bias", "bias")}, "fuse"),
         ({"fuse": ("gelu",)}, "fuse"),
         ({"fuse": "relu"}, "fuse"),

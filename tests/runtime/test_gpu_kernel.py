@@ -74,6 +74,13 @@ CASES = {
     "conv_fused_in_kernel": lambda: builders.conv2d(16, 64, 64, 16, 16, 1, 1, fuse=("bias", "relu", "residual")),
     "conv_bf16_fused_in_kernel": lambda: builders.conv2d(4, 16, 32, 20, 20, 3, 3, 1, 1, dtype="bfloat16",
                                                          fuse=("bias", "relu", "residual")),
+    # channels last, bf16: the 3x3 gather through wgmma with K-major weights, the 1x1 a TMA GEMM
+    "wgmma_conv_nhwc": lambda: builders.conv2d(2, 16, 32, 12, 12, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16",
+                                               fuse=("bias", "relu", "residual")),
+    "wgmma_conv_nhwc_strided": lambda: builders.conv2d(2, 24, 40, 11, 11, 3, 3, 2, 1, layout="nhwc",
+                                                       dtype="bfloat16"),
+    "tma_conv_nhwc_1x1": lambda: builders.conv2d(2, 32, 72, 10, 10, 1, 1, layout="nhwc", dtype="bfloat16",
+                                                 fuse=("bias", "relu")),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 20}),
     "rowsum": lambda: (read_c(ROWSUM).nest, {"N": 50, "M": 37}),
 }
@@ -86,8 +93,9 @@ def test_numpy_arrays_match_the_reference(case: str) -> None:
     nest, params = CASES[case]()
     k = build_kernel(nest, params, target="cuda")
     describe = k.schedule.describe()
-    if case.startswith("tma_"):
-        assert "gemm[tma]" in describe, describe
+    for kind in ("tma", "wgmma"):
+        if case.startswith(kind + "_"):
+            assert f"gemm[{kind}]" in describe, describe
     if "in_kernel" in case or case == "tma_dense_bf16_out":
         assert " in the kernel" in describe, describe
     for seed in (1, 2):  # fresh inputs each time: the kernel must compute the same function

@@ -9,7 +9,7 @@ from pathlib import Path
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
-from polydl.schedules.gpu import gpu_schedule, tma_operands
+from polydl.schedules.gpu import gpu_schedule, tma_operands, wgmma_b_major
 from polydl.target.gpu import DEFAULT_GPUS
 from tests.kernels import with_bf16 as _bf16
 
@@ -100,6 +100,22 @@ def test_operands_tma_cannot_address_fall_back() -> None:
     (plan,) = gpu_schedule(build_model(_bf16(fp32, {"A", "B"}), fp32_params),
                            replace(HOPPER, tensor_memory_accelerator=False)).kernels
     assert plan.gemm.tiling.kind == "wgmma"
+
+
+def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
+    # 3x3: the im2col rows of x are runs of c; the weights w[k][r][s][c] are K-major
+    nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
+    conv = next(p for p in _plans(nest, params) if p.gemm is not None)
+    assert conv.gemm.tiling.kind == "wgmma" and wgmma_b_major(conv.gemm) == "k"
+    assert [d.var for d in conv.gemm.k] == ["r", "s", "c"]
+    # 1x1 at stride 1: (n, p, q) is one strided dimension of x, so the whole layer is a TMA GEMM
+    nest, params = builders.conv2d(32, 256, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16")
+    (conv,) = _plans(nest, params)
+    assert conv.gemm.tiling.kind == "tma" and conv.gemm.tma.a.extents == (256, 32 * 56 * 56)
+    # NCHW gathers element by element
+    nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="bfloat16")
+    conv = next(p for p in _plans(nest, params) if p.gemm is not None)
+    assert wgmma_b_major(conv.gemm) is None and conv.gemm.tiling.kind == "mma"
 
 
 # ----------------------------------------------------------------------------- epilogues
