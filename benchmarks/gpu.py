@@ -8,14 +8,15 @@ Case sets (`--set`, repeatable; default all):
   PyTorch's bf16 matmul exactly; 4096^3 and 8192^3 among them.
 - conv2, conv32: the ResNet-50 convolutions (polydl/bench/suites/resnet50_conv.json), fp32,
   NCHW, at N=2 and N=32.
-- conv32_bf16: the same at N=32 with bf16 activations and weights (polydl writes fp32, cuDNN
-  bf16).
+- conv32_bf16: the same at N=32 with bf16 activations, weights and outputs.
 - fused32: conv + bias + ReLU at N=32, fp32, one polydl kernel against cuDNN's convolution
   followed by PyTorch's bias add and ReLU.
 - nhwc32_bf16, fused32_nhwc_bf16: the bf16 convolutions (and conv + bias + ReLU) at N=32 in
   channels-last layout, against cuDNN on channels-last tensors (its tensor-core layout).
-Every case is first checked against a float64 reference (PyTorch on the GPU) with fresh random
-inputs and a zeroed output; then polydl and the reference library are timed with CUDA events
+polydl's convolutions are built with `accumulate=False` (y = conv, as cuDNN's beta = 0: the
+zero start is fused into the kernel, which never reads y). Every case is first checked against a
+float64 reference (PyTorch on the GPU) with fresh random inputs and a NaN-filled output (zeroed
+where the kernel adds into it); then polydl and the reference library are timed with CUDA events
 around each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and
 matmuls run with TF32 off (the same arithmetic as polydl's FMA kernels). "peak %" is the case's
 polydl TFLOP/s against the device's measured peak for its input type: the best PyTorch matmul
@@ -67,7 +68,7 @@ def retype(nest: LoopNest, dtypes: dict[str, str]) -> LoopNest:
 
 
 def gemm_case(m: int, n: int, k: int, dtype: str, bf16_out: bool = False) -> dict[str, Any]:
-    if bf16_out:
+    if bf16_out:  # C = A B: the output is overwritten
         nest = retype(read_c(GEMM_SET, "<gemm_set>").nest, {"A": "bfloat16", "B": "bfloat16", "C": "bfloat16"})
         params = {"M": m, "N": n, "K": k}
     else:
@@ -76,7 +77,7 @@ def gemm_case(m: int, n: int, k: int, dtype: str, bf16_out: bool = False) -> dic
             nest = retype(nest, {"A": "bfloat16", "B": "bfloat16"})
     tag = "bf16out" if bf16_out else ("bf16" if dtype == "bfloat16" else "fp32")
     return {"name": f"gemm_{m}x{n}x{k}_{tag}", "kind": "gemm", "set": "gemm", "nest": nest, "params": params,
-            "dtype": dtype, "out_dtype": "bfloat16" if bf16_out else "float32", "flops": 2 * m * n * k}
+            "overwrites": bf16_out, "dtype": dtype, "out_dtype": "bfloat16" if bf16_out else "float32", "flops": 2 * m * n * k}
 
 
 def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
@@ -97,13 +98,15 @@ def conv_cases(batch: int, set_name: str, dtype: str = "float32", fuse: tuple[st
     out = []
     for layer in suite["layers"]:
         sizes = {k: layer[k] for k in ("C", "K", "H", "W", "R", "S", "stride", "padding")}
-        nest, params = builders.conv2d(N=batch, **sizes, dtype=dtype, fuse=fuse, layout=layout)
+        # bf16 convolutions write bf16, as cuDNN's do
+        nest, params = builders.conv2d(N=batch, **sizes, dtype=dtype, fuse=fuse, layout=layout,
+                                       accumulate=False, out_dtype=dtype)
         p = (layer["H"] + 2 * layer["padding"] - layer["R"]) // layer["stride"] + 1
         q = (layer["W"] + 2 * layer["padding"] - layer["S"]) // layer["stride"] + 1
         name = layer["name"] if (batch, tag) == (2, "conv") else f"{layer['name']}_n{batch}_{tag}"
         out.append({"name": name, "layer_name": layer["name"], "kind": kind, "nest": nest, "params": params,
-                    "set": set_name, "layout": layout,
-                    "dtype": dtype, "out_dtype": "float32", "layer": {**sizes, "N": batch},
+                    "set": set_name, "layout": layout, "overwrites": True,
+                    "dtype": dtype, "out_dtype": dtype, "layer": {**sizes, "N": batch},
                     "flops": 2 * batch * layer["K"] * p * q * layer["C"] * layer["R"] * layer["S"]})
     return out
 
@@ -122,8 +125,8 @@ def inputs_for(case: dict[str, Any], torch: Any) -> list[Any]:
     args = [torch.randn(s, device="cuda", dtype=torch.float32).to(tdt) for s in shapes]
     if case.get("layout") == "nhwc":  # channels-last memory, NCHW shapes (PyTorch's convention)
         args = [a.contiguous(memory_format=torch.channels_last) for a in args]
-    if case["kind"] == "fused":
-        args.append(torch.randn(case["layer"]["K"], device="cuda", dtype=torch.float32))
+    if case["kind"] == "fused":  # the bias has the output's type
+        args.append(torch.randn(case["layer"]["K"], device="cuda", dtype=torch.float32).to(tdt))
     return args
 
 
@@ -247,7 +250,10 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
     ref = kernel_view(case, torch_op(case, torch, [x.double() for x in args_dev]))
     args_ours = [kernel_view(case, x) for x in args_dev]
     out_dtype = torch.bfloat16 if case["out_dtype"] == "bfloat16" else torch.float32
-    out = torch.zeros(ref.shape, device="cuda", dtype=out_dtype)  # polydl's convolutions add into y
+    # a kernel that overwrites its output gets NaN there (a cell it skips shows); one that adds
+    # into it (C += A B) gets zeros
+    fill = float("nan") if case.get("overwrites") else 0.0
+    out = torch.full(ref.shape, fill, device="cuda", dtype=out_dtype)
     kernel(*args_ours, **{kernel.outputs[0].name: out})
     torch.cuda.synchronize()
     err = (torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)).item()

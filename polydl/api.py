@@ -108,6 +108,8 @@ def conv2d(
     fuse: tuple[str, ...] | list[str] = (),
     groups: int = 1,
     dilation: int = 1,
+    accumulate: bool = True,
+    out_dtype: str | None = None,
     *,
     target: TargetArg = "c",
     machine: MachineArg = None,
@@ -116,7 +118,9 @@ def conv2d(
     """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call as
     `k(x, w, *fused)`. `padding` is an int or (top, left, bottom, right); blocked weights as
     `polydl.layouts.to_conv_weights` gives them. `layout="nhwc"` (groups=1) takes x[N,H,W,C]
-    and w[K,R,S,C] and gives y[N,P,Q,K]."""
+    and w[K,R,S,C] and gives y[N,P,Q,K]. `accumulate=False` overwrites a `y` passed in
+    (`y = conv`) instead of adding to it; `out_dtype="bfloat16"` gives a bf16 y from bf16
+    inputs (float32 by default)."""
     return _build(
         "conv2d",
         target,
@@ -136,6 +140,8 @@ def conv2d(
         fuse=tuple(fuse),
         groups=groups,
         dilation=dilation,
+        accumulate=accumulate,
+        out_dtype=out_dtype,
     )
 
 

@@ -26,6 +26,7 @@ from polydl.schedules.apply import apply_schedule
 from polydl.schedules.auto import auto_schedule, resolve
 from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.microkernel import multiply_accumulate
 from polydl.schedules.nests import plan_nests
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
@@ -47,8 +48,21 @@ def schedule_from_dict(data: dict[str, Any]) -> Schedule:
     return Schedule.from_dict(data)
 
 
+def _refuse_bf16_sums(model: PolyModel) -> None:
+    """A multiply-accumulate into a bfloat16 array would round the partial sum at every step
+    in C loops (GPU kernels keep it in float32 registers and round once)."""
+    for s in model.statements:
+        mac = multiply_accumulate(s)
+        if mac is not None and model.nest.array(mac[0].array).dtype == "bfloat16":
+            raise ScheduleError(
+                f"{s.name} accumulates products into the bfloat16 array '{mac[0].array}': the C "
+                "target would round the sum at every step; give it a float32 output (a GPU "
+                "target accumulates in float32 and rounds once)")
+
+
 def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
     """`schedule`: "auto", a `Schedule` or its dict form (the caller's, or the tuner's)."""
+    _refuse_bf16_sums(model)
     model = isolate_gemms(model)
     if isinstance(schedule, Mapping):
         schedule = schedule_from(schedule)

@@ -167,6 +167,8 @@ def conv2d(
     fuse: Sequence[str] = (),
     groups: int = 1,
     dilation: int = 1,
+    accumulate: bool = True,
+    out_dtype: str | None = None,
 ) -> Built:
     """Forward convolution `y[n][k][p][q] += x[n][c][p*stride + r*dilation - top][q*stride +
     s*dilation - left] * w[k][c][r][s]`, then the `fuse` epilogues in order; called as
@@ -186,7 +188,11 @@ def conv2d(
     dtype "bfloat16": x and w bfloat16, y and the epilogue operands float32;
     a fused bias is then b[KB*16] and a residual is shaped like y. "scale_shift" (batch-norm in
     inference) adds scale[K] and shift[K] (KB*16 when blocked): y = y * scale[k] + shift[k];
-    "clip(LO,HI)" clamps y to [LO, HI] (ReLU6 is "clip(0,6)")."""
+    "clip(LO,HI)" clamps y to [LO, HI] (ReLU6 is "clip(0,6)").
+    `out_dtype="bfloat16"` (with dtype "bfloat16"): y and the epilogue operands are bfloat16
+    too (accumulated in float32 where the kernel fuses them, rounded once).
+    `accumulate=False`: the nest sets y to zero first (`y = conv`, cuDNN's beta = 0), so a
+    kernel that fuses that start never reads y; by default the convolution adds into y."""
     sizes = {
         name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
@@ -194,6 +200,10 @@ def conv2d(
     stride = integer_arg("stride", stride)
     top, left, bottom, right = padding_arg(padding)
     in_type, ctype = ELEMENT_CTYPES[choice_arg("dtype", dtype, SUPPORTED_DTYPES)]
+    if out_dtype is not None:
+        allowed = (("float32", "bfloat16") if dtype == "bfloat16" else (dtype,))
+        ctype = {"float32": "float", "bfloat16": "bfloat16", "float64": "double"}[
+            choice_arg("out_dtype", out_dtype, allowed)]
     layout = choice_arg("layout", layout, CONV_LAYOUTS)
     epilogues = epilogue_names(fuse)
     groups, Cg, Kg = group_sizes(sizes["C"], sizes["K"], groups)
@@ -201,6 +211,8 @@ def conv2d(
         raise ArgumentError("groups", f"layout 'nhwc' takes groups=1 only, not {groups}")
     dilation = integer_arg("dilation", dilation)
     check_window(sizes, (top, left, bottom, right), dilation)
+    if not isinstance(accumulate, bool):
+        raise ArgumentError("accumulate", f"must be True or False, not {accumulate!r}")
 
     P = _output_extent("H", "R", stride, top + bottom, dilation)
     Q = _output_extent("W", "S", stride, left + right, dilation)
@@ -282,6 +294,8 @@ def conv2d(
         arrays.append(declaration(in_type, "xp", xp_shape, False))
         nests.append(zero_based_nest(copy_loops, copy))
     arrays += [declaration(in_type, "x", x_shape, True), declaration(in_type, "w", w_shape, True)]
+    if not accumulate:
+        nests.append(zero_based_nest(out_loops, f"y{out} = {'0.0f' if ctype == 'float' else '0.0'};"))
     nests.append(zero_based_nest(conv_loops, body))
     fused_arrays, fused_nests = epilogue_nests(
         epilogues, ctype, out_loops, (out, out_shape), (bias, bias_shape)

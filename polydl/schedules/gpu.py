@@ -32,6 +32,7 @@ from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.gpu_epilogues import GemmEpilogue, with_epilogues
+from polydl.schedules.gpu_windows import WindowMap, read_through_copies, window_map
 from polydl.schedules.microkernel import (
     _only_accumulation,
     candidate_bindings,
@@ -50,7 +51,9 @@ BLOCK_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (32, 64), (64, 32), (
 # ran best; the schedule still picks by footprint, fit and occupancy.
 # Warpgroup-MMA block tiles (BM, BN, BK, stages); one warpgroup of 128 threads per 64 rows.
 # Measured on an H100 (4096^3): 256x128 (4 warpgroups) 380 TFLOP/s, 128x256 348, 128x128 325.
-WGMMA_TILES = ((256, 128, 64, 4), (128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 64, 5), (64, 128, 64, 6))
+# N = 64 tiles for layers of 64 output channels (a convolution's K), where BN = 128 wastes half.
+WGMMA_TILES = ((256, 128, 64, 4), (128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 64, 5), (64, 128, 64, 6),
+               (256, 64, 64, 4), (128, 64, 64, 6))
 # Descriptor byte offsets (leading, strided dimension) of the swizzled wgmma operands with
 # BK = 64: A K-major (8-row groups 1024 bytes apart), B N-major (64-wide n blocks BK * 128
 # bytes apart, 8-row k groups 1024 bytes apart).
@@ -58,7 +61,7 @@ WGMMA_STRIDES = {"a": (16, 1024), "b": (8192, 1024)}
 # TMA-fed, warp-specialised persistent tiles (BM, BN, BK, stages): one producer warpgroup
 # moves operand tiles with the tensor-memory accelerator, BM / 64 consumer warpgroups issue
 # wgmma on them; 4 stages of 128x256 fill 192 KiB of shared memory.
-TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (64, 256, 64, 6), (64, 128, 64, 8))
+TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (64, 256, 64, 6), (64, 128, 64, 8), (128, 64, 64, 8))
 TMA_MAX_RANK = 5
 MMA_TILES = (
     (256, 128, 64, 4, 2, 3), (128, 256, 64, 2, 4, 4), (128, 128, 32, 2, 4, 4),
@@ -118,8 +121,10 @@ class GemmTiling:
 
     @property
     def shared_bytes(self) -> int:
-        if self.kind == "tma":  # operand stages, two mbarriers per stage, 1 KiB for alignment
-            return self.stages * ((self.block_m + self.block_n) * self.block_k * 2 + 16) + 1024
+        if self.kind == "tma":  # operand stages, two mbarriers per stage, 1 KiB for alignment,
+            # and a 64 x 32 float staging tile (rows padded to 36) per consumer warpgroup
+            return (self.stages * ((self.block_m + self.block_n) * self.block_k * 2 + 16) + 1024
+                    + 16 + self.block_m // 64 * 64 * 36 * 4)
         if self.kind == "wgmma":
             return self.stages * (self.block_m + self.block_n) * self.block_k * 2
         if self.kind == "mma":
@@ -152,10 +157,14 @@ class TensorMap:
     def rank(self) -> int:
         return len(self.extents)
 
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        return (1,) * len(self.extents)
+
 
 @dataclass(frozen=True)
 class TmaOperands:
-    a: TensorMap  # K-major: (k, m, batch...)
+    a: TensorMap | WindowMap  # K-major: (k, m, batch...), or a window over A's array
     b: TensorMap  # N-major (n, k, batch...) or K-major (k, n, batch...)
     b_major: str  # "n" | "k"
 
@@ -213,6 +222,9 @@ class GpuKernelPlan:
                 f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
                 f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
                 + (f"; {g.epilogue.describe()}" if g.epilogue is not None else "")
+                + (f"; reads {g.tma.a.source} through TMA boxes zero-filled at its edges "
+                   f"({g.tma.a.copy}, its padded copy, dropped)"
+                   if g.tma is not None and isinstance(g.tma.a, WindowMap) and g.tma.a.source else "")
             )
         par = ", ".join(t.var for t in self.threads) or "none"
         seq = ", ".join(self.sequential) or "none"
@@ -484,28 +496,34 @@ def _collapsed(dims: tuple[GemmDim, ...], operand: str) -> tuple[int, int] | Non
     return math.prod(d.extent for d in dims), strides[-1]
 
 
-def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: int = 64) -> TmaOperands | None:
+def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: int = 64,
+                 shape_a: tuple[int, ...] | None = None) -> TmaOperands | None:
     """TMA views of A (K-major) and B (N- or K-major), or None where the operands are not
     strided matrices that the tensor-memory accelerator can address: one contiguous dimension,
-    16-byte aligned rows and base offsets, at most five dimensions."""
+    16-byte aligned rows and base offsets, at most five dimensions. Given the shape of A's
+    array, an A that is a sliding window over it (a channels-last convolution) is one too."""
     if plan.dtype_ab != "bfloat16" or plan.base_a % 8 or plan.base_b % 8:
         return None
     if 2 + len(plan.batch) > TMA_MAX_RANK:
         return None
     ak, am = _collapsed(plan.k, "a"), _collapsed(plan.m, "a")
     bk, bn = _collapsed(plan.k, "b"), _collapsed(plan.n, "b")
-    if None in (ak, am, bk, bn):
-        return None
-    assert ak and am and bk and bn
     batch_a = [d.stride_a for d in plan.batch]
     batch_b = [d.stride_b for d in plan.batch]
-    if ak[1] != 1 or am[1] % 8 or any(s % 8 or s <= 0 for s in batch_a + batch_b):
-        return None
     names = tuple(d.var for d in plan.batch)
     extents_b = tuple(d.extent for d in plan.batch)
     ones = (1,) * len(plan.batch)
-    a = TensorMap((ak[0], am[0], *extents_b), (am[1] * 2, *(s * 2 for s in batch_a)),
-                  (block_k, block_m, *ones), ("k", "m", *names))
+    a: TensorMap | WindowMap
+    if ak and am and ak[1] == 1 and am[1] % 8 == 0:
+        a = TensorMap((ak[0], am[0], *extents_b), (am[1] * 2, *(s * 2 for s in batch_a)),
+                      (block_k, block_m, *ones), ("k", "m", *names))
+    else:
+        window = window_map(plan, shape_a, block_m, block_k) if shape_a else None
+        if window is None:
+            return None
+        a = window
+    if bk is None or bn is None or any(s % 8 or s <= 0 for s in batch_a + batch_b):
+        return None
     if bn[1] == 1 and bk[1] % 8 == 0:
         b = TensorMap((bn[0], bk[0], *extents_b), (bk[1] * 2, *(s * 2 for s in batch_b)),
                       (64, block_k, *ones), ("n", "k", *names))
@@ -521,8 +539,8 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
     return TmaOperands(a, b, major)
 
 
-def _candidates(plan: GemmPlan, device: GpuTarget) -> list[GemmTiling]:
-    if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan):
+def _candidates(plan: GemmPlan, device: GpuTarget, shape_a: tuple[int, ...]) -> list[GemmTiling]:
+    if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan, shape_a=shape_a):
         return [GemmTiling("tma", bm, bn, bk, stages=st) for bm, bn, bk, st in TMA_TILES]
     if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and wgmma_b_major(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
@@ -574,7 +592,8 @@ def choose_tiling(
     size_m, size_n, size_k = plan.size(plan.m), plan.size(plan.n), plan.size(plan.k)
     batch = plan.size(plan.batch)
     best: tuple[float, GemmTiling, int] | None = None
-    for tiling in _candidates(plan, device):
+    shape_a = model.nest.array(plan.a.array).concrete_shape(model.params)
+    for tiling in _candidates(plan, device, shape_a):
         bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
         # The tensor-core kernel takes dynamic shared memory (opted in above the default);
         # the FMA kernel's is static and stays within the default.
@@ -595,20 +614,29 @@ def choose_tiling(
         useful = size_m * size_n / (math.ceil(size_m / bm) * bm * math.ceil(size_n / bn) * bn)
         blocks = tiles * splits
         if tiling.kind == "tma":  # persistent: the last wave's idle multiprocessors are waste
+            window = tma_operands(plan, bm, bn, bk, shape_a)
+            if window is None:
+                continue
+            if isinstance(window.a, WindowMap):  # a 2-D tile of output positions
+                useful = window.a.useful(plan) * size_n / (math.ceil(size_n / bn) * bn)
+                tiles = math.prod(math.ceil(d.extent / t) for d, (_, t) in zip(plan.m, window.a.tile_m, strict=True))
+                blocks = tiles * math.ceil(size_n / bn)
             waves = math.ceil(blocks / device.multiprocessors)
             useful *= blocks / (waves * device.multiprocessors)
         fill = min(1.0, blocks / device.multiprocessors)
         warps = min(1.0, blocks * tiling.threads / 32 / (device.multiprocessors * WARPS_PER_SM))
         cells_a, cells_b = tile_footprint(s, plan, bm, bn, bk)
         footprint = (cells_a + cells_b) * ELEMENT_BYTES[plan.dtype_ab]
-        intensity = bm * bn * bk / max(footprint, 1)
+        # the footprint counts cells that exist (isl clamps the tile to the domain): so does
+        # the work it feeds; what a tile larger than the GEMM wastes is in `useful`
+        intensity = min(bm, size_m) * min(bn, size_n) * min(bk, size_k) / max(footprint, 1)
         score = intensity * useful * fill * (0.5 + 0.5 * warps)
         if best is None or score > best[0] * 1.0001:
             best = (score, tiling, footprint)
     if best is None:
         raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
     _, tiling, footprint = best
-    tma = (tma_operands(plan, tiling.block_m, tiling.block_n, tiling.block_k)
+    tma = (tma_operands(plan, tiling.block_m, tiling.block_n, tiling.block_k, shape_a)
            if tiling.kind == "tma" else None)
     return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint, "tma": tma})
 
@@ -636,4 +664,4 @@ def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
                 gemm=gemm,
             )
         )
-    return GpuSchedule(device, tuple(with_epilogues(model, kernels)))
+    return GpuSchedule(device, tuple(read_through_copies(model, with_epilogues(model, kernels))))

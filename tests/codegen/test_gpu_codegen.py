@@ -183,19 +183,22 @@ COMPILE_CASES = {
     "dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 200, "N": 136, "K": 72}),
     "linear_bf16": lambda: (_bf16(read_c(LINEAR).nest, {"x", "w"}), {"N": 64, "C": 128, "K": 96}),
     "conv_nhwc_bf16": lambda: builders.conv2d(2, 16, 32, 12, 12, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16"),
+    "conv_nhwc_window": lambda: builders.conv2d(2, 64, 64, 12, 12, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16",
+                                                fuse=("bias", "relu"), accumulate=False),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 33}),
 }
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront", "dense_bf16_out",
-                                  "linear_bf16", "conv_nhwc_bf16"])
+                                  "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
     library = compile_gpu_library(code, tmp_path)
     assert library.stat().st_size > 0
-    if case in ("matmul_bf16", "dense_bf16_out", "linear_bf16", "conv_nhwc_bf16") and shutil.which("cuobjdump"):
+    if case in ("matmul_bf16", "dense_bf16_out", "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window") \
+            and shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "--dump-sass", str(library)], capture_output=True, text=True).stdout
         assert "HGMMA" in sass
 

@@ -271,3 +271,19 @@ def test_numpy_integers_are_accepted() -> None:
     _, params = matmul(M=np.int64(2), N=np.int32(3), K=4)
     assert params == {"M": 2, "N": 3, "K": 4}
     assert all(type(v) is int for v in params.values())
+
+
+def test_conv2d_bf16_output_is_refused_on_the_cpu_with_a_reason() -> None:
+    """A bf16 y from bf16 inputs is for GPU targets (float32 accumulators, one rounding): C
+    loops would round the sum at every step."""
+    import polydl
+    from polydl.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="accumulates products into the bfloat16 array 'y'"):
+        polydl.conv2d(1, 16, 16, 6, 6, 3, 3, 1, 1, dtype="bfloat16", layout="nhwc", out_dtype="bfloat16")
+    with pytest.raises(ArgumentError, match="out_dtype"):
+        conv2d(**{**GOOD, "out_dtype": "bfloat16"})  # fp32 inputs give an fp32 output
+    nest, params = conv2d(1, 16, 16, 6, 6, 3, 3, 1, 1, dtype="bfloat16", layout="nhwc", out_dtype="bfloat16",
+                          fuse=("bias",))
+    assert {a.name: a.dtype for a in nest.arrays}["y"] == "bfloat16"
+    assert {a.name: a.dtype for a in nest.arrays}["b"] == "bfloat16"

@@ -97,7 +97,7 @@ ERRORS = [
     ("missing-size", '$primitive = "matmul"\nM = 4\nN = 4\n', "K"),
     ("zero-size", 'primitive = "matmul"\nM = $0\nN = 1\nK = 1\n', ">= 1"),
     ("negative-padding", CONV.replace("padding = 1", "padding = $-1"), ">= 0"),
-    ("unknown-layout", CONV.replace('layout = "nchw16c"', 'layout = $"nhwc"'), "layout"),
+    ("unknown-layout", CONV.replace('layout = "nchw16c"', 'layout = $"nwhc"'), "layout"),
     ("duplicate-epilogue", CONV.replace('fuse = ["bias", "relu"]', 'fuse = $["bias", "bias"]'), "twice"),
     ("unknown-epilogue", CONV.replace('fuse = ["bias", "relu"]', 'fuse = $["gelu"]'), "gelu"),
     ("filter-too-large", CONV.replace("R = 3", "R = $9"), "empty"),

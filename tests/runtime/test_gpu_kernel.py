@@ -70,6 +70,8 @@ CASES = {
     "tma_ragged": lambda: (_bf16(builders.matmul(200, 136, 72)[0], {"A", "B"}), {"M": 200, "N": 136, "K": 72}),
     "tma_linear": lambda: (_bf16(read_c(LINEAR).nest, {"x", "w"}), {"N": 300, "C": 136, "K": 264}),
     "tma_dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 384, "N": 520, "K": 200}),
+    "tma_matmul_bf16_out_staged": lambda: (_bf16(builders.matmul(200, 264, 72)[0], {"A", "B", "C"}),
+                                           {"M": 200, "N": 264, "K": 72}),
     "tma_batched": lambda: (_bf16(read_c(BATCHED).nest, {"X", "Y"}), {"B": 3, "M": 192, "N": 264, "K": 136}),
     "conv_fused_in_kernel": lambda: builders.conv2d(16, 64, 64, 16, 16, 1, 1, fuse=("bias", "relu", "residual")),
     "conv_bf16_fused_in_kernel": lambda: builders.conv2d(4, 16, 32, 20, 20, 3, 3, 1, 1, dtype="bfloat16",
@@ -81,6 +83,22 @@ CASES = {
                                                        dtype="bfloat16"),
     "tma_conv_nhwc_1x1": lambda: builders.conv2d(2, 32, 72, 10, 10, 1, 1, layout="nhwc", dtype="bfloat16",
                                                  fuse=("bias", "relu")),
+    "wgmma_conv_nhwc_overwrite": lambda: builders.conv2d(2, 16, 64, 12, 12, 3, 3, 1, 1, layout="nhwc",
+                                                         dtype="bfloat16", fuse=("bias",), accumulate=False),
+    # 3x3 channels last with whole 64-channel steps: x read as a window by TMA (2-D tiles of
+    # output positions, ragged on both edges, several channel steps per tap)
+    "tma_conv_nhwc_window": lambda: builders.conv2d(2, 64, 64, 10, 9, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16",
+                                                    fuse=("bias", "relu", "residual"), accumulate=False),
+    "tma_conv_nhwc_window_wide": lambda: builders.conv2d(3, 128, 72, 7, 13, 3, 3, 1, (0, 1, 2, 1), layout="nhwc",
+                                                         dtype="bfloat16"),
+    "tma_conv_nhwc_window_strided": lambda: builders.conv2d(2, 64, 48, 11, 9, 3, 3, 2, 1, layout="nhwc",
+                                                            dtype="bfloat16", accumulate=False),
+    "tma_conv_nhwc_1x1_strided": lambda: builders.conv2d(2, 128, 64, 14, 13, 1, 1, 2, 0, layout="nhwc",
+                                                         dtype="bfloat16", fuse=("bias",)),
+    "tma_conv_nhwc_bf16_out": lambda: builders.conv2d(2, 64, 64, 9, 10, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16",
+                                                      fuse=("bias", "relu"), accumulate=False, out_dtype="bfloat16"),
+    "tma_conv_nhwc_window_unpadded": lambda: builders.conv2d(2, 64, 32, 9, 8, 3, 3, layout="nhwc", dtype="bfloat16",
+                                                             accumulate=False),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 20}),
     "rowsum": lambda: (read_c(ROWSUM).nest, {"N": 50, "M": 37}),
 }
@@ -210,3 +228,23 @@ def test_misaligned_device_arrays_are_refused() -> None:
     b = torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ShapeError, match="'A'.*16-byte aligned"):
         k(a, b)
+
+
+@gpu
+@needs_gpu
+def test_a_convolution_without_accumulation_overwrites_its_output() -> None:
+    """accumulate=False: the zero start is fused into the kernel's store, which never reads y
+    (NaN there must not survive)."""
+    torch = _torch_cuda()
+    nest, params = builders.conv2d(4, 32, 64, 14, 14, 1, 1, layout="nhwc", dtype="bfloat16",
+                                   fuse=("bias", "relu"), accumulate=False)
+    k = build_kernel(nest, params, target="cuda")
+    assert "C starts at 0.0" in k.schedule.describe()
+    assert "one aligned pair of C" in k.source or "through shared memory" in k.source
+    x = torch.randn(4, 14, 14, 32, device="cuda").bfloat16()
+    w = torch.randn(64, 1, 1, 32, device="cuda").bfloat16()
+    b = torch.randn(64, device="cuda")
+    y = torch.full((4, 14, 14, 64), float("nan"), device="cuda")
+    k(x, w, b, y=y)
+    want = torch.relu(torch.einsum("nhwc,kc->nhwk", x.double(), w[:, 0, 0].double()) + b.double())
+    assert (torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)).item() < 1e-2

@@ -10,6 +10,7 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
 from polydl.schedules.gpu import gpu_schedule, tma_operands, wgmma_b_major
+from polydl.schedules.gpu_windows import WindowMap
 from polydl.target.gpu import DEFAULT_GPUS
 from tests.kernels import with_bf16 as _bf16
 
@@ -103,8 +104,9 @@ def test_operands_tma_cannot_address_fall_back() -> None:
 
 
 def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
-    # 3x3: the im2col rows of x are runs of c; the weights w[k][r][s][c] are K-major
-    nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
+    # 3x3 over 48 channels: the im2col rows of x are runs of c; the weights w[k][r][s][c] are
+    # K-major
+    nest, params = builders.conv2d(32, 48, 64, 56, 56, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
     conv = next(p for p in _plans(nest, params) if p.gemm is not None)
     assert conv.gemm.tiling.kind == "wgmma" and wgmma_b_major(conv.gemm) == "k"
     assert [d.var for d in conv.gemm.k] == ["r", "s", "c"]
@@ -112,6 +114,25 @@ def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
     nest, params = builders.conv2d(32, 256, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16")
     (conv,) = _plans(nest, params)
     assert conv.gemm.tiling.kind == "tma" and conv.gemm.tma.a.extents == (256, 32 * 56 * 56)
+    # 3x3 with whole 64-channel steps: x is a window TMA reads, a 2-D tile of output positions
+    nest, params = builders.conv2d(32, 128, 128, 28, 28, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
+    (conv,) = _plans(nest, params)
+    window = conv.gemm.tma.a
+    assert conv.gemm.tiling.kind == "tma" and isinstance(window, WindowMap)
+    assert [(a.m, a.k) for a in window.axes] == [(None, "c"), ("q", "s"), ("p", "r"), ("n", None)]
+    # x itself, not its zero-padded copy: the boxes start one row and column before the edge
+    assert window.source == "x" and window.copy == "S0" and window.extents == (128, 28, 28, 32)
+    assert window.offsets == (0, -1, -1, 0)
+    assert [p.name for p in _plans(nest, params)] == ["S1"]  # no launch for the copy
+    assert "reads x through TMA boxes zero-filled at its edges (S0, its padded copy, dropped)" in conv.describe()
+    tile = dict(window.tile_m)
+    assert tile["n"] == 1 and tile["p"] * tile["q"] == conv.gemm.tiling.block_m
+    # at stride 2 the boxes take every second element along p and q
+    nest, params = builders.conv2d(32, 128, 128, 28, 28, 3, 3, 2, 1, layout="nhwc", dtype="bfloat16")
+    (conv,) = _plans(nest, params)
+    window = conv.gemm.tma.a
+    assert window.element_strides == (1, 2, 2, 1)
+    assert window.box[1] == 2 * dict(window.tile_m)["q"] and window.box[2] == 2 * dict(window.tile_m)["p"]
     # NCHW gathers element by element
     nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="bfloat16")
     conv = next(p for p in _plans(nest, params) if p.gemm is not None)
