@@ -34,6 +34,7 @@ from polydl.schedules.gpu import (
     WindowMap,
     mma_vector,
     operand_modes,
+    unit_contiguous,
     wgmma_b_major,
 )
 from polydl.target.gpu import GpuTarget
@@ -187,6 +188,19 @@ def _cell_value(g: GemmPlan, kernel: str, value: str, var: str, n: str,
     lines = [f"float {var} = {start} + {value};"]
     lines += [f"{var} = {scalar_expr(step, var, operand, 'float')};" for step in e.steps]
     return lines, funcs
+
+
+def fma_vectors(g: GemmPlan) -> tuple[int, int]:
+    """Elements per global load of A and of B in the fp32 FMA kernel: 4 (a 16-byte float4)
+    where the operand is contiguous along A's K / B's N in aligned runs of 4, else 1."""
+    if g.dtype_ab != "float32":
+        return 1, 1
+    t = g.tiling
+    a_others = [g.base_a, *(d.stride_a for d in g.m + g.batch)]
+    b_others = [g.base_b, *(d.stride_b for d in g.k + g.batch)]
+    vec_a = 4 if unit_contiguous(g.k, "a", 4, a_others) and (t.block_m * t.block_k) % (4 * t.threads) == 0 else 1
+    vec_b = 4 if unit_contiguous(g.n, "b", 4, b_others) and (t.block_k * t.block_n) % (4 * t.threads) == 0 else 1
+    return vec_a, vec_b
 
 
 def pair_stores(g: GemmPlan) -> bool:
@@ -457,7 +471,9 @@ def _gemm_kernel(
             stages=t.stages,
         )
     else:
-        text = render("gpu/gemm_fma.j2", **values)
+        vec_a, vec_b = fma_vectors(g)
+        vector_copies = 4 in (vec_a, vec_b)
+        text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b)
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),

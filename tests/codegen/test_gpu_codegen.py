@@ -78,6 +78,15 @@ def test_tma_kernel_is_persistent_and_warp_specialised() -> None:
     assert "mbarrier.try_wait.parity" in code.source
 
 
+def test_fp32_operands_contiguous_in_runs_of_4_load_as_float4() -> None:
+    nest, params = builders.matmul(512, 256, 128)
+    code = lower(nest, params, "cuda").code
+    assert "VEC_A = 4, VEC_B = 4" in code.source and code.pointer_alignment == 16
+    ragged, ragged_params = builders.matmul(64, 36, 66)  # K = 66: rows of A are not runs of 4
+    code = lower(ragged, ragged_params, "cuda").code
+    assert "VEC_A = 1, VEC_B = 4" in code.source
+
+
 def test_scratch_is_allocated_per_call_on_the_stream() -> None:
     nest, params = builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1)
     launcher = lower(nest, params, "cuda").code.launcher
