@@ -8,8 +8,11 @@ order, and `header` its declaration. Both dialects render the same templates; wh
 A plain statement becomes a kernel whose threads enumerate its thread loops (flattened, the
 innermost fastest so neighbouring threads touch neighbouring cells) and run the rest of its
 loops and guards sequentially; a GEMM statement becomes the block-tiled implicit GEMM of
-`gemm_wgmma.j2` (Hopper warpgroup MMA, bf16, contiguous operands; built for sm_90a),
-`gemm_mma.j2` (warp-level mma.sync, bf16) or `gemm_fma.j2` (FMA).
+`gemm_tma.j2` (Hopper: TMA-fed, warp-specialised, persistent; operands that are strided
+matrices or windows, see `schedules.gpu_windows`), `gemm_wgmma.j2` (Hopper warpgroup MMA over
+cp.async, bf16 operands in 16-byte runs; both built for sm_90a), `gemm_mma.j2` (warp-level
+mma.sync, bf16) or `gemm_fma.j2` (FMA). Each stores C with the fused epilogue applied
+(`schedules.gpu_epilogues`): cell by cell, in pairs, or staged through shared memory.
 """
 
 from __future__ import annotations
