@@ -13,14 +13,16 @@ Case sets (`--set`, repeatable; default all):
   followed by PyTorch's bias add and ReLU.
 - nhwc32_bf16, fused32_nhwc_bf16: the bf16 convolutions (and conv + bias + ReLU) at N=32 in
   channels-last layout, against cuDNN on channels-last tensors (its tensor-core layout).
+- nhwc32_tf32: fp32 channels-last convolutions at N=32 built for a target with
+  `allow_tf32=True`, against cuDNN with TF32 allowed (the one set where PyTorch runs TF32).
 polydl's convolutions are built with `accumulate=False` (y = conv, as cuDNN's beta = 0: the
 zero start is fused into the kernel, which never reads y). Every case is first checked against a
 float64 reference (PyTorch on the GPU) with fresh random inputs and a NaN-filled output (zeroed
 where the kernel adds into it); then polydl and the reference library are timed with CUDA events
 around each call, interleaved, and the medians compared. PyTorch's fp32 convolutions and
 matmuls run with TF32 off (the same arithmetic as polydl's FMA kernels). "peak %" is the case's
-polydl TFLOP/s against the device's measured peak for its input type: the best PyTorch matmul
-of 8192^3 in this run. Prints a table and writes JSON (default benchmarks/results/gpu.json).
+polydl TFLOP/s against the device's measured peak for its input type (TF32 for the TF32 set):
+PyTorch's 8192^3 matmul in this run. Prints a table and writes JSON (default benchmarks/results/gpu.json).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from polydl.bench.cases import SUITES_DIR  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
 from polydl.frontends.c_loopnest import read_c  # noqa: E402
 from polydl.ir import LoopNest  # noqa: E402
+from polydl.target.gpu import device_for  # noqa: E402
+
+TF32 = device_for("cuda", allow_tf32=True)
 
 BATCHED = (Path(__file__).resolve().parents[1] / "examples" / "batched_matmul.c").read_text()
 # C = A B with the starting value written by the nest (fused into the GEMM kernel's store)
@@ -58,7 +63,7 @@ void gemm_set(int M, int N, int K, float C[M][N], const float A[M][K], const flo
         C[i][j] += A[i][k] * B[k][j];
 }
 """
-SETS = ("gemm", "conv2", "conv32", "conv32_bf16", "fused32", "nhwc32_bf16", "fused32_nhwc_bf16")
+SETS = ("gemm", "conv2", "conv32", "conv32_bf16", "fused32", "nhwc32_bf16", "fused32_nhwc_bf16", "nhwc32_tf32")
 QUICK_LAYERS = ("conv1", "res2_3x3", "res3_1x1a_s2", "res4_1x1b")
 
 
@@ -90,10 +95,10 @@ def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
 
 
 def conv_cases(batch: int, set_name: str, dtype: str = "float32", fuse: tuple[str, ...] = (),
-               layout: str = "nchw") -> list[dict[str, Any]]:
+               layout: str = "nchw", tf32: bool = False) -> list[dict[str, Any]]:
     suite = json.loads((SUITES_DIR / "resnet50_conv.json").read_text())
     tag = ("fused" if fuse else "conv") + ("_bf16" if dtype == "bfloat16" else "") + (
-        "_nhwc" if layout == "nhwc" else "")
+        "_nhwc" if layout == "nhwc" else "") + ("_tf32" if tf32 else "")
     kind = "fused" if fuse else "conv"
     out = []
     for layer in suite["layers"]:
@@ -105,7 +110,7 @@ def conv_cases(batch: int, set_name: str, dtype: str = "float32", fuse: tuple[st
         q = (layer["W"] + 2 * layer["padding"] - layer["S"]) // layer["stride"] + 1
         name = layer["name"] if (batch, tag) == (2, "conv") else f"{layer['name']}_n{batch}_{tag}"
         out.append({"name": name, "layer_name": layer["name"], "kind": kind, "nest": nest, "params": params,
-                    "set": set_name, "layout": layout, "overwrites": True,
+                    "set": set_name, "layout": layout, "overwrites": True, "tf32": tf32,
                     "dtype": dtype, "out_dtype": dtype, "layer": {**sizes, "N": batch},
                     "flops": 2 * batch * layer["K"] * p * q * layer["C"] * layer["R"] * layer["S"]})
     return out
@@ -230,17 +235,21 @@ def all_cases() -> list[dict[str, Any]]:
         *conv_cases(32, "fused32", fuse=("bias", "relu")),
         *conv_cases(32, "nhwc32_bf16", dtype="bfloat16", layout="nhwc"),
         *conv_cases(32, "fused32_nhwc_bf16", dtype="bfloat16", fuse=("bias", "relu"), layout="nhwc"),
+        *conv_cases(32, "nhwc32_tf32", layout="nhwc", tf32=True),
     ]
 
 
 def measured_peaks(torch: Any, repeat: int) -> dict[str, float]:
-    """TFLOP/s of PyTorch's 8192^3 matmul per input type: the device's reachable peak."""
+    """TFLOP/s of PyTorch's 8192^3 matmul per input type (float32 with and without TF32): the
+    device's reachable peak."""
     peaks = {}
-    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32), ("tf32", torch.float32)):
+        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
         a, b = (torch.randn(8192, 8192, device="cuda").to(dtype) for _ in range(2))
         t = statistics.median(time_cuda(torch, lambda a=a, b=b: torch.matmul(a, b), max(3, repeat // 3)))
         peaks[name] = 2 * 8192**3 / t / 1e12
         del a, b
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.empty_cache()
     return peaks
 
@@ -257,7 +266,7 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
     kernel(*args_ours, **{kernel.outputs[0].name: out})
     torch.cuda.synchronize()
     err = (torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)).item()
-    tol = 1e-2 if "bfloat16" in (case["dtype"], case["out_dtype"]) else 1e-5
+    tol = 1e-2 if "bfloat16" in (case["dtype"], case["out_dtype"]) or case.get("tf32") else 1e-5
     ok = bool(math.isfinite(err) and err < tol)
     del ref
 
@@ -267,12 +276,14 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
     def ours(a: list[Any] = args_ours, out: Any = out) -> Any:
         return kernel(*a, **{kernel.outputs[0].name: out})
 
+    torch.backends.cudnn.allow_tf32 = bool(case.get("tf32"))  # the reference runs as ours may
     rounds_ours, rounds_ref = [], []
     for _ in range(3):  # interleave the two, a few samples each round
         rounds_ours += time_cuda(torch, ours, max(1, repeat // 3))
         rounds_ref += time_cuda(torch, reference, max(1, repeat // 3))
     t_ours, t_ref = statistics.median(rounds_ours), statistics.median(rounds_ref)
     g_ours, g_ref = time_graph(torch, ours, repeat), time_graph(torch, reference, repeat)
+    torch.backends.cudnn.allow_tf32 = False
     row = {
         "case": case["name"], "set": case["set"], "dtype": case["dtype"], "ok": ok, "rel_error": err,
         "polydl_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3,
@@ -281,7 +292,7 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
         "graph_polydl_ms": statistics.median(g_ours) * 1e3 if g_ours else None,
         "graph_torch_ms": statistics.median(g_ref) * 1e3 if g_ref else None,
     }
-    row["peak_percent"] = 100 * row["polydl_tflops"] / peaks[case["dtype"]]
+    row["peak_percent"] = 100 * row["polydl_tflops"] / peaks["tf32" if case.get("tf32") else case["dtype"]]
     row["graph_ratio"] = (row["graph_torch_ms"] / row["graph_polydl_ms"] if g_ours and g_ref else None)
     return row
 
@@ -309,7 +320,8 @@ def main() -> int:
         cases = [c for c in cases if c["name"] in args.only]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        kernels = list(pool.map(lambda c: build_kernel(c["nest"], c["params"], target="cuda"), cases))
+        kernels = list(pool.map(lambda c: build_kernel(c["nest"], c["params"], target=TF32 if c.get("tf32") else "cuda"),
+                                cases))
     print(f"built {len(kernels)} kernels in {time.time() - t0:.1f} s", flush=True)
     peaks = measured_peaks(torch, args.repeat)
     print("measured peak TFLOP/s (PyTorch 8192^3 matmul): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))

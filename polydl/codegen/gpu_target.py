@@ -140,16 +140,19 @@ def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: 
     )
 
 
-def _wgmma_function(kernel: str, bn: int, b_transposed: bool = True) -> str:
-    """`{kernel}_wgmma(acc, da, db)`: acc += A(64x16) * B(16xBN), both from shared memory; A
-    K-major, B N-major (`b_transposed`) or K-major."""
+def _wgmma_function(kernel: str, bn: int, b_transposed: bool = True, tf32: bool = False) -> str:
+    """`{kernel}_wgmma(acc, da, db)`: acc += A(64x16) * B(16xBN) (bf16), or A(64x8) * B(8xBN)
+    (float32 read as TF32), both from shared memory; A K-major, B N-major (`b_transposed`, bf16
+    only) or K-major."""
     n = bn // 2
     regs = ", ".join(f"%{i}" for i in range(n))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
+    shape = f"m64n{bn}k8.f32.tf32.tf32" if tf32 else f"m64n{bn}k16.f32.bf16.bf16"
+    layout = "" if tf32 else f", 0, {int(b_transposed)}"  # TF32 takes no transposes
     return (
         f"static __device__ __forceinline__ void {kernel}_wgmma(float *d, uint64_t da, uint64_t db) {{\n"
         f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"\n'
-        f'    "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16 {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, {int(b_transposed)};\\n}}\\n"\n'
+        f'    "wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, %{n}, %{n + 1}, p, 1, 1{layout};\\n}}\\n"\n'
         f'    : {outs}\n'
         f'    : "l"(da), "l"(db), "r"(1));\n'
         "}"
@@ -300,7 +303,7 @@ def _tma_coordinates(view: TensorMap, n_offset: str) -> str:
     return ", ".join(spell.get(role, f"(int)z_{role}") for role in view.roles)
 
 
-def _tma_setup(kernel: str, name: str, view: TensorMap | WindowMap, base: str) -> list[str]:
+def _tma_setup(kernel: str, name: str, view: TensorMap | WindowMap, base: str, float32: bool) -> list[str]:
     """Launcher lines encoding the tensor map `{kernel}_{name}` of the operand at `base`."""
     values = lambda xs: ", ".join(f"{x}u" for x in xs)  # noqa: E731
     return [
@@ -310,7 +313,8 @@ def _tma_setup(kernel: str, name: str, view: TensorMap | WindowMap, base: str) -
         f"  const cuuint64_t strides[] = {{{values(view.strides)}}};",
         f"  const cuuint32_t box[] = {{{values(view.box)}}};",
         f"  const cuuint32_t steps[] = {{{values(view.element_strides)}}};",
-        f"  status = pd_tensor_map(&{kernel}_{name}, {base}, {view.rank}, extents, strides, box, steps);",
+        f"  status = pd_tensor_map(&{kernel}_{name}, {base}, {view.rank}, extents, strides, box, steps, "
+        f"CU_TENSOR_MAP_DATA_TYPE_{'FLOAT32' if float32 else 'BFLOAT16'});",
         "  if (status != pdSuccess) return (int)status;",
         "}",
     ]
@@ -359,6 +363,7 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
     t, tma = g.tiling, g.tma
     assert tma is not None
     transposed = tma.b_major == "n"
+    tf32 = g.dtype_ab == "float32"
     lines = [
         "const long z = tile / (TILES_M * TILES_N), rest = tile % (TILES_M * TILES_N);",
         "const long first_m = rest / (GROUP_M * TILES_N) * GROUP_M;",
@@ -383,7 +388,8 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
     text = render(
         "gpu/gemm_tma.j2",
         **{**values, "index_functions": f"{values['index_functions']}\n"
-           + _wgmma_function(kernel, t.block_n, transposed)},
+           + _wgmma_function(kernel, t.block_n, transposed, tf32)},
+        mma_k=8 if tf32 else 16,
         stages=t.stages, batch=GemmPlan.size(g.batch),
         b_boxes=t.block_n // 64 if transposed else 1,
         tile_coordinates="\n".join(lines),
@@ -398,8 +404,8 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
     tiles = m_tiles * math.ceil(GemmPlan.size(g.n) / t.block_n) * GemmPlan.size(g.batch)
     setup = [
         *_tma_setup(kernel, "a", tma.a, tma.a.source if isinstance(tma.a, WindowMap) and tma.a.source
-                    else f"{g.a.array} + {g.base_a}L"),
-        *_tma_setup(kernel, "b", tma.b, f"{g.b.array} + {g.base_b}L"),
+                    else f"{g.a.array} + {g.base_a}L", tf32),
+        *_tma_setup(kernel, "b", tma.b, f"{g.b.array} + {g.base_b}L", tf32),
         "int pd_sms = 0;",
         "status = pd_multiprocessors(&pd_sms);",
         "if (status != pdSuccess) return (int)status;",

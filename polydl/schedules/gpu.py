@@ -63,6 +63,7 @@ WGMMA_STRIDES = {"a": (16, 1024), "b": (8192, 1024)}
 # wgmma on them; 4 stages of 128x256 fill 192 KiB of shared memory.
 TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (64, 256, 64, 6), (64, 128, 64, 8), (128, 64, 64, 8))
 TMA_MAX_RANK = 5
+TF32_BLOCK_K = 32  # float32 operands: a 128-byte swizzled row is 32 elements
 MMA_TILES = (
     (256, 128, 64, 4, 2, 3), (128, 256, 64, 2, 4, 4), (128, 128, 32, 2, 4, 4),
     (128, 64, 32, 2, 2, 4), (64, 128, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4), (32, 64, 32, 1, 2, 4),
@@ -118,12 +119,13 @@ class GemmTiling:
     thread_n: int = 8
     splits: int = 1  # blocks sharing one output tile, each over a slice of K
     stages: int = 2  # shared-memory buffers in flight
+    operand_bytes: int = 2  # tma: 2 (bf16) or 4 (float32 read as TF32)
 
     @property
     def shared_bytes(self) -> int:
         if self.kind == "tma":  # operand stages, two mbarriers per stage, 1 KiB for alignment,
             # and a 64 x 32 float staging tile (rows padded to 36) per consumer warpgroup
-            return (self.stages * ((self.block_m + self.block_n) * self.block_k * 2 + 16) + 1024
+            return (self.stages * ((self.block_m + self.block_n) * self.block_k * self.operand_bytes + 16) + 1024
                     + 16 + self.block_m // 64 * 64 * 36 * 4)
         if self.kind == "wgmma":
             return self.stages * (self.block_m + self.block_n) * self.block_k * 2
@@ -221,6 +223,7 @@ class GpuKernelPlan:
             return (
                 f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
                 f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
+                + (", float32 operands as TF32" if t.operand_bytes == 4 else "")
                 + (f"; {g.epilogue.describe()}" if g.epilogue is not None else "")
                 + (f"; reads {g.tma.a.source} through TMA boxes zero-filled at its edges "
                    f"({g.tma.a.copy}, its padded copy, dropped)"
@@ -502,7 +505,12 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
     strided matrices that the tensor-memory accelerator can address: one contiguous dimension,
     16-byte aligned rows and base offsets, at most five dimensions. Given the shape of A's
     array, an A that is a sliding window over it (a channels-last convolution) is one too."""
-    if plan.dtype_ab != "bfloat16" or plan.base_a % 8 or plan.base_b % 8:
+    if plan.dtype_ab not in ("bfloat16", "float32"):
+        return None
+    tf32 = plan.dtype_ab == "float32"  # TF32 wgmma reads both operands K-major
+    elem = 4 if tf32 else 2
+    run = 16 // elem  # elements in 16 bytes
+    if plan.base_a % run or plan.base_b % run:
         return None
     if 2 + len(plan.batch) > TMA_MAX_RANK:
         return None
@@ -514,22 +522,22 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
     extents_b = tuple(d.extent for d in plan.batch)
     ones = (1,) * len(plan.batch)
     a: TensorMap | WindowMap
-    if ak and am and ak[1] == 1 and am[1] % 8 == 0:
-        a = TensorMap((ak[0], am[0], *extents_b), (am[1] * 2, *(s * 2 for s in batch_a)),
+    if ak and am and ak[1] == 1 and am[1] % run == 0:
+        a = TensorMap((ak[0], am[0], *extents_b), (am[1] * elem, *(s * elem for s in batch_a)),
                       (block_k, block_m, *ones), ("k", "m", *names))
     else:
-        window = window_map(plan, shape_a, block_m, block_k) if shape_a else None
+        window = window_map(plan, shape_a, block_m, block_k, elem) if shape_a else None
         if window is None:
             return None
         a = window
-    if bk is None or bn is None or any(s % 8 or s <= 0 for s in batch_a + batch_b):
+    if bk is None or bn is None or any(s % run or s <= 0 for s in batch_a + batch_b):
         return None
-    if bn[1] == 1 and bk[1] % 8 == 0:
-        b = TensorMap((bn[0], bk[0], *extents_b), (bk[1] * 2, *(s * 2 for s in batch_b)),
+    if bn[1] == 1 and bk[1] % run == 0 and not tf32:
+        b = TensorMap((bn[0], bk[0], *extents_b), (bk[1] * elem, *(s * elem for s in batch_b)),
                       (64, block_k, *ones), ("n", "k", *names))
         major = "n"
-    elif bk[1] == 1 and bn[1] % 8 == 0:
-        b = TensorMap((bk[0], bn[0], *extents_b), (bn[1] * 2, *(s * 2 for s in batch_b)),
+    elif bk[1] == 1 and bn[1] % run == 0:
+        b = TensorMap((bk[0], bn[0], *extents_b), (bn[1] * elem, *(s * elem for s in batch_b)),
                       (block_k, block_n, *ones), ("k", "n", *names))
         major = "k"
     else:
@@ -542,6 +550,10 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
 def _candidates(plan: GemmPlan, device: GpuTarget, shape_a: tuple[int, ...]) -> list[GemmTiling]:
     if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan, shape_a=shape_a):
         return [GemmTiling("tma", bm, bn, bk, stages=st) for bm, bn, bk, st in TMA_TILES]
+    if (device.tensor_memory_accelerator and device.allow_tf32 and plan.dtype_ab == "float32"
+            and tma_operands(plan, block_k=TF32_BLOCK_K, shape_a=shape_a)):
+        # the same tiles with 128-byte rows of 32 floats: K steps of 32
+        return [GemmTiling("tma", bm, bn, TF32_BLOCK_K, stages=st, operand_bytes=4) for bm, bn, _, st in TMA_TILES]
     if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and wgmma_b_major(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":

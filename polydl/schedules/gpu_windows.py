@@ -83,7 +83,8 @@ def window_box(plan: GemmPlan, block_m: int) -> tuple[tuple[str, int], ...]:
     return (*((d.var, 1) for d in plan.m[:-2]), (inner_p.var, block_m // bq), (inner_q.var, bq))
 
 
-def window_map(plan: GemmPlan, shape_a: tuple[int, ...], block_m: int, block_k: int) -> WindowMap | None:
+def window_map(plan: GemmPlan, shape_a: tuple[int, ...], block_m: int, block_k: int,
+               elem: int = 2) -> WindowMap | None:
     """A as a window over its array, or None where it is not one: every K loop indexes exactly
     one array dimension with a unit coefficient, every M loop one with a coefficient of at most
     8 (a stride: the box then takes every step-th element), at most one M and one K loop per
@@ -113,7 +114,7 @@ def window_map(plan: GemmPlan, shape_a: tuple[int, ...], block_m: int, block_k: 
     k_inner = next(d for d in plan.k if d.var == k_of.get(last)) if last in k_of else None
     if last in m_of or k_inner is None or k_inner.extent % block_k or plan.k[-1].var != k_inner.var:
         return None
-    if any(s * 2 % 16 for s in strides[:-1]):
+    if any(s * elem % 16 for s in strides[:-1]):
         return None
     tile = window_box(plan, block_m)
     boxes = dict(tile)
@@ -128,7 +129,7 @@ def window_map(plan: GemmPlan, shape_a: tuple[int, ...], block_m: int, block_k: 
     taps = [k_of[i] for i in sorted(k_of) if i != last]
     if order[:-1] != taps:
         return None
-    return WindowMap(axes, tuple(s * 2 for s in reversed(strides[:-1])), box, tile)
+    return WindowMap(axes, tuple(s * elem for s in reversed(strides[:-1])), box, tile)
 
 
 def _translation(model: PolyModel, copy: StatementModel, target: str) -> tuple[str, tuple[int, ...]] | None:
@@ -195,7 +196,8 @@ def read_through_copies(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[
             continue
         source, offsets = found
         shape = model.nest.array(source).concrete_shape(model.params)
-        strides = [math.prod(shape[i + 1:]) * 2 for i in range(len(shape))]
+        elem = 4 if model.nest.array(source).dtype == "float32" else 2
+        strides = [math.prod(shape[i + 1:]) * elem for i in range(len(shape))]
         moved = replace(
             window,
             axes=tuple(replace(a, extent=n) for a, n in zip(window.axes, reversed(shape), strict=True)),

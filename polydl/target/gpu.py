@@ -28,6 +28,9 @@ class GpuTarget:
     tensor_cores: bool  # bf16/fp16 warp-level MMA reachable from the generated source
     warpgroup_mma: bool = False  # Hopper's wgmma (built for sm_90a)
     tensor_memory_accelerator: bool = False  # Hopper's TMA bulk tensor copies and mbarriers
+    # float32 products may run as TF32 on the tensor cores (10-bit mantissas, float32 sums): an
+    # opt-in, as PyTorch's allow_tf32
+    allow_tf32: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("cuda", "hip"):
@@ -45,6 +48,7 @@ class GpuTarget:
             f"tensor cores {'yes' if self.tensor_cores else 'no'}"
             + (", wgmma" if self.warpgroup_mma else "")
             + (", TMA" if self.tensor_memory_accelerator else "")
+            + (", TF32 allowed" if self.allow_tf32 else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,7 +61,7 @@ class GpuTarget:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         missing = sorted(f.name for f in fields(cls) if f.name not in data
-                         and f.name not in ("warpgroup_mma", "tensor_memory_accelerator"))
+                         and f.name not in ("warpgroup_mma", "tensor_memory_accelerator", "allow_tf32"))
         if unknown or missing:
             raise TargetError(f"unknown field(s) {unknown}, missing field(s) {missing}", source)
         values = dict(data)
@@ -80,7 +84,7 @@ class GpuTarget:
             f"{self.name}|{self.kind}|{','.join(self.architectures)}|w{self.warp_size}|"
             f"smem={self.shared_memory_bytes}|regs={self.registers_per_thread}|"
             f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}|wgmma={int(self.warpgroup_mma)}"
-            f"|tma={int(self.tensor_memory_accelerator)}"
+            f"|tma={int(self.tensor_memory_accelerator)}|tf32={int(self.allow_tf32)}"
         )
 
 

@@ -212,6 +212,17 @@ def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
         assert "HGMMA" in sass
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_compiles_tf32_wgmma(tmp_path: Path) -> None:
+    nest, params = builders.conv2d(2, 64, 64, 12, 12, 3, 3, 1, 1, layout="nhwc")
+    code = lower(nest, params, device_for("cuda", allow_tf32=True)).code
+    assert "m64n" in code.source and ".tf32.tf32" in code.source and "DATA_TYPE_FLOAT32" in code.launcher
+    library = compile_gpu_library(code, tmp_path)
+    if shutil.which("cuobjdump"):
+        sass = subprocess.run(["cuobjdump", "--dump-sass", str(library)], capture_output=True, text=True).stdout
+        assert "HGMMA" in sass
+
+
 def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
     probe = tmp_path / "probe.hip.cpp"
     probe.write_text("#include <hip/hip_runtime.h>\n__global__ void k(float *x) { x[0] = 1; }\n")

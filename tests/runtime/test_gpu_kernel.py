@@ -248,3 +248,24 @@ def test_a_convolution_without_accumulation_overwrites_its_output() -> None:
     k(x, w, b, y=y)
     want = torch.relu(torch.einsum("nhwc,kc->nhwk", x.double(), w[:, 0, 0].double()) + b.double())
     assert (torch.linalg.norm(y.double() - want) / torch.linalg.norm(want)).item() < 1e-2
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("case", ["linear", "conv_nhwc"])
+def test_tf32_kernels_are_within_tf32_error(case: str) -> None:
+    """A target with allow_tf32 runs float32 products on the tensor cores: 10-bit mantissas,
+    float32 sums (relative error about 1e-3 against float64)."""
+    from polydl.target.gpu import device_for
+
+    if case == "linear":
+        nest, params = read_c(LINEAR).nest, {"N": 200, "C": 96, "K": 264}
+    else:
+        nest, params = builders.conv2d(2, 64, 40, 9, 11, 3, 3, 1, 1, layout="nhwc", fuse=("bias", "relu"),
+                                       accumulate=False)
+    k = build_kernel(nest, params, target=device_for("cuda", allow_tf32=True))
+    assert "float32 operands as TF32" in k.schedule.describe()
+    inputs = random_inputs(k.arguments, seed=3)
+    got, want = k(*inputs), k.reference(*inputs)
+    err = float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+    assert err < 5e-3, err

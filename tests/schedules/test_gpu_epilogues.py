@@ -139,6 +139,23 @@ def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
     assert wgmma_b_major(conv.gemm) is None and conv.gemm.tiling.kind == "mma"
 
 
+def test_tf32_is_an_opt_in_for_k_major_float32_operands() -> None:
+    nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, layout="nhwc")
+    plain = gpu_schedule(build_model(nest, params), HOPPER).kernels
+    assert next(p for p in plain if p.gemm is not None).gemm.tiling.kind == "fma"
+    tf32 = replace(HOPPER, allow_tf32=True)
+    (conv,) = gpu_schedule(build_model(nest, params), tf32).kernels
+    t = conv.gemm.tiling
+    assert t.kind == "tma" and t.operand_bytes == 4 and t.block_k == 32
+    assert conv.gemm.tma.a.box[0] == 32 and conv.gemm.tma.a.strides[0] == 64 * 4
+    assert "float32 operands as TF32" in conv.describe()
+    # TF32 wgmma reads B K-major only: a row-major B[K][N] keeps the FMA kernel
+    mm, mm_params = builders.matmul(1024, 1024, 1024)
+    (plan,) = gpu_schedule(build_model(mm, mm_params), tf32).kernels
+    assert plan.gemm.tiling.kind == "fma"
+    assert tf32.key() != HOPPER.key()
+
+
 # ----------------------------------------------------------------------------- epilogues
 
 
