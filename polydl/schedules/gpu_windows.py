@@ -181,10 +181,10 @@ def read_through_copies(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[
     out = []
     for plan in kernels:
         g = plan.gemm
-        window = g.tma.a if g is not None and g.tma is not None else None
-        if not isinstance(window, WindowMap) or window.source is not None:
+        if g is None or g.tma is None or not isinstance(g.tma.a, WindowMap) or g.tma.a.source is not None:
             out.append(plan)
             continue
+        window = g.tma.a
         target = g.a.array
         copies = writers.get(target, [])
         if target not in locals_ or len(copies) != 1 or readers.get(target) != {plan.name}:
