@@ -35,9 +35,9 @@ from polydl.schedules.gpu import (
     GpuSchedule,
     TensorMap,
     WindowMap,
+    contiguous_runs,
     mma_vector,
     operand_modes,
-    unit_contiguous,
     wgmma_b_major,
 )
 from polydl.target.gpu import GpuTarget
@@ -202,21 +202,15 @@ def fma_vectors(g: GemmPlan) -> tuple[int, int]:
     if g.dtype_ab != "float32":
         return 1, 1
     t = g.tiling
-    a_others = [g.base_a, *(d.stride_a for d in g.m + g.batch)]
-    b_others = [g.base_b, *(d.stride_b for d in g.k + g.batch)]
-    vec_a = 4 if unit_contiguous(g.k, "a", 4, a_others) and (t.block_m * t.block_k) % (4 * t.threads) == 0 else 1
-    vec_b = 4 if unit_contiguous(g.n, "b", 4, b_others) and (t.block_k * t.block_n) % (4 * t.threads) == 0 else 1
+    vec_a = 4 if contiguous_runs(g, "a", "k", 4) and (t.block_m * t.block_k) % (4 * t.threads) == 0 else 1
+    vec_b = 4 if contiguous_runs(g, "b", "n", 4) and (t.block_k * t.block_n) % (4 * t.threads) == 0 else 1
     return vec_a, vec_b
 
 
 def pair_stores(g: GemmPlan) -> bool:
     """Whether columns n and n + 1 (n even) of C are adjacent cells of one aligned pair: the
     kernels then store (and read) C two cells at a time."""
-    if g.tiling.splits > 1 or not g.n:
-        return False
-    inner = g.n[-1]
-    others = [d.stride_c for d in g.m + g.n[:-1] + g.batch] + [g.base_c]
-    return inner.stride_c == 1 and inner.extent % 2 == 0 and all(x % 2 == 0 for x in others)
+    return g.tiling.splits == 1 and contiguous_runs(g, "c", "n", 2)
 
 
 def staged_stores(g: GemmPlan) -> bool:
@@ -225,16 +219,13 @@ def staged_stores(g: GemmPlan) -> bool:
     not read from C unless C is plain `C += A B` (added in the run). Measured on an H100: bf16
     C = A B at 4096^3 0.88 -> 0.96x cuBLAS; an fp32 C (0.87 -> 0.75x) and the convolution
     windows (3x3 layers 0.8-1.0 -> 0.65-0.7x) store faster in pairs straight from registers."""
-    if g.tiling.kind != "tma" or g.tiling.splits > 1 or not g.n or g.dtype_c != "bfloat16":
+    if g.tiling.kind != "tma" or g.tiling.splits > 1 or g.dtype_c != "bfloat16":
         return False
     if g.tma is None or not isinstance(g.tma.a, TensorMap):
         return False
-    e = g.epilogue
-    if e is not None and e.initial is None:
+    if g.epilogue is not None and g.epilogue.initial is None:
         return False
-    inner = g.n[-1]
-    others = [d.stride_c for d in g.m + g.n[:-1] + g.batch] + [g.base_c]
-    return inner.stride_c == 1 and inner.extent % 4 == 0 and all(x % 4 == 0 for x in others)
+    return contiguous_runs(g, "c", "n", 4)
 
 
 def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
@@ -326,7 +317,7 @@ def _window_code(g: GemmPlan, window: WindowMap, lines: list[str]) -> tuple[str,
     the lines mapping a tile row to the flat m or skipping it); `lines` (the tile
     coordinates) gain each M loop's tile index."""
     tile = dict(window.tile_m)
-    counts = {d.var: math.ceil(d.extent / tile[d.var]) for d in g.m}
+    counts = window.tile_counts(g)
     inner = 1
     for d in reversed(g.m):  # tm = (.. * tiles of p + tile of p) * tiles of q + tile of q
         lines.append(f"const long t_{d.var} = tm / {inner}L % {counts[d.var]}L;")
@@ -399,12 +390,12 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
         b_step="kk * 64" if transposed else "kk",
         lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
     )
-    m_tiles = (math.prod(math.ceil(d.extent / n) for d, (_, n) in zip(g.m, window.tile_m, strict=True))
-               if window is not None else math.ceil(GemmPlan.size(g.m) / t.block_m))
+    source = g.copy_source.source if g.copy_source is not None else None
+    m_tiles = (math.prod(window.tile_counts(g).values()) if window is not None
+               else math.ceil(GemmPlan.size(g.m) / t.block_m))
     tiles = m_tiles * math.ceil(GemmPlan.size(g.n) / t.block_n) * GemmPlan.size(g.batch)
     setup = [
-        *_tma_setup(kernel, "a", tma.a, tma.a.source if isinstance(tma.a, WindowMap) and tma.a.source
-                    else f"{g.a.array} + {g.base_a}L", tf32),
+        *_tma_setup(kernel, "a", tma.a, source or f"{g.a.array} + {g.base_a}L", tf32),
         *_tma_setup(kernel, "b", tma.b, f"{g.b.array} + {g.base_b}L", tf32),
         "int pd_sms = 0;",
         "status = pd_multiprocessors(&pd_sms);",
@@ -501,8 +492,9 @@ def _arrays_read(schedule: GpuSchedule) -> set[str]:
     for plan in schedule.kernels:
         arrays = {acc.access.array for acc in plan.statement.accesses}
         g = plan.gemm
-        if g is not None and g.tma is not None and isinstance(g.tma.a, WindowMap) and g.tma.a.source:
-            arrays = (arrays - {g.a.array}) | {g.tma.a.source}
+        window = g.copy_source if g is not None else None
+        if g is not None and window is not None and window.source is not None:
+            arrays = (arrays - {g.a.array}) | {window.source}
         out |= arrays
     return out
 

@@ -104,6 +104,10 @@ class GemmDim:
     stride_b: int
     stride_c: int
 
+    def stride(self, operand: str) -> int:
+        """The element stride in operand "a", "b" or "c"."""
+        return {"a": self.stride_a, "b": self.stride_b, "c": self.stride_c}[operand]
+
 
 @dataclass(frozen=True)
 class GemmTiling:
@@ -190,6 +194,12 @@ class GemmPlan:
     tma: TmaOperands | None = None  # set when the tiling is "tma"
     epilogue: GemmEpilogue | None = None  # neighbouring statements applied in the kernel
 
+    @property
+    def copy_source(self) -> WindowMap | None:
+        """The window when A is read from the source of a padded copy of it, not from A."""
+        window = self.tma.a if self.tma is not None else None
+        return window if isinstance(window, WindowMap) and window.source else None
+
     @staticmethod
     def size(dims: tuple[GemmDim, ...]) -> int:
         return math.prod(d.extent for d in dims)
@@ -225,9 +235,8 @@ class GpuKernelPlan:
                 f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
                 + (", float32 operands as TF32" if t.operand_bytes == 4 else "")
                 + (f"; {g.epilogue.describe()}" if g.epilogue is not None else "")
-                + (f"; reads {g.tma.a.source} through TMA boxes zero-filled at its edges "
-                   f"({g.tma.a.copy}, its padded copy, dropped)"
-                   if g.tma is not None and isinstance(g.tma.a, WindowMap) and g.tma.a.source else "")
+                + (f"; reads {w.source} through TMA boxes zero-filled at its edges "
+                   f"({w.copy}, its padded copy, dropped)" if (w := g.copy_source) else "")
             )
         par = ", ".join(t.var for t in self.threads) or "none"
         seq = ", ".join(self.sequential) or "none"
@@ -441,36 +450,33 @@ def tile_footprint(s: StatementModel, plan: GemmPlan, bm: int, bn: int, bk: int)
     return counts[0], counts[1]
 
 
-def unit_contiguous(dims: tuple[GemmDim, ...], operand: str, vec: int, others: list[int]) -> bool:
-    """Whether `vec` consecutive flat indices of `dims` (from a multiple of vec) are `vec`
-    consecutive, vec-aligned elements of the operand."""
-    if not dims:
+def contiguous_runs(plan: GemmPlan, operand: str, along: str, vec: int) -> bool:
+    """Whether `vec` consecutive flat indices of the `along` loops ("m", "n" or "k"), from a
+    multiple of vec, are `vec` consecutive, vec-aligned elements of `operand` ("a", "b", "c"):
+    the innermost of those loops has unit stride and an extent that vec divides, and every
+    other stride of the operand, and its base offset, are multiples of vec."""
+    dims = getattr(plan, along)
+    if not dims or dims[-1].stride(operand) != 1 or dims[-1].extent % vec:
         return False
-    last = dims[-1]
-    stride = {"a": last.stride_a, "b": last.stride_b}[operand]
-    if stride != 1 or last.extent % vec:
-        return False
-    inner = [{"a": d.stride_a, "b": d.stride_b}[operand] for d in dims[:-1]]
-    return all(s % vec == 0 for s in inner + others)
+    others = [d.stride(operand) for d in plan.m + plan.n + plan.k + plan.batch if d is not dims[-1]]
+    base = {"a": plan.base_a, "b": plan.base_b, "c": plan.base_c}[operand]
+    return all(x % vec == 0 for x in [base, *others])
 
 
 def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
     """A contiguous along K and B along N, in aligned runs of `vec`: 16-byte copies work."""
-    a_others = [plan.base_a, *(d.stride_a for d in plan.m + plan.batch)]
-    b_others = [plan.base_b, *(d.stride_b for d in plan.k + plan.batch)]
-    return unit_contiguous(plan.k, "a", vec, a_others) and unit_contiguous(plan.n, "b", vec, b_others)
+    return contiguous_runs(plan, "a", "k", vec) and contiguous_runs(plan, "b", "n", vec)
 
 
 def wgmma_b_major(plan: GemmPlan, vec: int = 8) -> str | None:
     """How the wgmma kernel copies B in 16-byte runs: "n" (contiguous along N) or "k" (along K,
     as a channels-last convolution's weights); None where A is not contiguous along K or B
     along neither."""
-    a_others = [plan.base_a, *(d.stride_a for d in plan.m + plan.batch)]
-    if not unit_contiguous(plan.k, "a", vec, a_others):
+    if not contiguous_runs(plan, "a", "k", vec):
         return None
-    if unit_contiguous(plan.n, "b", vec, [plan.base_b, *(d.stride_b for d in plan.k + plan.batch)]):
+    if contiguous_runs(plan, "b", "n", vec):
         return "n"
-    if unit_contiguous(plan.k, "b", vec, [plan.base_b, *(d.stride_b for d in plan.n + plan.batch)]):
+    if contiguous_runs(plan, "b", "k", vec):
         return "k"
     return None
 
@@ -492,7 +498,7 @@ def _collapsed(dims: tuple[GemmDim, ...], operand: str) -> tuple[int, int] | Non
     stride is the next inner one's stride times its extent."""
     if not dims:
         return None
-    strides = [{"a": d.stride_a, "b": d.stride_b}[operand] for d in dims]
+    strides = [d.stride(operand) for d in dims]
     for i in range(len(dims) - 1):
         if strides[i] != strides[i + 1] * dims[i + 1].extent:
             return None
@@ -508,7 +514,7 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
     if plan.dtype_ab not in ("bfloat16", "float32"):
         return None
     tf32 = plan.dtype_ab == "float32"  # TF32 wgmma reads both operands K-major
-    elem = 4 if tf32 else 2
+    elem = ELEMENT_BYTES[plan.dtype_ab]
     run = 16 // elem  # elements in 16 bytes
     if plan.base_a % run or plan.base_b % run:
         return None
@@ -603,7 +609,7 @@ def choose_tiling(
     and keeps every multiprocessor busy (splitting K where the output alone is too small)."""
     size_m, size_n, size_k = plan.size(plan.m), plan.size(plan.n), plan.size(plan.k)
     batch = plan.size(plan.batch)
-    best: tuple[float, GemmTiling, int] | None = None
+    best: tuple[float, GemmTiling, int, TmaOperands | None] | None = None
     shape_a = model.nest.array(plan.a.array).concrete_shape(model.params)
     for tiling in _candidates(plan, device, shape_a):
         bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
@@ -625,14 +631,14 @@ def choose_tiling(
         tiling = GemmTiling(**{**tiling.__dict__, "splits": splits})
         useful = size_m * size_n / (math.ceil(size_m / bm) * bm * math.ceil(size_n / bn) * bn)
         blocks = tiles * splits
+        operands = None
         if tiling.kind == "tma":  # persistent: the last wave's idle multiprocessors are waste
-            window = tma_operands(plan, bm, bn, bk, shape_a)
-            if window is None:
+            operands = tma_operands(plan, bm, bn, bk, shape_a)
+            if operands is None:
                 continue
-            if isinstance(window.a, WindowMap):  # a 2-D tile of output positions
-                useful = window.a.useful(plan) * size_n / (math.ceil(size_n / bn) * bn)
-                tiles = math.prod(math.ceil(d.extent / t) for d, (_, t) in zip(plan.m, window.a.tile_m, strict=True))
-                blocks = tiles * math.ceil(size_n / bn)
+            if isinstance(operands.a, WindowMap):  # a 2-D tile of output positions
+                useful = operands.a.useful(plan) * size_n / (math.ceil(size_n / bn) * bn)
+                blocks = math.prod(operands.a.tile_counts(plan).values()) * math.ceil(size_n / bn)
             waves = math.ceil(blocks / device.multiprocessors)
             useful *= blocks / (waves * device.multiprocessors)
         fill = min(1.0, blocks / device.multiprocessors)
@@ -644,12 +650,10 @@ def choose_tiling(
         intensity = min(bm, size_m) * min(bn, size_n) * min(bk, size_k) / max(footprint, 1)
         score = intensity * useful * fill * (0.5 + 0.5 * warps)
         if best is None or score > best[0] * 1.0001:
-            best = (score, tiling, footprint)
+            best = (score, tiling, footprint, operands)
     if best is None:
         raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
-    _, tiling, footprint = best
-    tma = (tma_operands(plan, tiling.block_m, tiling.block_n, tiling.block_k, shape_a)
-           if tiling.kind == "tma" else None)
+    _, tiling, footprint, tma = best
     return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint, "tma": tma})
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.ir import Load
 from polydl.poly.model import PolyModel, StatementModel
 
@@ -62,10 +63,14 @@ class WindowMap:
     def element_strides(self) -> tuple[int, ...]:
         return tuple(a.step for a in self.axes)
 
+    def tile_counts(self, plan: GemmPlan) -> dict[str, int]:
+        """Block tiles along each M loop, outer first."""
+        return {d.var: math.ceil(d.extent / t) for d, (_, t) in zip(plan.m, self.tile_m, strict=True)}
+
     def useful(self, plan: GemmPlan) -> float:
         """The share of a block tile's rows that are output positions."""
-        extents = {d.var: d.extent for d in plan.m}
-        return math.prod(extents[v] / (math.ceil(extents[v] / t) * t) for v, t in self.tile_m)
+        counts = self.tile_counts(plan)
+        return math.prod(d.extent / (counts[d.var] * t) for d, (_, t) in zip(plan.m, self.tile_m, strict=True))
 
 
 def window_box(plan: GemmPlan, block_m: int) -> tuple[tuple[str, int], ...]:
@@ -196,7 +201,7 @@ def read_through_copies(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[
             continue
         source, offsets = found
         shape = model.nest.array(source).concrete_shape(model.params)
-        elem = 4 if model.nest.array(source).dtype == "float32" else 2
+        elem = DTYPES[model.nest.array(source).dtype].bytes
         strides = [math.prod(shape[i + 1:]) * elem for i in range(len(shape))]
         moved = replace(
             window,
