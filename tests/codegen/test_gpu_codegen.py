@@ -109,6 +109,13 @@ def test_gpu_lowerings_are_stored_and_read_back(monkeypatch: pytest.MonkeyPatch,
     assert code == fresh.code and flops == fresh.flops
     assert isinstance(schedule, StoredGpuSchedule) and schedule.describe() == fresh.schedule.describe()
     assert "epilogue S1, S2 in the kernel" in schedule.describe()
+    # a record whose schedule is not a list of descriptions is lowered again, not trusted
+    from polydl.runtime.cache import read_lowering, write_lowering
+
+    key = pipeline.lowering_key(nest, params, target, "auto")
+    record = read_lowering(key)
+    write_lowering(key, {**record, "schedule": {**record["schedule"], "kernels": "S0"}})
+    assert pipeline.stored_lowering(nest, params, target) is None
     # another device is another key
     other = device_for("cuda", multiprocessors=114)
     assert pipeline.lowering_key(nest, params, other, "auto") != pipeline.lowering_key(nest, params, target, "auto")

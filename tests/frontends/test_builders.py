@@ -242,6 +242,7 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"dtype": "int8"}, "dtype"),
         ({"layout": "nhwc16c"}, "layout"),
         ({"layout": "nhwc", "C": 4, "K": 4, "groups": 2}, "groups"),
+        ({"accumulate": 1}, "accumulate"),
         ({"fuse": ("bias", "bias")}, "fuse"),
         ({"fuse": ("gelu",)}, "fuse"),
         ({"fuse": "relu"}, "fuse"),
