@@ -56,21 +56,36 @@ def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
 
 
 def place_epilogues(
-    scheduled: ScheduledNest, plan: GroupPlan, calls: CallPrinter
-) -> tuple[GroupPlan, EpiloguePlacement | None]:
-    """The plan to print and where its fused epilogues run: as post-ops inside the
-    microkernels where `postop_plan` finds that legal and every kernel of the call can apply
-    them (the epilogue loop then leaves the plan), else as the loop after the call."""
+    scheduled: ScheduledNest, plan: GroupPlan, calls: CallPrinter,
+    start: StatementModel | None = None,
+) -> tuple[GroupPlan, EpiloguePlacement | None, bool]:
+    """The plan to print, where its fused epilogues run and whether `start` (the statement
+    before the plan's nest) became its calls' start: as post-ops inside the microkernels where
+    `postop_plan` finds that legal and every kernel of the call can apply them (the epilogue
+    loop then leaves the plan), else as the loop after the call."""
+    if start is not None and plan.calls:
+        post = postop_plan(scheduled.model, plan, start)
+        if not isinstance(post, str) and calls.use_postops(plan.calls[post.statement], post):
+            names = (start.name, *(s.name for s in plan.epilogues))
+            return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), True
     if not plan.epilogues:
-        return plan, None
+        return plan, None, False
     names = tuple(s.name for s in plan.epilogues)
     post = postop_plan(scheduled.model, plan)
     if isinstance(post, str):
-        return plan, EpiloguePlacement(names, False, post)
+        return plan, EpiloguePlacement(names, False, post), False
     call = plan.calls[post.statement]
     if not calls.use_postops(call, post):
-        return plan, EpiloguePlacement(names, False, "its microkernel applies no post-ops")
-    return without_epilogues(plan), EpiloguePlacement(names, True, post.describe())
+        return plan, EpiloguePlacement(names, False, "its microkernel applies no post-ops"), False
+    return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), False
+
+
+def _start_candidate(before: GroupPlan, plan: GroupPlan) -> StatementModel | None:
+    """The statement of the nest `before` that may start `plan`'s calls: its only one, where
+    `plan` has a microkernel call and `before` none."""
+    if plan.calls and not before.calls and len(before.printed_statements) == 1:
+        return before.statements[0]
+    return None
 
 
 def _printers(
@@ -118,9 +133,18 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         for call in plan.calls.values()
         if call.pack_a is not None
     }
-    for plan in scheduled.groups:
-        plan, placement = place_epilogues(scheduled, plan, calls)
+    groups = list(scheduled.groups)
+    placed: list[GroupPlan | None] = []
+    for index, plan in enumerate(groups):
+        start = _start_candidate(groups[index - 1], plan) if index else None
+        plan, placement, started = place_epilogues(scheduled, plan, calls, start)
         placements += [placement] if placement is not None else []
+        if started:  # the start's own nest runs nowhere: the calls overwrite C instead
+            placed[-1] = None
+        placed.append(plan)
+    for plan in placed:
+        if plan is None:
+            continue
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
         # a nest of one statement needs no dependence analysis per dimension for it

@@ -8,6 +8,7 @@ full tiles, and the remainder tile where an extent is not a multiple of the tile
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import product
 
@@ -16,7 +17,7 @@ from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choos
 from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
-from polydl.schedules.postops import PostOpPlan, condition_c, offset_c
+from polydl.schedules.postops import Condition, PostOpPlan, PostOps, condition_c, offset_c
 from polydl.schedules.schedule import is_tile_loop, loop_var, tile_loop
 
 
@@ -58,6 +59,12 @@ def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None
         dtype=dtype,
         beta=1.0,
     )
+
+
+def _spec_variant(spec: BrgemmSpec, overwrite: bool, ops: PostOps) -> BrgemmSpec:
+    """`spec` overwriting C (beta 0) where `overwrite`, with `ops` as its post-ops if any."""
+    return replace(spec, beta=0.0 if overwrite else spec.beta,
+                   postops=ops if ops.steps else spec.postops)
 
 
 def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
@@ -132,9 +139,6 @@ class CallPrinter:
         for m, n, k in product(m_sizes, n_sizes, k_sizes):
             b_constant = self._b_constant(call)
             spec = brgemm_spec(call, m, n, dtype, k)
-            if post is not None and post.last_call is None:
-                spec = replace(spec, postops=post.ops)
-            name = self._kernel(spec, binding.backend, b_constant)
             conds = []
             variants = ((binding.m, m_sizes, m), (binding.n, n_sizes, n), (binding.k, k_sizes, k))
             for var, sizes, size in variants:
@@ -144,15 +148,38 @@ class CallPrinter:
                     op = ">=" if size == sizes[0] else "<"
                     conds.append(f"{end} - {var} {op} {sizes[0]}")
             test = " && ".join(conds)
-            line = f"{name}(_pd_a, _pd_b, _pd_c{extra if post and post.last_call is None else ''});"
-            if post is not None and post.last_call is not None:
-                # a reduction split over calls: the post-ops run on the call that finishes it
-                last = self._kernel(replace(spec, postops=post.ops), binding.backend, b_constant)
-                finish = condition_c(post.last_call, args)
-                line = f"{{ if ({finish}) {last}(_pd_a, _pd_b, _pd_c{extra}); else {line} }}"
+            line = self._variants(spec, binding.backend, b_constant, post, args, extra)
             out.append(f"  if ({test}) {line}" if test else f"  {line}")
         out.append("}")
         return out
+
+    def _variants(self, spec: BrgemmSpec, backend: str, b_constant: bool,
+                  post: PostOpPlan | None, args: list[str], extra: str) -> str:
+        """The call of one tile size: where the reduction of a tile is split over calls, the
+        calls that begin it overwrite C (a fused start) and those that finish it apply the
+        epilogue's post-ops, each chosen by a test on the outer loops."""
+
+        def call_text(first: bool, last: bool) -> str:
+            if post is None:
+                return f"{self._kernel(spec, backend, b_constant)}(_pd_a, _pd_b, _pd_c);"
+            overwrite, ops = post.variant(first, last)
+            name = self._kernel(_spec_variant(spec, overwrite, ops), backend, b_constant)
+            return f"{name}(_pd_a, _pd_b, _pd_c{extra if ops.operands else ''});"
+
+        def split(condition: Condition | None, case: Callable[[bool], str]) -> str:
+            if condition is None:
+                return case(True)
+            return f"{{ if ({condition_c(condition, args)}) {case(True)} else {case(False)} }}"
+
+        if post is None:
+            return call_text(False, False)
+
+        def by_last(first: bool) -> str:
+            if not post.ops.steps:
+                return call_text(first, False)
+            return split(post.last_call, lambda last: call_text(first, last))
+
+        return by_last(False) if post.start is None else split(post.first_call, by_last)
 
     def use_postops(self, call: MicrokernelCall, post: PostOpPlan) -> bool:
         """Apply `post` inside every microkernel of `call` if they all can (then the caller
@@ -160,15 +187,20 @@ class CallPrinter:
         dtype = microkernel_dtype(self.printer, call)
         binding = call.binding
         made: dict[str, Microkernel] = {}
+        cases = [(first, last) for first in (True, False) for last in (True, False)
+                 if (first or post.first_call is not None or post.start is None)
+                 and (last or post.last_call is not None or not post.ops.steps)]
         for m, n, k in product(*(call.extent_variants(v) for v in (binding.m, binding.n, binding.k))):
-            spec = replace(brgemm_spec(call, m, n, dtype, k), postops=post.ops)
-            b_constant = self._b_constant(call)
-            name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
-            try:
-                made[name] = choose_microkernel(spec, self.isa, name=name, backend=binding.backend,
-                                                b_constant=b_constant)
-            except PostOpsUnsupported:
-                return False
+            for first, last in cases:
+                overwrite, ops = post.variant(first, last)
+                spec = _spec_variant(brgemm_spec(call, m, n, dtype, k), overwrite, ops)
+                b_constant = self._b_constant(call)
+                name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
+                try:
+                    made[name] = choose_microkernel(spec, self.isa, name=name,
+                                                    backend=binding.backend, b_constant=b_constant)
+                except PostOpsUnsupported:
+                    return False
         self.microkernels.update(made)
         self.postops[call.statement.name] = post
         return True

@@ -400,7 +400,7 @@ def _conv(low: Lowering, node: Node) -> None:
     pads = geometry.pads
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
-                            dilation=dh)
+                            dilation=dh, accumulate=False)
     w32 = weights.astype(np.float32)
     arguments = {"y": out.buffer, "x": x.buffer}
     if blocked:
@@ -415,7 +415,9 @@ def _conv(low: Lowering, node: Node) -> None:
             arguments["b"] = low.constant(bias.astype(np.float32), "b")
     if residual is not None:
         arguments["res"] = low.as_layout(residual, layout).buffer
-    low.kernel(", ".join(label) + f" [{layout}]", built, arguments, zero=(out.buffer,))
+    # the kernel sets y (`accumulate=False`): its microkernel calls overwrite it, so no pass
+    # clears it first
+    low.kernel(", ".join(label) + f" [{layout}]", built, arguments)
     low.values[current] = out
 
 

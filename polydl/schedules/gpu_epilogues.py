@@ -25,13 +25,12 @@ import islpy as isl
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.microkernel import multiply_accumulate
 from polydl.schedules.postops import (
-    Acc,
-    Apply,
     PostExpr,
     coefficient,
     elementwise_step,
     expr_text,
     flat_offset,
+    reads_acc,
     write_relation,
 )
 
@@ -72,12 +71,6 @@ class GemmEpilogue:
         return "; ".join(parts) + (f" ({arrays})" if arrays else "")
 
 
-def _reads_acc(e: PostExpr) -> bool:
-    if isinstance(e, Acc):
-        return True
-    return isinstance(e, Apply) and any(_reads_acc(a) for a in e.args)
-
-
 def _operand(model: PolyModel, producer: StatementModel, array: str,
              relation: isl.Map) -> EpilogueOperand | None:
     """The operand's offset as a base and per-loop strides of the GEMM statement's loops."""
@@ -114,7 +107,7 @@ def fuse_neighbours(model: PolyModel, statements: list[StatementModel], gemm_ind
         mark = len(relations)
         found = (elementwise_step(model, before, producer, cell_of, c_array, written, relations)
                  if before.statement.op == "=" else "not an assignment")
-        if not isinstance(found, str) and not _reads_acc(found):
+        if not isinstance(found, str) and not reads_acc(found):
             initial, initializer = found, before.name
         else:
             del relations[mark:]

@@ -15,6 +15,14 @@ change it), and the call's A and B are not C. Where one call reduces each tile, 
 applies the post-ops; where the reduction is split over several calls (a reduction loop outside
 the call), isl finds the calls after which none of their cells is written again, and only
 those apply them (a test on the outer loops at the call). Each of these is checked here.
+
+The statement right before the producer's nest that sets exactly its cells from values the
+nest does not write (`C = 0`, `C = bias[k]`: a convolution with `accumulate=False`) is fused
+as C's start: the calls that begin a tile's reduction overwrite C (the microkernel's beta 0)
+instead of adding to it, and a start other than zero is their first post-op. That nest then
+runs nowhere, so C is written once and never read before: no clearing pass over the output.
+It is legal when the start statement reads nothing the nest writes (so it may run at the
+first call instead of before the nest) and the producer's nest holds no other statement.
 """
 
 from __future__ import annotations
@@ -129,18 +137,40 @@ class PostOpPlan:
     operands: tuple[PostOpOperand, ...] = field(default=())
     # where the reduction of a tile is split over several calls: the calls that finish it
     last_call: Condition | None = None
+    # the fused start statement: the calls that begin a tile overwrite C and then apply
+    # `start_steps` (none where C starts at zero), before `ops` where they also finish it
+    start: str | None = None
+    start_steps: tuple[PostExpr, ...] = ()
+    first_call: Condition | None = None  # where the reduction is split: the calls that begin it
+
+    def variant(self, first: bool, last: bool) -> tuple[bool, PostOps]:
+        """(overwrite C, post-ops) of a call that begins (`first`) and/or finishes (`last`) its
+        tiles' reduction."""
+        steps = (self.start_steps if first else ()) + (self.ops.steps if last else ())
+        return first and self.start is not None, PostOps(self.ops.operands if steps else (), steps)
 
     def describe(self) -> str:
         arrays = ", ".join(f"e{i} = {o.array}" for i, o in enumerate(self.operands))
-        text = self.ops.describe() + (f" ({arrays})" if arrays else "")
-        if self.last_call is not None:
-            text += "; on the last of the calls that reduce each tile"
-        return text
+        parts = []
+        if self.start is not None:
+            value = expr_text(self.start_steps[0].args[1]) if self.start_steps else "0"  # type: ignore[union-attr]
+            where = (" on the first of the calls that reduce each tile"
+                     if self.first_call is not None else "")
+            parts.append(f"C starts at {value} ({self.start} fused: the microkernel overwrites C"
+                         f"{where})")
+        if self.ops.steps:
+            text = self.ops.describe()
+            if self.last_call is not None:
+                text += " on the last of the calls that reduce each tile"
+            parts.append(text)
+        return "; ".join(parts) + (f" ({arrays})" if arrays else "")
 
 
-def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
-    """The plan's fused epilogues as post-ops of its microkernel call, or why not."""
-    if not plan.epilogues:
+def postop_plan(model: PolyModel, plan: GroupPlan,
+                start: StatementModel | None = None) -> PostOpPlan | str:
+    """The plan's fused epilogues (and `start`, the statement before its nest, as C's start)
+    as post-ops of its microkernel call, or why not."""
+    if not plan.epilogues and start is None:
         return "nothing is fused"
     if len(plan.calls) != 1:
         return "the fused nest has no microkernel call"
@@ -151,19 +181,31 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
     producer = call.statement
     written = {
         acc.access.array
-        for s in (*plan.statements, *plan.epilogues)
+        for s in (*plan.statements, *plan.epilogues, *((start,) if start else ()))
         for acc in s.accesses
         if acc.is_write
     }
     cell_of = write_relation(producer, c_array)
+    operands: list[tuple[str, isl.Map]] = []  # (array, producer instance -> operand cell)
+    start_steps: list[PostExpr] = []
+    first: Condition | None = None
+    if start is not None:
+        found_start = _start_value(model, plan, start, producer, cell_of, c_array, written, operands)
+        if isinstance(found_start, str):
+            return f"{start.name}: {found_start}"
+        if found_start != Literal(0.0):
+            start_steps.append(Apply("+", (Acc(), found_start)))
+        found_first = _edge_calls(plan, call, cell_of, first=True)
+        if isinstance(found_first, str):
+            return found_first
+        first = found_first
     last: Condition | None = None
-    if plan.fusion_level != len(call.outer):
+    if plan.epilogues and plan.fusion_level != len(call.outer):
         # the reduction of a tile is split over several calls: apply them on the last one
-        found_last = _last_calls(plan, call, cell_of)
+        found_last = _edge_calls(plan, call, cell_of, first=False)
         if isinstance(found_last, str):
             return found_last
         last = found_last
-    operands: list[tuple[str, isl.Map]] = []  # (array, producer instance -> operand cell)
     steps: list[PostExpr] = []
     for s in plan.epilogues:
         found = elementwise_step(model, s, producer, cell_of, c_array, written, operands)
@@ -180,14 +222,43 @@ def postop_plan(model: PolyModel, plan: GroupPlan) -> PostOpPlan | str:
         strides.append(OperandStrides(coefficient(offset, d_m), coefficient(offset, d_n)))
         offsets.append(PostOpOperand(array, offset))
     ops = PostOps(tuple(strides), tuple(steps))
-    return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets), last)
+    return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets),
+                      last, start.name if start else None, tuple(start_steps), first)
 
 
-def _last_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map) -> Condition | str:
-    """The calls after which no later call writes any of their cells (the calls that finish
-    their tile's reduction), as constraints on the call's outer loops; or why there are none
-    that finish whole tiles."""
-    assert plan.instance_map is not None
+def _start_value(model: PolyModel, plan: GroupPlan, start: StatementModel,
+                 producer: StatementModel, cell_of: isl.Map, c_array: str, written: set[str],
+                 operands: list[tuple[str, isl.Map]]) -> PostExpr | str:
+    """The value `start` gives each cell of C before the reduction, or why it cannot be the
+    calls' start."""
+    if len(plan.statements) != 1:
+        return "the producer's nest holds other statements"
+    if start.statement.op != "=":
+        return "it is not an assignment"
+    mark = len(operands)
+    found = elementwise_step(model, start, producer, cell_of, c_array, written - {c_array},
+                             operands)
+    if not isinstance(found, str) and reads_acc(found):
+        found = f"it reads {c_array}"
+    if isinstance(found, str):
+        del operands[mark:]
+    return found
+
+
+def reads_acc(e: PostExpr) -> bool:
+    if isinstance(e, Acc):
+        return True
+    return isinstance(e, Apply) and any(reads_acc(a) for a in e.args)
+
+
+def _edge_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map,
+                first: bool) -> Condition | None | str:
+    """The calls before which no earlier call (`first`), or after which no later call, writes
+    any of their cells: the calls that begin / finish their tile's reduction, as constraints on
+    the call's outer loops; None where every call does (one call reduces each tile); or why
+    there are none that begin / finish whole tiles."""
+    if plan.instance_map is None:
+        return "the nest's schedule has no statement-level map"
     producer = call.statement
     outer = len(call.outer)
     timed = isl.Map.from_union_map(
@@ -195,15 +266,20 @@ def _last_calls(plan: GroupPlan, call: MicrokernelCall, cell_of: isl.Map) -> Con
     )
     to_call = timed.project_out(isl.dim_type.out, outer, timed.dim(isl.dim_type.out) - outer)
     cells = to_call.reverse().apply_range(cell_of)  # call -> the cells it writes
-    later = cells.apply_range(cells.reverse()).intersect(isl.Map.lex_lt(cells.domain().get_space()))
-    final = cells.subtract(later.apply_range(cells).intersect(cells))
-    last = final.domain()
-    if not final.is_equal(cells.intersect_domain(last)):
-        return "the reduction is split over calls, and some call finishes only part of its tile"
+    space = cells.domain().get_space()
+    other = isl.Map.lex_gt(space) if first else isl.Map.lex_lt(space)
+    sharing = cells.apply_range(cells.reverse()).intersect(other)
+    edge = cells.subtract(sharing.apply_range(cells).intersect(cells))
+    calls = edge.domain()
+    what = "begins" if first else "finishes"
+    if not edge.is_equal(cells.intersect_domain(calls)):
+        return f"the reduction is split over calls, and some call {what} only part of its tile"
+    if calls.is_equal(cells.domain()):
+        return None
     out: list[tuple[Constraint, ...]] = []
-    for bset in last.gist(cells.domain()).get_basic_sets():
+    for bset in calls.gist(cells.domain()).get_basic_sets():
         if bset.dim(isl.dim_type.div):
-            return "the reduction is split over calls whose last one has no affine test"
+            return f"the reduction is split over calls whose {'first' if first else 'last'} one has no affine test"
         conj = []
         for c in bset.get_constraints():
             coeffs = tuple(int(c.get_coefficient_val(isl.dim_type.set, d).to_python()) for d in range(outer))

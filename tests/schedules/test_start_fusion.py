@@ -1,0 +1,103 @@
+"""The statement that sets a GEMM's cells before its nest (`C = 0`, `C = bias[k]`) fused as
+the start of its microkernel calls: the calls that begin a tile's reduction overwrite C (beta
+0), so the output is written once and never cleared or read first. Checked with outputs
+filled with NaN, which any pass that reads C before writing it would carry into the result."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import polydl
+from polydl.api import build_kernel, lower
+from polydl.driver.explain import explain
+from polydl.frontends import builders
+from polydl.schedules.postops import postop_plan
+
+CONV = dict(N=2, C=32, K=20, H=6, W=5, R=3, S=3, stride=1, padding=1)
+GEMM = """
+void gemm(int M, int N, int K, const float A[M][K], const float B[K][N], const float bias[N],
+          float C[M][N]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      C[i][j] = bias[j];
+      for (int k = 0; k < K; k++)
+        C[i][j] += A[i][k] * B[k][j];
+    }
+}
+"""
+
+
+def _nan_output(kernel):  # type: ignore[no-untyped-def]
+    (out,) = kernel.outputs
+    return {out.name: np.full(out.shape, np.nan, np.float32)}
+
+
+def _inputs(kernel, seed=0):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    return {a.name: rng.uniform(-1, 1, a.shape).astype(np.float32) for a in kernel.inputs}
+
+
+def _check(kernel) -> None:  # type: ignore[no-untyped-def]
+    given = _inputs(kernel)
+    got = kernel(**given, **_nan_output(kernel))
+    want = kernel.reference(**given)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _body(kernel) -> str:  # type: ignore[no-untyped-def]
+    return kernel.source[kernel.source.index(f"int {kernel.code.function}("):]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
+@pytest.mark.parametrize("fuse", [(), ("bias", "relu")])
+def test_a_convolution_that_sets_its_output_overwrites_it_in_the_microkernel(
+        layout: str, fuse: tuple[str, ...]) -> None:
+    kernel = polydl.conv2d(**CONV, layout=layout, fuse=fuse, accumulate=False)
+    (placement,) = kernel.code.placements
+    assert placement.as_postops and "C starts at 0" in placement.reason
+    assert "beta=0" in kernel.source and "beta=1" not in kernel.source
+    assert "= 0.0f;" not in _body(kernel)  # no clearing loop
+    _check(kernel)
+
+
+def test_a_reduction_split_over_calls_overwrites_on_the_first_and_finishes_on_the_last() -> None:
+    chain = ("bias", "relu")
+    auto = polydl.conv2d(**CONV, layout="nchw16c", fuse=chain, accumulate=False)
+    mk = auto.schedule.microkernel
+    assert mk is not None and mk.batch
+    nest, params = builders.conv2d(**CONV, layout="nchw16c", fuse=chain, accumulate=False)
+    split = replace(auto.schedule, microkernel=replace(mk, batch=mk.batch[1:]))
+    kernel = build_kernel(nest, params, schedule=split)
+    assert "beta=0" in kernel.source and "beta=1" in kernel.source
+    compilation = lower(nest, params, schedule=split)
+    groups = compilation.scheduled.groups
+    main = groups.index(compilation.scheduled.main)
+    plan = postop_plan(compilation.model, groups[main], groups[main - 1].statements[0])
+    assert not isinstance(plan, str)
+    assert plan.first_call is not None and plan.last_call is not None
+    text = explain(compilation, ranking=0)
+    assert "on the first of the calls" in text and "on the last of the calls" in text
+    _check(kernel)
+
+
+def test_a_gemm_whose_cells_start_at_the_bias_adds_it_as_a_post_op() -> None:
+    kernel = polydl.compile(GEMM, {"M": 37, "N": 48, "K": 29})
+    (placement,) = kernel.code.placements
+    assert "C starts at e0" in placement.reason, placement
+    assert "beta=0" in kernel.source
+    _check(kernel)
+
+
+def test_a_start_that_reads_the_output_is_not_fused() -> None:
+    source = GEMM.replace("C[i][j] = bias[j];", "C[i][j] = C[i][j] * bias[j];")
+    kernel = polydl.compile(source, {"M": 16, "N": 32, "K": 8})
+    assert "beta=0" not in kernel.source
+    assert all("starts" not in p.reason for p in kernel.code.placements)
+    given = _inputs(kernel)
+    c0 = np.random.default_rng(1).uniform(-1, 1, (16, 32)).astype(np.float32)
+    np.testing.assert_allclose(kernel(**given, C=c0.copy()), kernel.reference(**given, C=c0),
+                               rtol=1e-4, atol=1e-4)
