@@ -142,9 +142,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if started:  # the start's own nest runs nowhere: the calls overwrite C instead
             placed[-1] = None
         placed.append(plan)
-    for plan in placed:
-        if plan is None:
-            continue
+    for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
         # a nest of one statement needs no dependence analysis per dimension for it
