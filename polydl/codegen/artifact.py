@@ -30,8 +30,11 @@ class EpiloguePlacement:
     epilogues: tuple[str, ...]  # statement names
     as_postops: bool
     reason: str
+    where: str = ""  # a start fused before the reduction: where it runs
 
     def describe(self) -> str:
+        if self.where:
+            return f"start {', '.join(self.epilogues)} {self.where}: {self.reason}"
         where = "as post-ops in the microkernel" if self.as_postops else "after the call"
         return f"epilogue {', '.join(self.epilogues)} {where}: {self.reason}"
 
@@ -70,7 +73,7 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         target_flags=tuple(data.get("target_flags", ())),
         fallback_flags=tuple(data.get("fallback_flags", ())),
         placements=tuple(
-            EpiloguePlacement(tuple(p["epilogues"]), p["as_postops"], p["reason"])
+            EpiloguePlacement(tuple(p["epilogues"]), p["as_postops"], p["reason"], p.get("where", ""))
             for p in data.get("placements", ())
         ),
         pointer_alignment=int(data.get("pointer_alignment", 1)),

@@ -137,6 +137,12 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     placed: list[GroupPlan | None] = []
     for index, plan in enumerate(groups):
         start = _start_candidate(groups[index - 1], plan) if index else None
+        if plan.prologues:
+            loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
+            placements.append(EpiloguePlacement(
+                tuple(s.name for s in plan.prologues), False,
+                "each output tile is set right before the loops that sum into it",
+                where=f"in the band before the reduction (inside loop {loop})"))
         plan, placement, started = place_epilogues(scheduled, plan, calls, start)
         placements += [placement] if placement is not None else []
         if started:  # the start's own nest runs nowhere: the calls overwrite C instead

@@ -186,8 +186,26 @@ class LoopPrinter:
         """True for the bodies of a dependence-free innermost loop that the C compiler leaves
         scalar on its own: fused epilogues only (it guards or transposes the per-tile epilogue
         loop, which then costs as much as a separate pass over the output), and several
-        statements (gcc gives up on a large body, e.g. a Winograd transform's 36 sums)."""
-        return self._only_epilogues(node) or len(self._instances(node)) > 1
+        statements (gcc gives up on a large body, e.g. a Winograd transform's 36 sums), and
+        in a nest with a fused start (its reduction's innermost loop was vectorised behind a
+        run-time overlap test of the output and input rows on every iteration)."""
+        return self._only_epilogues(node) or len(self._instances(node)) > 1 or (
+            bool(self.plan.prologues) and self._loop_free(node))
+
+    def _loop_free(self, node: isl.AstNode) -> bool:
+        """True if `node` holds statements and no loop (degenerate ones aside)."""
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            return all(self._loop_free(children.get_at(i)) for i in range(children.n_ast_node()))
+        if kind == isl.ast_node_type.for_:
+            return bool(node.for_is_degenerate()) and self._loop_free(node.for_get_body())
+        if kind == isl.ast_node_type.if_:
+            return self._loop_free(node.if_get_then_node()) and (
+                not node.if_has_else_node() or self._loop_free(node.if_get_else_node()))
+        if kind == isl.ast_node_type.mark:
+            return self._loop_free(node.mark_get_node())
+        return kind == isl.ast_node_type.user
 
     def _only_epilogues(self, node: isl.AstNode) -> bool:
         """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""

@@ -52,6 +52,9 @@ class GroupPlan:
     # Consumer statements fused into the band (see `fusion.py`) and the level they run at.
     epilogues: tuple[StatementModel, ...] = ()
     fusion_level: int | None = None
+    # The statement that sets the output, fused before the producer at `fusion_level`
+    # (`start.py`).
+    prologues: tuple[StatementModel, ...] = ()
     # A plan from the general scheduler (`affine.py`): the code follows this schedule tree
     # (its `parallel` marks name the parallel loops), `schedule_map` is its flat form.
     tree: isl.Schedule | None = None
@@ -60,7 +63,7 @@ class GroupPlan:
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:
-        return self.statements + self.epilogues
+        return self.prologues + self.statements + self.epilogues
 
 
 @dataclass(frozen=True, eq=False)

@@ -88,8 +88,15 @@ def fuse_at(
     consumers: Sequence[StatementModel],
     level: int,
     parallel_dims: Sequence[int],
+    *,
+    before: bool = False,
+    others: isl.UnionMap | None = None,
+    others_are: Sequence[StatementModel] = (),
 ) -> FusedMaps | str:
-    """The fused maps of `consumers` (in chain order) at `level`, or why that is illegal."""
+    """The fused maps of `consumers` (in chain order) at `level`, or why that is illegal.
+    `before`: they run before the producer there (a start statement, `schedules.start`), not
+    after it. `others`: the schedule of `others_are` (the producers and anything already fused,
+    with the dimension at `level` inserted) to use instead of `instance_map` with one inserted."""
     outer: list[isl.Map] = []
     for s in consumers:
         found = _outer_time(model, producers, instance_map, s, level)
@@ -97,22 +104,26 @@ def fuse_at(
             return found
         outer.append(found)
     depth = max(2 * len(s.loops) for s in consumers)
-    width = max(out_width(instance_map) + 1, level + depth + 2)
+    width = max(out_width(instance_map) + 1, level + depth + 2,
+                out_width(others) if others is not None else 0)
     consumer_maps = []
     for rank, (s, out) in enumerate(zip(consumers, outer, strict=True)):
-        inner: list[str] = ["1"]
+        inner: list[str] = ["-1" if before else "1"]
         for d, var in enumerate(s.iterators):
             inner += [var, str(s.positions[d + 1])]
         inner += ["0"] * (depth - 2 * len(s.loops)) + [str(rank)]
         text = f"{{ {s.name}[{', '.join(s.iterators)}] -> [{', '.join(inner)}] }}"
         full = out.flat_range_product(isl.Map(text).intersect_domain(s.domain))
         consumer_maps.append(_pad(full, width))
-    producer = _union(_pad(_insert(m, level), width) for m in maps_of(instance_map))
+    if others is None:
+        producer = _union(_pad(_insert(m, level), width) for m in maps_of(instance_map))
+    else:
+        producer = _union(_pad(m, width) for m in maps_of(others))
     consumer = _union(consumer_maps)
     smap = producer.union(consumer)
 
     deps = dependences_of(model).all
-    everything = _domains([*producers, *consumers])
+    everything = _domains([*producers, *others_are, *consumers])
     mine = _domains(consumers)
     relation = deps.intersect_domain(everything).intersect_range(mine).union(
         deps.intersect_domain(mine).intersect_range(everything)
@@ -200,6 +211,11 @@ def _domains(statements: Sequence[StatementModel]) -> isl.UnionSet:
     for s in statements:
         out = out.union(isl.UnionSet.from_set(s.domain))
     return out
+
+
+def insert_level(smap: isl.UnionMap, level: int) -> isl.UnionMap:
+    """`smap` with a constant 0 inserted at time dimension `level` (the producer's place)."""
+    return _union(_insert(m, level) for m in maps_of(smap))
 
 
 def _insert(m: isl.Map, level: int) -> isl.Map:

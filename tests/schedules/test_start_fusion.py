@@ -101,3 +101,36 @@ def test_a_start_that_reads_the_output_is_not_fused() -> None:
     c0 = np.random.default_rng(1).uniform(-1, 1, (16, 32)).astype(np.float32)
     np.testing.assert_allclose(kernel(**given, C=c0.copy()), kernel.reference(**given, C=c0),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
+def test_a_nest_without_microkernel_sets_each_tile_right_before_summing_into_it(layout: str) -> None:
+    # depthwise: no sum over channels to make a GEMM of; the start joins the band at the
+    # epilogues' level, before the taps
+    kernel = polydl.conv2d(2, 32, 32, 9, 7, 3, 3, stride=1, padding=1, layout=layout, groups=32,
+                           fuse=("bias", "relu"), accumulate=False)
+    assert kernel.schedule.microkernel is None
+    starts = [p for p in kernel.code.placements if p.describe().startswith("start ")]
+    assert len(starts) == 1 and "before the reduction (inside loop p)" in starts[0].describe()
+    body = _body(kernel)
+    # no pass of its own over the output (NCHW keeps its zero-padded copy of x)
+    assert body.count("#pragma omp parallel for") == (2 if layout == "nchw" else 1)
+    _check(kernel)
+
+
+def test_a_start_is_not_moved_inside_a_loop_that_reduces_into_its_cell() -> None:
+    # the sum over r runs outside q: a cell of y is summed into at every r, so a start fused
+    # inside r would clear the partial sums; it stays before the band's reduction loops
+    source = """
+void rows(const float x[8][10], const float w[3], float y[8][8]) {
+  for (int p = 0; p < 8; p++)
+    for (int q = 0; q < 8; q++)
+      y[p][q] = 0.0f;
+  for (int p = 0; p < 8; p++)
+    for (int r = 0; r < 3; r++)
+      for (int q = 0; q < 8; q++)
+        y[p][q] += x[p][q + r] * w[r];
+}
+"""
+    kernel = polydl.compile(source)
+    _check(kernel)
