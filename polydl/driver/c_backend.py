@@ -26,10 +26,10 @@ from polydl.schedules.apply import apply_schedule
 from polydl.schedules.auto import auto_schedule, resolve
 from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.epilogues import choose_fusion
-from polydl.schedules.start import fuse_start
 from polydl.schedules.microkernel import multiply_accumulate
 from polydl.schedules.nests import plan_nests
 from polydl.schedules.schedule import AFFINE, Schedule
+from polydl.schedules.start import fuse_start
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here
 

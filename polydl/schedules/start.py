@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest, fusion_max_level
 from polydl.schedules.fusion import fuse_at, fusion_levels, insert_level
 
@@ -44,7 +45,7 @@ def fuse_start(scheduled: ScheduledNest) -> ScheduledNest:
     return replace(scheduled, groups=tuple(groups))
 
 
-def _fused(scheduled: ScheduledNest, main: GroupPlan, start) -> GroupPlan | None:  # type: ignore[no-untyped-def]
+def _fused(scheduled: ScheduledNest, main: GroupPlan, start: StatementModel) -> GroupPlan | None:
     assert main.instance_map is not None
     if main.fusion_level is not None:  # the epilogues' level, whose dimension is inserted
         levels, inserted = [main.fusion_level], True
