@@ -21,6 +21,7 @@ from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
+from polydl.schedules.start import start_statement
 from polydl.target.cpu import CpuTarget
 from polydl.version import __version__
 
@@ -80,14 +81,6 @@ def place_epilogues(
     return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), False
 
 
-def _start_candidate(before: GroupPlan, plan: GroupPlan) -> StatementModel | None:
-    """The statement of the nest `before` that may start `plan`'s calls: its only one, where
-    `plan` has a microkernel call and `before` none."""
-    if plan.calls and not before.calls and len(before.printed_statements) == 1:
-        return before.statements[0]
-    return None
-
-
 def _printers(
     scheduled: ScheduledNest, target: CpuTarget
 ) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
@@ -136,7 +129,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     groups = list(scheduled.groups)
     placed: list[GroupPlan | None] = []
     for index, plan in enumerate(groups):
-        start = _start_candidate(groups[index - 1], plan) if index else None
+        start = start_statement(groups[index - 1]) if index and plan.calls else None
         if plan.prologues:
             loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
             placements.append(EpiloguePlacement(

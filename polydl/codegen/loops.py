@@ -194,36 +194,29 @@ class LoopPrinter:
 
     def _loop_free(self, node: isl.AstNode) -> bool:
         """True if `node` holds statements and no loop (degenerate ones aside)."""
-        kind = node.get_type()
-        if kind == isl.ast_node_type.block:
-            children = node.block_get_children()
-            return all(self._loop_free(children.get_at(i)) for i in range(children.n_ast_node()))
-        if kind == isl.ast_node_type.for_:
-            return bool(node.for_is_degenerate()) and self._loop_free(node.for_get_body())
-        if kind == isl.ast_node_type.if_:
-            return self._loop_free(node.if_get_then_node()) and (
-                not node.if_has_else_node() or self._loop_free(node.if_get_else_node()))
-        if kind == isl.ast_node_type.mark:
-            return self._loop_free(node.mark_get_node())
-        return kind == isl.ast_node_type.user
+        return self._leaves_all(node, lambda name: True)
 
     def _only_epilogues(self, node: isl.AstNode) -> bool:
         """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""
+        return self._leaves_all(node, lambda name: name in self.epilogue_names)
+
+    def _leaves_all(self, node: isl.AstNode, test: Callable[[str], bool]) -> bool:
+        """True if `node` holds no loop (degenerate ones aside) and `test` holds for the name
+        of every statement it runs."""
         kind = node.get_type()
         if kind == isl.ast_node_type.block:
             children = node.block_get_children()
-            return all(self._only_epilogues(children.get_at(i)) for i in range(children.n_ast_node()))
+            return all(self._leaves_all(children.get_at(i), test) for i in range(children.n_ast_node()))
         if kind == isl.ast_node_type.for_:
-            return bool(node.for_is_degenerate()) and self._only_epilogues(node.for_get_body())
+            return bool(node.for_is_degenerate()) and self._leaves_all(node.for_get_body(), test)
         if kind == isl.ast_node_type.if_:
-            return self._only_epilogues(node.if_get_then_node()) and (
-                not node.if_has_else_node() or self._only_epilogues(node.if_get_else_node())
+            return self._leaves_all(node.if_get_then_node(), test) and (
+                not node.if_has_else_node() or self._leaves_all(node.if_get_else_node(), test)
             )
         if kind == isl.ast_node_type.user:
-            name = node.user_get_expr().get_op_arg(0).get_id().get_name()
-            return name in self.epilogue_names
+            return test(node.user_get_expr().get_op_arg(0).get_id().get_name())
         if kind == isl.ast_node_type.mark:
-            return self._only_epilogues(node.mark_get_node())
+            return self._leaves_all(node.mark_get_node(), test)
         return False
 
 

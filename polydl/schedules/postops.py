@@ -236,8 +236,7 @@ def _start_value(model: PolyModel, plan: GroupPlan, start: StatementModel,
     if start.statement.op != "=":
         return "it is not an assignment"
     mark = len(operands)
-    found = elementwise_step(model, start, producer, cell_of, c_array, written - {c_array},
-                             operands)
+    found = elementwise_step(model, start, producer, cell_of, c_array, written, operands)
     if not isinstance(found, str) and reads_acc(found):
         found = f"it reads {c_array}"
     if isinstance(found, str):

@@ -32,17 +32,23 @@ def fuse_start(scheduled: ScheduledNest) -> ScheduledNest:
     index = groups.index(main)
     if index == 0 or main.calls or main.tree is not None or main.instance_map is None:
         return scheduled
-    before = groups[index - 1]
-    if before.calls or before.prologues or len(before.printed_statements) != 1:
-        return scheduled
-    start = before.statements[0]
-    if start.statement.op != "=":
+    start = start_statement(groups[index - 1])
+    if start is None:
         return scheduled
     fused = _fused(scheduled, main, start)
     if fused is None:
         return scheduled
     groups[index - 1:index + 1] = [fused]
     return replace(scheduled, groups=tuple(groups))
+
+
+def start_statement(before: GroupPlan) -> StatementModel | None:
+    """The statement of the nest `before` that may start the next nest: its only one, an
+    assignment, in a nest without microkernel calls or a start of its own."""
+    if before.calls or before.prologues or len(before.printed_statements) != 1:
+        return None
+    start = before.statements[0]
+    return start if start.statement.op == "=" else None
 
 
 def _fused(scheduled: ScheduledNest, main: GroupPlan, start: StatementModel) -> GroupPlan | None:
