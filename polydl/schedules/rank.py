@@ -4,7 +4,8 @@ Takes a `PolyModel` and a `CpuTarget`; returns candidate schedules ranked best f
 cache level, the outermost band level whose working set fits decides that cache's traffic:
 each execution of that level brings its working set in once. The cost adds the cycles of that
 traffic at each level's bandwidth to the compute cycles (at the microkernel's register-blocking
-efficiency), scaled by how evenly the parallel loop splits over the cores.
+efficiency), scaled by how evenly the parallel loop splits over the cores; memory traffic is
+charged more where the loops around the calls keep many streams open at once (`streams.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from polydl.schedules.apply import (
 from polydl.schedules.microkernel import candidate_bindings, multiply_accumulate
 from polydl.schedules.register_blocking import PANEL_ROWS, panel_vectors, rows_step_cycles, unit_for
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, loop_var, tile_loop
+from polydl.schedules.streams import dram_slowdown, open_streams
 from polydl.schedules.strides import element_stride, streams
 from polydl.target.cpu import CpuTarget
 
@@ -574,7 +576,9 @@ def evaluate(
         if tile:
             busiest = min(math.ceil(units / cores) * tile, extent)
             balance = max(balance, busiest * cores / extent)
-    memory = sum(traffic[c] / BANDWIDTH[c] for c in traffic)
+    trips = {loop: trip_count(model, final, loop) for loop in plan.order}
+    slowdown = {"l3": dram_slowdown(open_streams(model, final, plan.order, trips))}
+    memory = sum(traffic[c] * slowdown.get(c, 1.0) / BANDWIDTH[c] for c in traffic)
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
         operands = _gemm_operands(model, final.microkernel)

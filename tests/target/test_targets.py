@@ -22,7 +22,7 @@ from polydl.cli import main
 from polydl.errors import TargetError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import rank
+from polydl.schedules.rank import evaluate, rank
 from polydl.target import (
     CPU_PRESETS,
     CpuTarget,
@@ -90,13 +90,18 @@ def test_cache_keys_include_the_target() -> None:
     assert polydl.matmul(M=24, N=24, K=24, machine="x86-64-v3").library_path == v3.library_path
 
 
-def test_tiles_follow_the_cache_sizes_of_the_target() -> None:
-    """Same ISA and cores, other caches: the m block of a tall GEMM grows with L2 and L3."""
+def test_the_ranking_follows_the_cache_sizes_of_the_target() -> None:
+    """Same ISA and cores, other caches: a blocking moves more bytes from memory with the
+    smaller caches, and the ranking picks another schedule for them."""
     model = build_model(*builders.matmul(2048, 256, 2048))
     small = CpuTarget(isa="avx2", cores=2, l1_bytes=16 * 1024, l2_bytes=128 * 1024,
                       l3_bytes=2 * 1024 * 1024)
     large = replace(small, l1_bytes=64 * 1024, l2_bytes=4 * 1024 * 1024, l3_bytes=64 * 1024 * 1024)
-    assert dict(rank(model, small)[0].schedule.tiles)["i"] < dict(rank(model, large)[0].schedule.tiles)["i"]
+    best_small, best_large = rank(model, small)[0], rank(model, large)[0]
+    assert best_small.schedule != best_large.schedule
+    same = evaluate(model, small, best_large.schedule)
+    assert same is not None
+    assert same.traffic_bytes["l3"] > best_large.traffic_bytes["l3"]
 
 
 def test_a_description_round_trips_through_json(tmp_path: Path) -> None:
