@@ -353,6 +353,35 @@ def conv_im2col_blocked(name: str, x_shape: Sequence[int], K: int, window: Windo
     return function(name, arrays, nests, local=("xp", "col"), filled=("col",))
 
 
+def conv_padded_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
+                        dilation: int, activation: str) -> Text:
+    """The same convolution as `conv_im2col_blocked` without the gathered windows: the calls
+    read the zero-padded input under each window directly (`xp[n][c][p*sh + r][q*sw + s]`, a
+    row of S values per call and (c, r) batched), `w[kb][c][r][s][k]` the same floats as that
+    form's `w[kb][j][k]`."""
+    N, C, H, W = x_shape
+    (R, S), (sh, sw), (pt, pl, pb, pr) = window.size, window.stride, window.pads
+    P, Q = window.out
+    KB = -(-K // BLOCK)
+    padded = (N, C, H + pt + pb, W + pl + pr)
+    y = "y[n][kb][p][q][k]"
+    nests = [
+        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
+        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
+        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
+        loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
+              f"{y} += xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}] * "
+              "w[kb][c][r][s][k];"),
+    ]
+    if activation:
+        nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
+                           f"{y} = {activation.format(y)};"))
+    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False),
+              array("x", x_shape, True), array("w", (KB, C, R, S, BLOCK), True),
+              array("b", (KB * BLOCK,), True)]
+    return function(name, arrays, nests, local=("xp",))
+
+
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
                 stride: tuple[int, int], dilation: tuple[int, int],
                 pads: tuple[int, int, int, int], groups: int, activation: str) -> Text:
