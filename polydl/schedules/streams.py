@@ -25,7 +25,8 @@ from polydl.schedules.schedule import Schedule, loop_var
 from polydl.schedules.strides import element_stride
 
 # streams up to this many per thread stream at full speed; each doubling beyond costs a quarter
-# of the DRAM bandwidth more (the measurements above: 12 -> 1.37, 24 -> 1.57, 96 -> 2.0 as slow)
+# of the DRAM bandwidth more. The measurements above, counted as below (N=4: 10 streams, N=8: 18,
+# N=32: 66), were 1.37, 1.57, 2.0 times slower; the curve says 1.18, 1.40, 1.86 (on the low side)
 FREE_STREAMS = 6
 COST_PER_DOUBLING = 0.25
 
