@@ -85,13 +85,13 @@ def main() -> None:
         onnx.save(model, path)
         classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
         for batch in (int(b) for b in args.batches.split(",")):
+            x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
             calls, outputs = {}, {}
             for side in SIDES:
                 folder = args.work / side / f"{name}_{batch}"
                 _build(trees[side], path, batch, folder)
                 function, out = _library(folder, batch, classes)
                 outputs[side] = out
-                x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
                 calls[side] = (lambda f=function, o=out, x=x: f(x.ctypes.data, o.ctypes.data))
             options = ort.SessionOptions()
             options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1

@@ -321,65 +321,60 @@ def split(name: str, in_shape: Sequence[int], out_shapes: Sequence[Sequence[int]
     return function(name, arrays, nests)
 
 
-def conv_im2col_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
-                        dilation: int, activation: str) -> Text:
+def padded_input(x_shape: Sequence[int], pads: Sequence[int]) -> tuple[tuple[int, ...], list[str]]:
+    """The zero-padded copy `xp` of `x[N][C][H][W]` under `pads` (top, left, bottom, right): its
+    shape, and the two nests that clear and fill it."""
+    N, C, H, W = x_shape
+    pt, pl, pb, pr = pads
+    padded = (N, C, H + pt + pb, W + pl + pr)
+    return padded, [
+        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
+        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
+    ]
+
+
+def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
+                      dilation: int, activation: str, gathered: bool) -> Text:
     """A convolution of an input with few channels (a network's stem: 3 colours) into the
-    blocked layout, as a GEMM over the gathered windows: `col[n][p][q][c*R*S + r*S + s]` holds the
-    (zero-padded) input under each output position, and `y[n][kb][p][q][k] += col[..][j] *
-    w[kb][j][k]` reduces C*R*S contiguous values; then the bias and `activation` ("{0}" is y)."""
+    blocked layout, from the zero-padded input `xp`, then the bias and `activation` ("{0}" is y).
+
+    `gathered`: a GEMM over the gathered windows: `col[n][p][q][c*R*S + r*S + s]` holds the input
+    under each output position, and `y[n][kb][p][q][k] += col[..][j] * w[kb][j][k]` reduces
+    C*R*S contiguous values. Otherwise the calls read the padded input under each window
+    directly (`xp[n][c][p*sh + r][q*sw + s]`, a row of S values per call, (c, r) batched), with
+    `w[kb][c][r][s][k]`: the same floats as the gathered form's `w[kb][j][k]`."""
     N, C, H, W = x_shape
-    (R, S), (sh, sw), (pt, pl, pb, pr) = window.size, window.stride, window.pads
+    (R, S), (sh, sw) = window.size, window.stride
     P, Q = window.out
     KB = -(-K // BLOCK)
-    padded = (N, C, H + pt + pb, W + pl + pr)
-    col_shape = (N, P, Q, C * R * S)
+    padded, nests = padded_input(x_shape, window.pads)
+    under = f"xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}]"
     y = "y[n][kb][p][q][k]"
-    nests = [
-        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
-        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
-        loops([("n", N), ("p", P), ("q", Q), ("c", C), ("r", R), ("s", S)],
-              f"col[n][p][q][c * {R * S} + r * {S} + s] = "
-              f"xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("j", C * R * S), ("k", BLOCK)],
-              f"{y} += col[n][p][q][j] * w[kb][j][k];"),
-    ]
+    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False)]
+    start = loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];")
+    if gathered:
+        arrays.append(array("col", (N, P, Q, C * R * S), False))
+        w_shape: tuple[int, ...] = (KB, C * R * S, BLOCK)
+        nests += [
+            loops([("n", N), ("p", P), ("q", Q), ("c", C), ("r", R), ("s", S)],
+                  f"col[n][p][q][c * {R * S} + r * {S} + s] = {under};"),
+            start,
+            loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("j", C * R * S), ("k", BLOCK)],
+                  f"{y} += col[n][p][q][j] * w[kb][j][k];"),
+        ]
+    else:
+        w_shape = (KB, C, R, S, BLOCK)
+        nests += [
+            start,
+            loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
+                  f"{y} += {under} * w[kb][c][r][s][k];"),
+        ]
     if activation:
         nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
                            f"{y} = {activation.format(y)};"))
-    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False),
-              array("col", col_shape, False), array("x", x_shape, True),
-              array("w", (KB, C * R * S, BLOCK), True), array("b", (KB * BLOCK,), True)]
-    return function(name, arrays, nests, local=("xp", "col"), filled=("col",))
-
-
-def conv_padded_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
-                        dilation: int, activation: str) -> Text:
-    """The same convolution as `conv_im2col_blocked` without the gathered windows: the calls
-    read the zero-padded input under each window directly (`xp[n][c][p*sh + r][q*sw + s]`, a
-    row of S values per call and (c, r) batched), `w[kb][c][r][s][k]` the same floats as that
-    form's `w[kb][j][k]`."""
-    N, C, H, W = x_shape
-    (R, S), (sh, sw), (pt, pl, pb, pr) = window.size, window.stride, window.pads
-    P, Q = window.out
-    KB = -(-K // BLOCK)
-    padded = (N, C, H + pt + pb, W + pl + pr)
-    y = "y[n][kb][p][q][k]"
-    nests = [
-        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
-        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
-              f"{y} += xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}] * "
-              "w[kb][c][r][s][k];"),
-    ]
-    if activation:
-        nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
-                           f"{y} = {activation.format(y)};"))
-    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False),
-              array("x", x_shape, True), array("w", (KB, C, R, S, BLOCK), True),
-              array("b", (KB * BLOCK,), True)]
-    return function(name, arrays, nests, local=("xp",))
+    arrays += [array("x", x_shape, True), array("w", w_shape, True), array("b", (KB * BLOCK,), True)]
+    scratch = ("xp", "col") if gathered else ("xp",)
+    return function(name, arrays, nests, local=scratch, filled=scratch[1:])  # col: written in full
 
 
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
@@ -392,12 +387,10 @@ def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_s
     K, Cg, R, S = w_shape
     Kg = K // groups
     P, Q = out_shape[2], out_shape[3]
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = stride, dilation, pads
-    padded = (N, C, H + pt + pb, W + pl + pr)
+    (sh, sw), (dh, dw) = stride, dilation
+    padded, nests = padded_input(x_shape, pads)
     y = f"y[n][g * {Kg} + k][p][q]"
-    nests = [
-        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
-        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
+    nests += [
         loops([("n", N), ("g", groups), ("k", Kg), ("p", P), ("q", Q)], f"{y} = b[g * {Kg} + k];"),
         loops([("n", N), ("g", groups), ("k", Kg), ("p", P), ("c", Cg), ("r", R), ("s", S), ("q", Q)],
               f"{y} += xp[n][g * {Cg} + c][p * {sh} + r * {dh}][q * {sw} + s * {dw}] * "

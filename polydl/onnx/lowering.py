@@ -466,7 +466,8 @@ def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
 def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
           geometry: ConvGeometry, activation: str, current: str, label: str) -> None:
     """A convolution of few input channels into the blocked layout, as a GEMM over gathered
-    windows (`ctext.conv_im2col_blocked`); `activation` is the fused Relu/Clip's expression."""
+    windows or from the padded input (`ctext.conv_stem_blocked`); `activation` is the fused
+    Relu/Clip's expression."""
     N, C, H, W = x.shape
     K, _, R, S = weights.shape
     P, Q = geometry.out(H, W, R, S)
@@ -482,15 +483,12 @@ def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
     # Short windows read the padded input directly (3x3/2 from 3 channels: 0.27 against 0.36 ms
     # an image on two Zen 4 cores); long rows are one long reduction over the gathered windows
     # instead of a call per row of S (7x7/2: 1.41 against 1.52 ms).
-    if S <= SHORT_WINDOW:
+    gathered = S > SHORT_WINDOW
+    if not gathered:
         w_blocked = w_blocked.reshape(KB, C, R, S, BLOCK)
-        text = ctext.conv_padded_blocked("conv_stem", (1, C, H, W), K, window,
-                                         geometry.dilation[0], activation)
-        form = "padded input"
-    else:
-        text = ctext.conv_im2col_blocked("conv_stem", (1, C, H, W), K, window,
-                                         geometry.dilation[0], activation)
-        form = "gathered windows"
+    text = ctext.conv_stem_blocked("conv_stem", (1, C, H, W), K, window, geometry.dilation[0],
+                                   activation, gathered)
+    form = "gathered windows" if gathered else "padded input"
     low.kernel(f"{label} [{form} -> nchw16c" + (f", {N} images one by one]" if N > 1 else "]"),
                text, {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
                       "b": low.constant(b_padded, "b")},

@@ -577,8 +577,8 @@ def evaluate(
             busiest = min(math.ceil(units / cores) * tile, extent)
             balance = max(balance, busiest * cores / extent)
     trips = {loop: trip_count(model, final, loop) for loop in plan.order}
-    slowdown = {"l3": dram_slowdown(open_streams(model, final, plan.order, trips))}
-    memory = sum(traffic[c] * slowdown.get(c, 1.0) / BANDWIDTH[c] for c in traffic)
+    dram = dram_slowdown(open_streams(model, final, plan.order, trips))  # the l3 traffic's
+    memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / BANDWIDTH[c] for c in traffic)
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
         operands = _gemm_operands(model, final.microkernel)
