@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from polydl.poly.model import build_model  # noqa: E402
+from polydl.target.cpu import CpuTarget  # noqa: E402
 from polydl.target.host import host_target  # noqa: E402
 from polydl.tuning import records  # noqa: E402
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of  # noqa: E402
@@ -49,11 +50,12 @@ from polydl.tuning.measure import Limits, Request  # noqa: E402
 from polydl.tuning.records import Problem  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
-from polydl.tuning.tuner import PoolExecutor, trial_of  # noqa: E402
+from polydl.tuning.tuner import PoolExecutor, referenced_request, referenced_trials  # noqa: E402
 
 SUITES = ("gemm", "resnet50", "resnet50_bwd_data", "resnet50_bwd_weights")
 CHUNK = 3  # candidates per request (interleaved in one measuring process)
 LIMITS = Limits(budget_s=0.3, max_rounds=9)
+THROUGHPUT_PROBLEMS = 12
 
 
 def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
@@ -64,9 +66,17 @@ def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
     return top + rng.sample(rest, min(len(rest), per_problem - len(top)))
 
 
-def _space(job: tuple) -> list:
+def _space(job: tuple) -> tuple[list, int]:
+    """The search space of a problem and its flops."""
     nest, params, target = job
-    return search_space(build_model(nest, params), target)
+    model = build_model(nest, params)
+    return search_space(model, target), model.flops
+
+
+def longest_first(requests: list[Request], flops: list[int]) -> list[int]:
+    """The order to hand requests to the workers: the most work first (flops times
+    candidates), so that no long request starts last while the other workers sit idle."""
+    return sorted(range(len(requests)), key=lambda i: -flops[i] * len(requests[i].schedules))
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -78,39 +88,48 @@ def collect(args: argparse.Namespace) -> None:
     start = time.monotonic()
     print(f"target {target.describe()}; {len(shares)} workers on cores {shares}", flush=True)
     for suite in args.suites.split(","):
-        problems = suite_problems(suite)
+        problems = [p for p in suite_problems(suite) if not args.problems or p.name in args.problems.split(",")]
         # the search spaces of a suite at once, one process per core (seconds each)
         with ProcessPoolExecutor(sum(len(s) for s in shares)) as pool:
             spaces = list(pool.map(_space, [(p.nest, p.params, target) for p in problems]))
         # every problem's requests at once, a few candidates each: all workers stay busy
-        jobs = []
-        for p, space in zip(problems, spaces, strict=True):
+        jobs, flops = [], []
+        for p, (space, work) in zip(problems, spaces, strict=True):
             problem = Problem.of(p.nest, p.params)
             done = db.measured(problem.key, target.key())
             todo = [c for c in chosen_candidates(space, args.per_problem, problem.key) if c.key not in done]
-            jobs += [(problem, p, todo[i:i + CHUNK]) for i in range(0, len(todo), CHUNK)]
-        requests = [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in chunk),
-                            limits=LIMITS) for _, p, chunk in jobs]
-        for index, outcomes in executor.run(requests):
-            problem, p, chunk = jobs[index]
-            db.add([trial_of(problem, target, c, o) for c, o in zip(chunk, outcomes, strict=True)])
+            size = args.chunk or len(todo) or 1
+            reference = space[0]  # the analytic choice, timed beside every chunk
+            jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
+            flops += [work] * len(range(0, len(todo), size))
+        requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
+                    for _, p, chunk, reference in jobs]
+        order = longest_first(requests, flops)
+        for index, outcomes in executor.run([requests[i] for i in order]):
+            problem, p, chunk, reference = jobs[order[index]]
+            db.add(referenced_trials(problem, target, chunk, reference, outcomes))
             if args.time_limit and time.monotonic() - start > args.time_limit:
                 print("time limit reached: run again to resume", flush=True)
                 return
-        print(f"{suite:22s} {len(problems)} problems, {sum(len(c) for _, _, c in jobs)} measured, "
+        print(f"{suite:22s} {len(problems)} problems, {sum(len(c) for _, _, c, _ in jobs)} measured, "
               f"{time.monotonic() - start:7.1f} s so far", flush=True)
 
 
 def throughput(args: argparse.Namespace) -> dict:
-    problems = [p for s in ("resnet50", "gemm") for p in suite_problems(s)][::3]
+    every = [p for s in ("resnet50", "gemm") for p in suite_problems(s)]
+    # problems spread over both suites; as many candidates of each, two to a request, so that
+    # every worker gets the same number of requests
+    problems = every[::max(1, len(every) // THROUGHPUT_PROBLEMS)][:THROUGHPUT_PROBLEMS]
     target = replace(host_target(), cores=args.threads)
     with ProcessPoolExecutor(os.cpu_count()) as pool:
         spaces = list(pool.map(_space, [(p.nest, p.params, target) for p in problems]))
-    jobs = []
-    for p, space in zip(problems, spaces, strict=True):
+    jobs, flops = [], []
+    for p, (space, work) in zip(problems, spaces, strict=True):
         picked = chosen_candidates(space, max(1, args.candidates // len(problems)), "throughput")
         jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
                          limits=LIMITS) for i in range(0, len(picked), 2)]
+        flops += [work] * len(range(0, len(picked), 2))
+    jobs = [jobs[i] for i in longest_first(jobs, flops)]
     results = {}
     for workers in [int(w) for w in args.workers_list.split(",")]:
         shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(workers)]
@@ -128,48 +147,106 @@ def throughput(args: argparse.Namespace) -> dict:
     return results
 
 
+def _target_space(job: tuple) -> tuple[str, str, list]:
+    """(problem key, target key, [(schedule key, features)] of its search space, analytic
+    choice first, then by analytic cost)."""
+    problem_key, target_key, nest, params = job
+    target = CpuTarget.from_dict(json.loads(target_key))
+    space = search_space(build_model(nest, params), target)
+    return problem_key, target_key, [(c.key, dict(c.features)) for c in space]
+
+
+def spaces_of(trials: list, problems: dict) -> dict:
+    """The search space of every (problem, target) the trials measured, computed now."""
+    jobs = sorted({(t.problem.key, t.target_key) for t in trials if t.problem.key in problems})
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        found = pool.map(_target_space, [(k, target, *problems[k]) for k, target in jobs])
+        return {(k, target): space for k, target, space in found}
+
+
+def search_counts(model: CostModel, space: list, trials: list, top: int) -> dict:
+    """Measurements until one within 5% of the best measured, over the whole search space:
+    in the model's order and in the analytic order, unmeasured points counted as misses (an
+    upper bound), and the expectation of random order, with the share of good points among
+    the unmeasured estimated from the random sample `collect` measured beyond the `top`."""
+    times = dict(zip((t.schedule_key for t in trials), records.comparable_times(trials), strict=True))
+    best = min(times.values())
+    good = {k for k, x in times.items() if x <= best / 0.95}
+    keys = [k for k, _ in space]
+    rest = keys[top:]
+    sampled = [k for k in rest if k in times]
+    good_rest = sum(k in good for k in sampled) / len(sampled) * len(rest) if sampled else 0.0
+    estimated_good = sum(k in good for k in keys[:top]) + good_rest
+    scores = model.predict([f for _, f in space])
+    by_model = [keys[i] for i in sorted(range(len(keys)), key=scores.__getitem__)]
+
+    def until_good(order: list) -> int:
+        return next((n for n, k in enumerate(order, 1) if k in good), len(order))
+    return {"space": len(keys), "model": until_good(by_model), "analytic": until_good(keys),
+            "random": (len(keys) + 1) / (estimated_good + 1)}
+
+
 def analyze(args: argparse.Namespace) -> dict:
     db = PerfDatabase(args.db, system=False)
     trials = db.trials()
-    suite_of = {}
+    suite_of, problems = {}, {}
     for suite in SUITES:
         for p in suite_problems(suite):
-            suite_of[records.problem_key(p.nest, p.params)] = suite
+            key = records.problem_key(p.nest, p.params)
+            suite_of[key], problems[key] = suite, (p.nest, p.params)
+    spaces = spaces_of(trials, problems) if args.full_space else {}
+    if spaces:
+        # every trial with the features the analysis gives its schedule now (records stored
+        # before a feature existed train with it too)
+        features = {(k, target, key): f for (k, target), space in spaces.items() for key, f in space}
+        trials = [replace(t, features=features.get((t.problem.key, t.target_key, t.schedule_key), t.features))
+                  for t in trials]
     by_suite: dict[str, list] = defaultdict(list)
     for t in trials:
         by_suite[suite_of.get(t.problem.key, "other")].append(t)
     out: dict = {"suites": {}, "problems": []}
-    print(f"{'held out':22s} {'problems':>8s} {'within 5%':>9s} {'mean':>6s} {'worst':>6s} "
-          f"{'model n':>7s} {'random n':>8s} {'tuned/analytic':>14s}")
+    print(f"{'held out':22s} {'problems':>8s} {'within 5%':>9s} {'analytic':>8s} {'mean':>6s} {'worst':>6s} "
+          f"{'model n':>7s} {'random n':>8s} {'tuned/analytic':>14s}"
+          + (f" {'space':>5s} {'model N':>7s} {'analytic N':>10s} {'random N':>8s}" if spaces else ""))
     for held in [s for s in SUITES if by_suite.get(s)]:
         train = [t for s, ts in by_suite.items() if s != held for t in ts]
         model = CostModel.train(train)
         groups = groups_of(by_suite[held])
         picks = evaluate(model, groups)
-        randoms, gains = [], []
-        for ts in groups.values():
-            times = [t.seconds for t in ts]
+        randoms, gains, counts = [], [], []
+        for group, ts in groups.items():
+            times = records.comparable_times(ts)
             best = min(times)
             good = sum(x <= best / 0.95 for x in times)
             randoms.append((len(ts) + 1) / (good + 1))
-            analytic = next((t for t in ts if t.features.get("analytic_choice")), None)
+            analytic = next((x for t, x in zip(ts, times, strict=True) if t.features.get("analytic_choice")), None)
             if analytic is not None:
-                gains.append(analytic.seconds / best)
+                gains.append(analytic / best)
+            if group in spaces:
+                counts.append(search_counts(model, spaces[group], ts, args.per_problem // 2))
         within = sum(p.quality >= 1 / 1.05 for p in picks) / len(picks)
         row = {
             "problems": len(picks), "within_5pct": within,
+            "analytic_within_5pct": sum(g <= 1.05 for g in gains) / len(gains) if gains else None,
             "mean_pick": statistics.fmean(p.quality for p in picks),
             "worst_pick": min(p.quality for p in picks),
             "model_measurements": statistics.fmean(p.first_good for p in picks),
             "random_measurements": statistics.fmean(randoms),
             "tuned_vs_analytic_geomean": math.exp(statistics.fmean(math.log(g) for g in gains)) if gains else None,
         }
+        if counts:
+            row["full_space"] = {name: statistics.fmean(c[name] for c in counts)
+                                 for name in ("space", "model", "analytic", "random")}
         out["suites"][held] = row
         out["problems"] += [{"suite": held, "problem": p.label, "candidates": p.candidates,
                              "pick": p.quality, "first_good": p.first_good} for p in picks]
-        print(f"{held:22s} {row['problems']:8d} {within:9.0%} {row['mean_pick']:6.1%} "
-              f"{row['worst_pick']:6.1%} {row['model_measurements']:7.2f} "
-              f"{row['random_measurements']:8.2f} {row['tuned_vs_analytic_geomean'] or 0:14.3f}")
+        line = (f"{held:22s} {row['problems']:8d} {within:9.0%} {row['analytic_within_5pct'] or 0:8.0%} "
+                f"{row['mean_pick']:6.1%} {row['worst_pick']:6.1%} {row['model_measurements']:7.2f} "
+                f"{row['random_measurements']:8.2f} {row['tuned_vs_analytic_geomean'] or 0:14.3f}")
+        if counts:
+            f = row["full_space"]
+            line += f" {f['space']:5.0f} {f['model']:7.1f} {f['analytic']:10.1f} {f['random']:8.1f}"
+        print(line)
     rows = list(out["suites"].values())
     total = sum(r["problems"] for r in rows)
     out["overall"] = {
@@ -180,6 +257,14 @@ def analyze(args: argparse.Namespace) -> dict:
     }
     print(f"overall: {out['overall']['within_5pct']:.0%} of {total} held-out problems within 5%; "
           f"random search needs {out['overall']['measurement_ratio']:.1f}x the model's measurements")
+    if all("full_space" in r for r in rows):
+        model_n = sum(r["full_space"]["model"] * r["problems"] for r in rows)
+        analytic_n = sum(r["full_space"]["analytic"] * r["problems"] for r in rows)
+        random_n = sum(r["full_space"]["random"] * r["problems"] for r in rows)
+        out["overall"]["full_space"] = {"random_vs_model": random_n / model_n,
+                                        "random_vs_analytic": random_n / analytic_n}
+        print(f"over the whole search space: random search needs {random_n / model_n:.1f}x the "
+              f"model's measurements and {random_n / analytic_n:.1f}x the analytic order's")
     return out
 
 
@@ -193,6 +278,9 @@ def main() -> None:
     c.add_argument("--threads", type=int, default=0, help="cores per worker (default: an equal share)")
     c.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
     c.add_argument("--time-limit", type=float, default=0)
+    c.add_argument("--chunk", type=int, default=CHUNK,
+                   help="candidates per measuring process, timed interleaved (0: a problem's all)")
+    c.add_argument("--problems", default="", help="only these layers or shapes (names, comma-separated)")
     t = sub.add_parser("throughput")
     t.add_argument("--workers", dest="workers_list", default="1,8")
     t.add_argument("--threads", type=int, default=2)
@@ -201,6 +289,10 @@ def main() -> None:
     a = sub.add_parser("analyze")
     a.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
     a.add_argument("--json", type=Path, default=HERE / "results" / "tuning.json")
+    a.add_argument("--full-space", action="store_true",
+                   help="compute every problem's search space again: measurement counts over "
+                        "all of it, and the current features for every trial (minutes)")
+    a.add_argument("--per-problem", type=int, default=20, help="as `collect` measured")
     args = parser.parse_args()
     if args.command == "collect":
         collect(args)

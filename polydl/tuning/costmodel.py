@@ -59,22 +59,26 @@ Group = tuple[str, str]  # (problem key, target key)
 
 def groups_of(trials: Iterable[Trial]) -> dict[Group, list[Trial]]:
     """The `ok` trials with features, by (problem, target); one trial per schedule (its
-    fastest measurement)."""
-    best: dict[Group, dict[str, Trial]] = defaultdict(dict)
+    fastest measurement, by `records.comparable_times`)."""
+    by_group: dict[Group, list[Trial]] = defaultdict(list)
     for t in trials:
-        if t.status != records.OK or not t.features or t.seconds is None:
-            continue
-        seen = best[(t.problem.key, t.target_key)]
-        old = seen.get(t.schedule_key)
-        if old is None or (old.seconds or math.inf) > t.seconds:
-            seen[t.schedule_key] = t
-    return {g: list(v.values()) for g, v in best.items() if v}
+        if t.status == records.OK and t.features and t.seconds is not None:
+            by_group[(t.problem.key, t.target_key)].append(t)
+    out = {}
+    for group, members in by_group.items():
+        fastest: dict[str, tuple[float, Trial]] = {}
+        for time, t in zip(records.comparable_times(members), members, strict=True):
+            if t.schedule_key not in fastest or fastest[t.schedule_key][0] > time:
+                fastest[t.schedule_key] = (time, t)
+        out[group] = [t for _, t in fastest.values()]
+    return out
 
 
 def slowdowns(group: Sequence[Trial]) -> list[float]:
     """log2(time / fastest time of the group) of each trial."""
-    fastest = min(t.seconds or math.inf for t in group)
-    return [math.log2((t.seconds or math.inf) / fastest) for t in group]
+    times = records.comparable_times(group)
+    fastest = min(times)
+    return [math.log2(x / fastest) for x in times]
 
 
 @dataclass
@@ -159,8 +163,8 @@ def evaluate(model: CostModel, groups: Mapping[Group, Sequence[Trial]]) -> list[
             continue
         scores = model.predict([t.features for t in trials])
         order = sorted(range(len(trials)), key=lambda i: scores[i])
-        fastest = min(t.seconds or math.inf for t in trials)
-        times = [t.seconds or math.inf for t in trials]
+        times = records.comparable_times(trials)
+        fastest = min(times)
         by_time = sorted(range(len(trials)), key=lambda i: times[i])
         pick = order[0]
         good = next(n for n, i in enumerate(order, 1) if times[i] <= fastest * 1.05)

@@ -32,10 +32,11 @@ from polydl.tuning.records import (
     Problem,
     Trial,
     checked_trial,
+    comparable_times,
     schedule_key,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 USER, SYSTEM = "user", "system"
 _VARIABLE = {USER: "POLYDL_TUNING_DB", SYSTEM: "POLYDL_SYSTEM_DB"}
 
@@ -61,15 +62,20 @@ _SCHEMA = (
         message TEXT NOT NULL,
         other_load REAL,
         host TEXT NOT NULL,
-        created REAL NOT NULL
+        created REAL NOT NULL,
+        reference_samples TEXT NOT NULL DEFAULT '[]',  -- JSON: the reference's seconds per call
+        relative REAL  -- seconds / the reference's median; NULL without a reference
     )""",
     "CREATE INDEX trials_of_problem ON trials (problem, target_key)",
 )
 # Every version before 2 kept only the winner of each (problem, machine) in this table.
 _V1_TABLE = "tuned"
+# Version 3 timed each trial beside a reference schedule.
+_V3_COLUMNS = ("reference_samples TEXT NOT NULL DEFAULT '[]'", "relative REAL")
 
 _COLUMNS = ("p.key, p.primitive, p.params, p.dtype, p.fingerprint, t.target_key, t.schedule, "
-            "t.status, t.samples, t.features, t.message, t.other_load, t.host, t.created")
+            "t.status, t.samples, t.features, t.message, t.other_load, t.host, t.created, "
+            "t.reference_samples")
 _FROM = "FROM trials t JOIN problems p ON p.key = t.problem"
 
 T = TypeVar("T")
@@ -145,15 +151,17 @@ class PerfDatabase:
         return self._read(lambda db, origin: _trials(db.execute(query, args), origin))
 
     def best(self, problem_key: str, target_key: str) -> Trial | None:
-        """The fastest `ok` trial, the user's if the user has any (noisy ones never count)."""
+        """The fastest `ok` trial (by `records.comparable_times`), the user's if the user has
+        any (noisy ones never count)."""
         query = (f"SELECT {_COLUMNS} {_FROM} WHERE t.problem = ? AND t.target_key = ? AND "
-                 "t.status = ? AND t.seconds IS NOT NULL ORDER BY t.seconds, t.id LIMIT 1")
+                 "t.status = ? AND t.seconds IS NOT NULL ORDER BY t.id")
         for origin in (USER, SYSTEM):
             found = self._read(
                 lambda db, o: _trials(db.execute(query, (problem_key, target_key, OK)), o),
                 origins=(origin,))
             if found:
-                return found[0]
+                times = comparable_times(found)
+                return found[min(range(len(found)), key=times.__getitem__)]
         return None
 
     def measured(self, problem_key: str, target_key: str) -> set[str]:
@@ -177,16 +185,10 @@ class PerfDatabase:
                 "SELECT problem, target_key, status, COUNT(*) FROM trials GROUP BY 1, 2, 3").fetchall()):
             by_status = counts.setdefault((key, target), {})
             by_status[status] = by_status.get(status, 0) + n
-        # SQLite takes the bare columns of a MIN() aggregate from the row holding the minimum
-        query = (f"SELECT {_COLUMNS}, MIN(t.seconds) {_FROM} WHERE t.status = ? AND "
-                 "t.seconds IS NOT NULL GROUP BY t.problem, t.target_key")
-        fastest = self._read(lambda db, origin: _trials(
-            (row[:-1] for row in db.execute(query, (OK,))), origin))
-        best = {(t.problem.key, t.target_key): t for t in fastest}  # the user's, read last, win
         entries = [
             Summary(problems[key], target,
                     tuple((s, by_status[s]) for s in STATUSES if s in by_status),
-                    best.get((key, target)))
+                    self.best(key, target))
             for (key, target), by_status in counts.items()
         ]
         return sorted(entries, key=lambda e: (e.problem.primitive, e.problem.params,
@@ -281,11 +283,15 @@ def _upgrade(db: sqlite3.Connection, path: Path, variable: str | None) -> None:
             return
         tables = {row[0] for row in db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
-        if tables - {_V1_TABLE}:
+        if tables - {_V1_TABLE} and (_version(db, path, variable) != 2 or "trials" not in tables):
             raise DatabaseFileError(path, "not a polydl tuning database: it has the tables "
                                     f"{', '.join(sorted(tables))}", variable)
-        for statement in _SCHEMA:
-            db.execute(statement)
+        if "trials" in tables:  # version 2: the reference's columns are new
+            for column in _V3_COLUMNS:
+                db.execute(f"ALTER TABLE trials ADD COLUMN {column}")
+        else:
+            for statement in _SCHEMA:
+                db.execute(statement)
         if _V1_TABLE in tables:
             _migrate_v1(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -327,11 +333,11 @@ def _insert(db: sqlite3.Connection, trials: Iterable[Trial], skip_duplicates: bo
                 continue
             db.execute(
                 "INSERT INTO trials (problem, target_key, schedule, schedule_key, status, "
-                "samples, seconds, features, message, other_load, host, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "samples, seconds, features, message, other_load, host, created, "
+                "reference_samples, relative) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (p.key, t.target_key, _canonical(dict(t.schedule)), t.schedule_key, t.status,
                  samples, t.seconds, _canonical(dict(t.features)), t.message, t.other_load,
-                 t.host, t.created))
+                 t.host, t.created, json.dumps(list(t.reference_samples)), t.relative))
             added += 1
     return added
 
@@ -354,7 +360,8 @@ def _trials(rows: Iterable[tuple], origin: str) -> list[Trial]:
     return [
         Trial(problem=_problem(row[:5]), target_key=row[5], schedule=json.loads(row[6]),
               status=row[7], samples=tuple(json.loads(row[8])), features=json.loads(row[9]),
-              message=row[10], other_load=row[11], host=row[12], created=row[13], origin=origin)
+              message=row[10], other_load=row[11], host=row[12], created=row[13], origin=origin,
+              reference_samples=tuple(json.loads(row[14])))
         for row in rows
     ]
 

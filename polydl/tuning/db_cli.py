@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -88,10 +89,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     key, problem = matches[0]
     print(f"problem  {problem.describe()}  {key}")
     trials = sorted(db.trials(problem_key=key),
-                    key=lambda t: (t.seconds is None, t.seconds or 0.0, STATUSES.index(t.status)))
+                    key=lambda t: (t.seconds is None, t.relative or math.inf, t.seconds or 0.0,
+                                   STATUSES.index(t.status)))
     for t in trials:
         ms = f"{t.seconds * 1e3:10.3f} ms" if t.seconds is not None else f"{'-':>10s}   "
-        line = (f"{t.status:14s} {ms} x{len(t.samples):<3d} {target_label(t.target_key)} "
+        # the time against the reference schedule timed beside it
+        ratio = f"{t.relative:6.3f}x ref" if t.relative is not None else f"{'':10s}"
+        line = (f"{t.status:14s} {ms} {ratio} x{len(t.samples):<3d} {target_label(t.target_key)} "
                 f"[{t.origin}]  {_schedule_text(t)}")
         print(line + (f"  -- {t.message}" if t.message else ""))
     return 0

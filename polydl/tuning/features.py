@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 
+from polydl.dtypes import DTYPES
 from polydl.poly.model import PolyModel
 from polydl.schedules import rank as analytic
+from polydl.schedules.apply import group_statements, main_group
 from polydl.schedules.rank import RankedSchedule
 from polydl.schedules.schedule import is_tile_loop, loop_var
+from polydl.schedules.strides import element_stride
 from polydl.target.cpu import ISAS, CpuTarget
 
 CACHES = ("l1", "l2", "l3")
@@ -72,15 +75,51 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
     s = ranked.schedule
     if not s.parallel:
         return {"parallel_loops": 0.0, "parallel_depth": -1.0, "parallel_units_per_core": 0.0,
-                "parallel_is_tile": 0.0}
+                "parallel_is_tile": 0.0, "parallel_balance": float(max(target.cores, 1)),
+                "parallel_log_forks": -1.0, "parallel_replicated_share": 1.0,
+                "parallel_replicated_per_l2": _replicated_bytes(model, ()) / target.l2_bytes}
     first = s.parallel[0]
+    cores = max(target.cores, 1)
     units = math.prod(analytic.trip_count(model, s, loop) for loop in s.parallel)
+    depth = s.order.index(first) if first in s.order else 0
+    # every entry into the parallel loops forks and joins the threads
+    forks = math.prod(analytic.trip_count(model, s, loop) for loop in s.order[:depth])
+    # a static schedule over collapsed loops hands each thread a run of the outer ones: the
+    # data is split by the outer loops until they alone have a unit for every core
+    split, covered = [], 1
+    for loop in s.parallel:
+        if covered >= cores:
+            break
+        split.append(loop_var(loop))
+        covered *= analytic.trip_count(model, s, loop)
+    replicated = _replicated_bytes(model, tuple(split))
     return {
         "parallel_loops": float(len(s.parallel)),
-        "parallel_depth": float(s.order.index(first)) if first in s.order else -1.0,
-        "parallel_units_per_core": units / max(target.cores, 1),
+        "parallel_depth": float(depth),
+        "parallel_units_per_core": units / cores,
         "parallel_is_tile": float(is_tile_loop(first)),
+        # the busiest thread's share of the (collapsed) units against an even share
+        "parallel_balance": math.ceil(units / cores) * cores / units if units else float(cores),
+        "parallel_log_forks": _log2(forks),
+        "parallel_replicated_share": replicated / max(_replicated_bytes(model, None), 1),
+        "parallel_replicated_per_l2": replicated / target.l2_bytes,
     }
+
+
+def _replicated_bytes(model: PolyModel, split: tuple[str, ...] | None) -> float:
+    """Bytes of the arrays every thread reads whole: no access moves along a loop the threads
+    split (`split`); with None, the bytes of every array the main nest touches."""
+    moves: dict[str, bool] = {}
+    for statement in group_statements(model)[main_group(model)]:
+        for a in statement.accesses:
+            along = any(element_stride(model, a.access, v) != 0 for v in split or ())
+            moves[a.access.array] = moves.get(a.access.array, False) or along
+    total = 0.0
+    for name, moved in moves.items():
+        if split is None or not moved:
+            array = model.nest.array(name)
+            total += math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
+    return total
 
 
 def _microkernel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule) -> dict[str, float]:

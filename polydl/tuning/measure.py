@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -105,10 +106,11 @@ def _run_child(
     candidate it was running when it stopped, its exit status, the end of its stderr)."""
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "polydl.tuning.child", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(write_fd,),
-        )
+        with _started_on(request.cpus):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "polydl.tuning.child", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(write_fd,),
+            )
         os.close(write_fd)
         conn = Connection(read_fd, writable=False)
         assert process.stdin is not None
@@ -170,6 +172,22 @@ def child_main(fd: int) -> None:
         conn.send(("failed", "the measuring process failed:\n" + traceback.format_exc()))
     finally:
         conn.close()
+
+
+@contextmanager
+def _started_on(cpus: tuple[int, ...] | None) -> Iterator[None]:
+    """Start the measuring process on its cores: it inherits the affinity of the thread that
+    starts it, so its interpreter's start and imports (a second of work) do not run on the
+    cores where other workers are timing. The calling thread gets its own cores back."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    mine = os.sched_getaffinity(0)  # on Linux, of the calling thread
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def _pin(cpus: tuple[int, ...] | None, threads: int) -> None:

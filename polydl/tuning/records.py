@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,9 @@ class Trial:
     host: str = ""
     created: float = 0.0
     origin: str = "user"  # "user" or "system": which database it was read from
+    # seconds per call of the problem's reference schedule, timed interleaved with this one in
+    # the same measuring process: the machine's speed at the time, which the ratio cancels
+    reference_samples: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -87,6 +91,13 @@ class Trial:
     @property
     def seconds(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None
+
+    @property
+    def relative(self) -> float | None:
+        """Median seconds against the reference's median from the same process."""
+        if not self.samples or not self.reference_samples:
+            return None
+        return statistics.median(self.samples) / statistics.median(self.reference_samples)
 
     @property
     def schedule_key(self) -> str:
@@ -101,6 +112,7 @@ class Trial:
             "schedule": dict(self.schedule), "status": self.status, "samples": list(self.samples),
             "seconds": self.seconds, "features": dict(self.features), "message": self.message,
             "other_load": self.other_load, "host": self.host, "created": self.created,
+            "reference_samples": list(self.reference_samples),
         }
 
     @classmethod
@@ -120,7 +132,17 @@ class Trial:
             other_load=None if load is None else float(load),
             host=str(data.get("host", "")),
             created=float(data.get("created", 0.0)),
+            reference_samples=tuple(float(s) for s in data.get("reference_samples", ())),
         )
+
+
+def comparable_times(trials: Sequence[Trial]) -> list[float]:
+    """Times of one problem's trials that can be compared with each other: their ratios to
+    the reference timed beside each (the machine's speed drifts between measuring processes,
+    and differs between cores), or their seconds where any trial was measured without one."""
+    if trials and all(t.relative is not None for t in trials):
+        return [t.relative for t in trials]  # type: ignore[misc]
+    return [t.seconds if t.seconds is not None else math.inf for t in trials]
 
 
 def checked_trial(data: object) -> Trial:
@@ -141,6 +163,7 @@ def checked_trial(data: object) -> Trial:
         "target": lambda v: isinstance(v, dict),
         "schedule": lambda v: isinstance(v, dict),
         "samples": lambda v: isinstance(v, list) and all(_is_number(s) for s in v),
+        "reference_samples": lambda v: isinstance(v, list) and all(_is_number(s) for s in v),
         "features": lambda v: isinstance(v, dict) and all(_is_number(f) for f in v.values()),
         "other_load": lambda v: v is None or _is_number(v),
         "created": _is_number,
@@ -154,7 +177,7 @@ def checked_trial(data: object) -> Trial:
 _REQUIRED = ("problem", "primitive", "params", "dtype", "target", "schedule", "status")
 _EXPECTED = {
     "params": "an object of integer sizes", "target": "an object", "schedule": "an object",
-    "samples": "a list of numbers", "features": "an object of numbers",
+    "samples": "a list of numbers", "reference_samples": "a list of numbers", "features": "an object of numbers",
     "other_load": "a number or null", "created": "a number",
 }
 

@@ -85,9 +85,11 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
     chosen = ranked[0].schedule if ranked else None
     out = []
     for result in sorted(evaluated.values(), key=lambda r: (r.schedule != chosen, r.cost)):
-        schedule = choose_fusion(model, resolve(model, result.schedule), target)[0]
+        resolved = resolve(model, result.schedule)  # the loop order filled in, as compiled
+        schedule = choose_fusion(model, resolved, target)[0]
         mine = result.schedule == chosen
-        values = {**features(model, target, result, best), "analytic_choice": float(mine)}
+        values = {**features(model, target, replace(result, schedule=resolved), best),
+                  "analytic_choice": float(mine)}
         out.append(Candidate(schedule, result.cost, values, analytic=mine))
     return _distinct(out)
 

@@ -145,20 +145,22 @@ def tune(
     picker = _Picker(strategy, todo, scores, seed)
     measured: list[Trial] = []
     best = db.best(problem.key, target.key())
+    # timed beside every batch: trials compare by their ratio to it, whichever process, core
+    # or minute measured them
+    reference = next((c for c in space if c.analytic), space[0])
     while len(measured) < budget:
         batch = picker.next(min(BATCH * executor.slots, budget - len(measured)), measured)
         if not batch:
             break
-        chunks = [batch[i:: executor.slots] for i in range(executor.slots)]
-        requests = [Request(nest, dict(params), target, tuple(c.schedule.to_dict() for c in chunk),
-                            limits=limits) for chunk in chunks if chunk]
+        chunks = [chunk for chunk in (batch[i:: executor.slots] for i in range(executor.slots)) if chunk]
+        requests = [referenced_request(nest, params, target, chunk, reference, limits)
+                    for chunk in chunks]
         for index, outcomes in executor.run(requests):
-            chunk = [c for c in chunks if c][index]
-            new = [trial_of(problem, target, c, o) for c, o in zip(chunk, outcomes, strict=True)]
+            new = referenced_trials(problem, target, chunks[index], reference, outcomes)
             db.add(new)  # the one writer: workers only measure
             measured += new
             for t in new:
-                if t.status == records.OK and (best is None or (t.seconds or 0) < (best.seconds or 0)):
+                if t.status == records.OK and (best is None or _faster(t, best)):
                     best = t
             if progress:
                 progress(len(measured), budget, best)
@@ -189,8 +191,9 @@ class _Picker:
     def next(self, count: int, measured: Sequence[Trial]) -> list[Candidate]:
         picks: list[int] = []
         if self.strategy == "guided" and measured:
-            fastest = sorted((t for t in measured if t.status == records.OK),
-                             key=lambda t: t.seconds or 0)[:2]
+            ok = [t for t in measured if t.status == records.OK]
+            times = records.comparable_times(ok)
+            fastest = [ok[i] for i in sorted(range(len(ok)), key=times.__getitem__)[:2]]
             near = [i for i in self.order if i not in self.taken
                     and any(_one_step(self.todo[i], t.schedule) for t in fastest)]
             picks += near[: count // 2]
@@ -210,11 +213,38 @@ def _one_step(candidate: Candidate, schedule: Mapping[str, object]) -> bool:
     return sum(mine.get(a) != schedule.get(a) for a in aspects) == 1
 
 
-def trial_of(problem: Problem, target: CpuTarget, candidate: Candidate, outcome: Outcome) -> Trial:
+def _faster(trial: Trial, than: Trial) -> bool:
+    mine, other = records.comparable_times([trial, than])
+    return mine < other
+
+
+def referenced_request(nest: LoopNest, params: Mapping[str, int], target: CpuTarget,
+                       chunk: Sequence[Candidate], reference: Candidate, limits: Limits) -> Request:
+    """A request that times `chunk` interleaved with the problem's `reference` schedule
+    (first, unless the chunk holds it)."""
+    schedules = chunk if any(c.key == reference.key for c in chunk) else [reference, *chunk]
+    return Request(nest, dict(params), target, tuple(c.schedule.to_dict() for c in schedules),
+                   limits=limits)
+
+
+def referenced_trials(problem: Problem, target: CpuTarget, chunk: Sequence[Candidate],
+                      reference: Candidate, outcomes: Sequence[Outcome]) -> list[Trial]:
+    """The trials of `chunk` from the outcomes of its `referenced_request`, each carrying the
+    reference's samples from the same process."""
+    prepended = len(outcomes) == len(chunk) + 1
+    own = outcomes[1:] if prepended else outcomes
+    timed = outcomes[0] if prepended else next(
+        o for c, o in zip(chunk, own, strict=True) if c.key == reference.key)
+    samples = timed.samples if timed.status == records.OK else ()
+    return [trial_of(problem, target, c, o, samples) for c, o in zip(chunk, own, strict=True)]
+
+
+def trial_of(problem: Problem, target: CpuTarget, candidate: Candidate, outcome: Outcome,
+             reference_samples: tuple[float, ...] = ()) -> Trial:
     return Trial(
         problem=problem, target_key=target.key(), schedule=candidate.schedule.to_dict(),
         status=outcome.status, samples=outcome.samples,
         features=candidate.features,
         message=outcome.message, other_load=outcome.other_load, host=socket.gethostname(),
-        created=time.time(),
+        created=time.time(), reference_samples=reference_samples,
     )

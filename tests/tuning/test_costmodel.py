@@ -42,6 +42,21 @@ def measured(problems: int = 6, slowest_first: bool = False) -> list[Trial]:
     return out
 
 
+def test_labels_are_ratios_to_the_reference_where_every_trial_has_one() -> None:
+    """Trials of x = 0..11 whose seconds drift up with x (the machine slowed down while it
+    measured), and whose ratios to the reference timed beside each fall with x: the model
+    learns the ratios."""
+    drifted = [Trial(_problem(p), TARGET, {"order": [f"s{x}"]}, records.OK,
+                     samples=((1 + x) * 1e-3,), reference_samples=((1 + x) ** 2 * 1e-3,),
+                     features={"x": float(x), "y": float(p)})
+               for p in range(6) for x in range(SCHEDULES)]
+    model = CostModel.train(drifted)
+    predicted = model.predict([{"x": float(x), "y": 40.0} for x in range(SCHEDULES)])
+    assert min(range(SCHEDULES), key=lambda x: predicted[x]) == SCHEDULES - 1
+    [group] = groups_of(drifted[:SCHEDULES]).values()
+    assert [q.quality for q in evaluate(model, {("p0", TARGET): group})] == [1.0]
+
+
 def test_the_model_ranks_a_problem_it_never_saw_by_the_feature_it_learned() -> None:
     model = CostModel.train(measured())
     assert model.trained_on == 6 * SCHEDULES and model.feature_names == ("x", "y")

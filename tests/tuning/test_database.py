@@ -97,7 +97,7 @@ def test_a_file_of_the_old_schema_is_migrated_in_place_once(tmp_path: Path) -> N
     path = tmp_path / "old.sqlite"
     write_v1(path)
     [t] = user_db(path).trials()
-    assert _version(path) == SCHEMA_VERSION == 2
+    assert _version(path) == SCHEMA_VERSION == 3
     assert t.problem == Problem(MATMUL.key, "matmul", MATMUL.params, "float32", "")
     assert (t.status, t.samples, t.target_key, t.features, t.created) == (OK, (0.004,), TARGET,
                                                                          {}, 123.0)
@@ -107,6 +107,55 @@ def test_a_file_of_the_old_schema_is_migrated_in_place_once(tmp_path: Path) -> N
     # a fingerprint given later fills the one the old schema did not have
     user_db(path).add([trial(samples=(0.005,), created=200.0)])
     assert {t.problem.fingerprint for t in user_db(path).trials()} == {MATMUL.fingerprint}
+
+
+def write_v2(path: Path) -> None:
+    """A file of schema 2: every trial, timed without a reference beside it."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE problems (key TEXT PRIMARY KEY, primitive TEXT NOT NULL, params "
+                   "TEXT NOT NULL, dtype TEXT NOT NULL, fingerprint TEXT NOT NULL, created REAL "
+                   "NOT NULL)")
+        db.execute("CREATE TABLE trials (id INTEGER PRIMARY KEY, problem TEXT NOT NULL, "
+                   "target_key TEXT NOT NULL, schedule TEXT NOT NULL, schedule_key TEXT NOT NULL, "
+                   "status TEXT NOT NULL, samples TEXT NOT NULL, seconds REAL, features TEXT NOT "
+                   "NULL, message TEXT NOT NULL, other_load REAL, host TEXT NOT NULL, created "
+                   "REAL NOT NULL)")
+        db.execute("INSERT INTO problems VALUES (?,?,?,?,?,?)",
+                   (MATMUL.key, "matmul", json.dumps(dict(MATMUL.params), sort_keys=True),
+                    "float32", MATMUL.fingerprint, 1.0))
+        old = trial(samples=(0.004,))
+        db.execute("INSERT INTO trials (problem, target_key, schedule, schedule_key, status, "
+                   "samples, seconds, features, message, other_load, host, created) VALUES "
+                   "(?,?,?,?,?,?,?,?,?,?,?,?)",
+                   (MATMUL.key, TARGET, json.dumps(old.schedule, sort_keys=True),
+                    old.schedule_key, OK, "[0.004]", 0.004, "{}", "", None, "h", 5.0))
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+
+
+def test_a_file_of_schema_2_gains_the_reference_columns_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    write_v2(path)
+    [t] = user_db(path).trials()
+    assert _version(path) == 3
+    assert (t.samples, t.reference_samples, t.relative, t.host) == ((0.004,), (), None, "h")
+    user_db(path).add([trial(samples=(0.003,), reference_samples=(0.006,), created=6.0)])
+    assert [x.relative for x in user_db(path).trials()] == [None, 0.5]
+
+
+def test_the_best_compares_ratios_to_the_reference_timed_beside_each(tmp_path: Path) -> None:
+    db = user_db(tmp_path / "u.sqlite")
+    # measured while the machine ran slow: more seconds, yet half the reference's time
+    slow_minute = trial(samples=(3e-3,), reference_samples=(6e-3,), sched=schedule("j", "i", "k"))
+    fast_minute = trial(samples=(2e-3,), reference_samples=(2.5e-3,), sched=schedule("k", "i", "j"))
+    db.add([fast_minute, slow_minute])
+    assert db.best(MATMUL.key, TARGET) == slow_minute
+    [entry] = db.summary()
+    assert entry.best == slow_minute
+    # a trial without a reference makes the problem's trials comparable by seconds only
+    unreferenced = trial(samples=(2.5e-3,), sched=schedule("i", "k", "j"))
+    db.add([unreferenced])
+    assert db.best(MATMUL.key, TARGET) == fast_minute
 
 
 def test_a_file_of_a_newer_schema_asks_for_a_newer_polydl(tmp_path: Path) -> None:

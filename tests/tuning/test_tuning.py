@@ -114,6 +114,21 @@ def test_the_space_holds_tile_neighbours_and_thread_mappings_beyond_the_ranking(
                for a in space for b in space)
 
 
+def test_thread_features_say_what_every_thread_reads_whole_and_how_often_they_fork() -> None:
+    """C[i][j] += A[i][k] * B[k][j] at 64 x 32 x 16 on two cores: threads that split the rows
+    each read all of B (512 of the 3584 floats), threads that split the columns all of A (1024),
+    and a parallel j inside i forks once per row."""
+    nest, params = builders.matmul(64, 32, 16)
+    space = search_space(build_model(nest, dict(params)), replace(host_target(), cores=2))
+    split_rows = next(c for c in space if c.schedule.parallel == ("i",))
+    inside = next(c for c in space if c.schedule.parallel == ("j",) and c.schedule.order[0] == "i")
+    assert split_rows.features["parallel_replicated_share"] == pytest.approx(512 / 3584)
+    assert split_rows.features["parallel_log_forks"] == 0
+    assert inside.features["parallel_replicated_share"] == pytest.approx(1024 / 3584)
+    assert inside.features["parallel_log_forks"] == 6 and inside.features["parallel_depth"] == 1
+    assert all(c.features["loops"] == len(c.schedule.order) for c in space)
+
+
 def test_every_candidate_of_an_odd_matmul_computes_the_product() -> None:
     nest, params = builders.matmul(33, 17, 9)
     target = host_target()
@@ -332,6 +347,37 @@ def test_a_resumed_run_measures_again_only_what_was_noisy(matmul32: Nest, tmp_pa
     assert {t.schedule_key for t in again.measured} == noisy
     assert again.skipped == len(space) - len(noisy)
     assert len(db.trials(statuses=[records.NOISY])) == 2 * len(noisy)
+
+
+def test_trials_compare_by_the_reference_timed_beside_them(matmul32: Nest, tmp_path: Path) -> None:
+    """The measuring process that times the fastest candidate runs three times slower than
+    the others (a busy minute, a slow core): its seconds lose, its ratio to the analytic
+    choice timed in the same process wins."""
+    nest, params = matmul32
+    target = host_target()
+    space = search_space(build_model(nest, params), target)
+    rank = {c.key: n for n, c in enumerate(space)}
+    fastest = space[-1].key
+    requests: list[Request] = []
+
+    class Drifting:
+        slots = 2
+
+        def run(self, batch: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            for n, request in enumerate(batch):
+                requests.append(request)
+                keys = [schedule_key(dict(s)) for s in request.schedules]
+                slow = 3.0 if fastest in keys else 1.0
+                yield n, [Outcome(i, records.OK, (slow * 1e-3 * (2 - rank[k] / len(space)),) * 3)
+                          for i, k in enumerate(keys)]
+
+    result = tune(nest, params, target=target, trials=len(space), db=_db(tmp_path),
+                  executor=Drifting())
+    assert len(requests) > 1 and all(space[0].key in {schedule_key(dict(s)) for s in r.schedules}
+                                     for r in requests)
+    assert all(t.reference_samples for t in result.measured)
+    assert result.best is not None and result.best.schedule_key == fastest
+    assert min(result.measured, key=lambda t: t.seconds or 0).schedule_key != fastest
 
 
 def test_noisy_trials_are_stored_but_never_the_best(matmul32: Nest, tmp_path: Path) -> None:
