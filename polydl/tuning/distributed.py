@@ -46,6 +46,9 @@ class RayExecutor:
         self.actors = actors
         self.slots = len(actors)
 
+    def parts(self) -> list[RayExecutor]:
+        return [RayExecutor([actor]) for actor in self.actors]
+
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         ray = _ray()
         free = list(self.actors)

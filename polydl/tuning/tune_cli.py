@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from polydl import settings
@@ -13,9 +14,9 @@ from polydl.errors import PolyDLError
 from polydl.target.cpu import CpuTarget
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of
 from polydl.tuning.database import PerfDatabase
-from polydl.tuning.records import OK, Trial
+from polydl.tuning.records import OK, Trial, comparable_times
 from polydl.tuning.suites import SuiteProblem, suite_problems
-from polydl.tuning.tuner import STRATEGIES, LocalExecutor, Progress, tune
+from polydl.tuning.tuner import STRATEGIES, LocalExecutor, Progress, search_spaces, tune_problems
 
 
 def add_tune_options(c: argparse.ArgumentParser) -> None:
@@ -63,6 +64,12 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
     model = _guiding_model(args.model)
     executor: Any = LocalExecutor()
     if args.workers is not None:
+        from polydl.tuning.distributed import worker_cpus
+
+        target = replace(target, cores=len(worker_cpus(args.workers)[0]))
+    # the spaces before the workers start: on every core, and forked without Ray's threads
+    spaces = search_spaces([(p.nest, p.params) for p in problems], target)
+    if args.workers is not None:
         from polydl.tuning.distributed import local_executor
 
         executor, target = local_executor(args.workers, target)
@@ -73,12 +80,10 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
     print(f"target   {target.describe()}")
     print(f"guide    {'cost model ' + str(args.model or settings.cost_model()) if model else 'analytic model'}")
     try:
-        for problem in problems:
-            with _progress(problem.name, args.no_progress) as progress:
-                result = tune(problem.nest, problem.params, target=target, trials=args.trials,
-                              strategy=args.strategy, db=db, executor=executor, cost_model=model,
-                              progress=progress)
-            print(_result_line(problem.name, result))
+        tune_problems([(p.name, p.nest, p.params) for p in problems], spaces, target=target,
+                      executor=executor, report=lambda name, r: print(_result_line(name, r), flush=True),
+                      progress=lambda name: _progress(name, args.no_progress), trials=args.trials,
+                      strategy=args.strategy, db=db, cost_model=model)
     finally:
         if hasattr(executor, "shutdown"):
             executor.shutdown()
@@ -105,7 +110,8 @@ def _result_line(name: str, result: Any) -> str:
     analytic = next((t for t in ok if t.schedule_key == result.analytic_key), None)
     gain = ""
     if best is not None and analytic is not None and best.seconds:
-        gain = f", {analytic.seconds / best.seconds:.2f}x the analytic schedule"
+        slower, fastest = comparable_times([analytic, best])
+        gain = f", {slower / fastest:.2f}x the analytic schedule"
     time = f"{best.seconds * 1e3:.3f} ms" if best and best.seconds else "no ok trial"
     return (f"{name:24s} best {time}{gain}; measured {len(result.measured)} of {result.space} "
             f"({result.strategy}), {failed} not ok, {result.skipped} already in the database")

@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from polydl.errors import PolyDLError, TargetError
 from polydl.ir import LoopNest
@@ -43,6 +46,10 @@ class Executor(Protocol):
 
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]: ...
 
+    def parts(self) -> Sequence[Executor]:
+        """One executor per slot, for problems tuned side by side."""
+        ...
+
 
 class LocalExecutor:
     """Measures in one child process at a time, pinned to the target's number of cores."""
@@ -56,6 +63,9 @@ class LocalExecutor:
         for i, request in enumerate(requests):
             yield i, measure(replace(request, cpus=self.cpus or _first_cpus(request.target.cores)))
 
+    def parts(self) -> Sequence[Executor]:
+        return [self]
+
 
 class PoolExecutor:
     """Measures on `shares` of the cores at once, one thread per share driving its own
@@ -65,9 +75,10 @@ class PoolExecutor:
         self.shares = list(shares)
         self.slots = len(self.shares)
 
-    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    def parts(self) -> Sequence[Executor]:
+        return [PoolExecutor([share]) for share in self.shares]
 
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         free = list(self.shares)
         queue = list(enumerate(requests))
         with ThreadPoolExecutor(self.slots) as pool:
@@ -120,6 +131,7 @@ def tune(
     limits: Limits | None = None,
     progress: Progress | None = None,
     seed: int = 0,
+    space: Sequence[Candidate] | None = None,
 ) -> TuneResult:
     """Measure up to `trials` candidates of the problem's search space on `target` and store
     every trial; the target must be one this CPU can run."""
@@ -134,7 +146,7 @@ def tune(
     executor = executor or LocalExecutor()
     limits = limits or Limits()
     problem = Problem.of(nest, params)
-    space = search_space(build_model(nest, dict(params)), target)
+    space = list(space) if space is not None else search_space(build_model(nest, dict(params)), target)
     done = db.measured(problem.key, target.key())
     todo = [c for c in space if c.key not in done]
     skipped = len(space) - len(todo)
@@ -167,6 +179,61 @@ def tune(
     analytic = next((c.key for c in space if c.analytic), "")
     return TuneResult(problem, db.best(problem.key, target.key()), tuple(measured), skipped,
                       len(space), strategy, str(db.path), analytic)
+
+
+def _space_of(job: tuple[LoopNest, Mapping[str, int], CpuTarget]) -> list[Candidate]:
+    nest, params, target = job
+    return search_space(build_model(nest, dict(params)), target)
+
+
+def search_spaces(problems: Sequence[tuple[LoopNest, Mapping[str, int]]], target: CpuTarget) -> list[list[Candidate]]:
+    """Every problem's search space, computed on all cores before any measurement starts:
+    seconds of analysis per problem that would otherwise run beside the workers' timing.
+    Call it before starting Ray workers (it forks)."""
+    jobs = [(nest, dict(params), target) for nest, params in problems]
+    if len(jobs) < 2:
+        return [_space_of(job) for job in jobs]
+    with ProcessPoolExecutor(min(len(jobs), os.cpu_count() or 1)) as pool:
+        return list(pool.map(_space_of, jobs))
+
+
+def tune_problems(
+    problems: Sequence[tuple[str, LoopNest, Mapping[str, int]]],
+    spaces: Sequence[Sequence[Candidate]],
+    *,
+    target: CpuTarget,
+    executor: Executor,
+    report: Callable[[str, TuneResult], None],
+    progress: Callable[[str], AbstractContextManager[Progress | None]] | None = None,
+    **options: Any,
+) -> None:
+    """Tune named problems over their `search_spaces`; with several workers the problems run
+    side by side, one worker each, so a problem's candidates are timed on one share of the
+    cores and no worker waits for the slowest of a batch. `report` gets each result as it
+    completes; `options` go to `tune`."""
+    queue = list(zip(problems, spaces, strict=True))
+    parts = executor.parts() if len(problems) > 1 else [executor]
+    lock = threading.Lock()
+
+    def work(part: Executor) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                (name, nest, params), space = queue.pop(0)
+            # a progress bar per problem while they run one at a time
+            with progress(name) if progress and len(parts) == 1 else nullcontext() as watch:
+                result = tune(nest, params, target=target, executor=part, space=space,
+                              progress=watch, **options)
+            with lock:
+                report(name, result)
+
+    if len(parts) == 1:
+        work(parts[0])
+        return
+    with ThreadPoolExecutor(len(parts)) as pool:
+        for done in [pool.submit(work, part) for part in parts]:
+            done.result()
 
 
 def _scores(candidates: Sequence[Candidate], model: CostModel | None) -> list[float]:

@@ -35,7 +35,14 @@ from polydl.tuning.lookup import tuned_schedule
 from polydl.tuning.measure import Limits, Outcome, Request, measure
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
-from polydl.tuning.tuner import BATCH, LocalExecutor, PoolExecutor, tune
+from polydl.tuning.tuner import (
+    BATCH,
+    LocalExecutor,
+    PoolExecutor,
+    search_spaces,
+    tune,
+    tune_problems,
+)
 from tests.frontends.test_builders import conv2d_numpy
 from tests.kernels import run_and_check
 
@@ -313,6 +320,9 @@ class Scripted:
     def __init__(self, script: Callable[[dict], tuple[str, float]]) -> None:
         self.script = script
 
+    def parts(self) -> list[Scripted]:
+        return [self]
+
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         for n, request in enumerate(requests):
             outcomes = []
@@ -435,6 +445,45 @@ def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) 
                  executor=LocalExecutor(cpus=(cpus[0],)), limits=QUIET)
     assert {(t.schedule_key, t.status) for t in pooled.measured} == {
         (t.schedule_key, t.status) for t in alone.measured}
+
+
+def test_problems_tuned_side_by_side_each_on_one_worker(matmul32: Nest, tmp_path: Path) -> None:
+    """Three problems on two workers: each problem's trials all come from one worker, both
+    workers are used, and the records are those of tuning the problems one after another."""
+    target = host_target()
+    problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32, 48)]
+    spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
+    served: dict[str, set[int]] = {}
+
+    class Part(Scripted):
+        def __init__(self, number: int) -> None:
+            super().__init__(lambda s: (records.OK, 1e-3 * (1 + len(s["order"]))))
+            self.number = number
+
+        def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            for request in requests:
+                served.setdefault(str(request.params["M"]), set()).add(self.number)
+            yield from super().run(requests)
+
+    class Two:
+        slots = 2
+
+        def parts(self) -> list[Part]:
+            return [Part(0), Part(1)]
+
+    reports: dict[str, list] = {}
+    for name, executor in (("side", Two()), ("one", Part(0))):
+        done = reports.setdefault(name, [])
+        tune_problems(problems, spaces, target=target, executor=executor,  # type: ignore[arg-type]
+                      report=lambda n, r, done=done: done.append((n, r)), trials=6,
+                      db=_db(tmp_path, f"{name}.sqlite"))
+        if name == "side":
+            assert all(len(workers) == 1 for workers in served.values())
+            assert set().union(*served.values()) == {0, 1}
+    assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
+    side = {n: {t.schedule_key for t in r.measured} for n, r in reports["side"]}
+    one = {n: {t.schedule_key for t in r.measured} for n, r in reports["one"]}
+    assert side == one and all(len(keys) == 6 for keys in side.values())
 
 
 def test_tuning_for_a_target_this_cpu_cannot_run_is_refused(matmul32: Nest, tmp_path: Path) -> None:
