@@ -2,21 +2,26 @@
 """Tuning: how well the learned cost model predicts schedules, how fast the search finds them,
 how tuning throughput scales with workers.
 
-    python benchmarks/tuning.py collect [--suites gemm,resnet50,...] [--per-problem 24]
-                                        [--workers N] [--threads T] [--db FILE] [--time-limit S]
-    python benchmarks/tuning.py throughput [--workers 1,8] [--threads T] [--candidates 48]
-    python benchmarks/tuning.py analyze [--db FILE] [--json FILE]
+    python benchmarks/tuning.py collect [--suites gemm,resnet50,...] [--per-problem 20]
+                                        [--workers N] [--threads T] [--chunk 0] [--problems a,b]
+                                        [--db FILE] [--time-limit S]
+    python benchmarks/tuning.py throughput [--workers 1,8] [--threads T] [--candidates 64]
+                                           [--mode tune|requests]
+    python benchmarks/tuning.py analyze [--db FILE] [--full-space] [--json FILE]
 
 `collect` measures, per problem of each suite, the analytic choice, the next best half of
 `--per-problem` by analytic cost and as many drawn at random from the rest of the search space
-(seeded), on `--workers` disjoint shares of `--threads` cores each (the measuring processes of
-`polydl.tuning.measure`, driven by threads: `tuner.PoolExecutor`); every trial goes to the
-database. It resumes: trials already there are not measured again. `throughput` times the same
-candidates with 1 and N workers on fresh databases and reports candidates per hour. `analyze`
-reads the database: leave one suite out (train the cost model on the others' trials, predict the
-held-out suite's problems): the fraction of problems whose pick is within 5% of the best
-measured, the mean and worst pick; measurements until one within 5% of the best, in the model's
-order against the expectation of random order ((n + 1) / (g + 1) for g good of n); and the best
+(seeded), `--chunk` candidates per measuring process (0: all of a problem's), each process
+timing the problem's analytic choice beside them as the reference, on `--workers` disjoint
+shares of `--threads` cores each (`tuner.PoolExecutor`), the requests with the most work
+first; every trial goes to the database. It resumes: trials already there are not measured
+again. `throughput` tunes the same problems with 1 and N workers on fresh databases and compile
+caches and reports candidates per hour (the search spaces, computed once before, not counted).
+`analyze` reads the database: leave one suite out (train the cost model on the others' trials,
+predict the held-out suite's problems): the fraction of problems whose pick is within 5% of the
+best measured, the mean and worst pick; measurements until one within 5% of the best, in the
+model's order against the expectation of random order ((n + 1) / (g + 1) for g good of n),
+and with `--full-space` the same over every problem's whole search space; and the best
 measured against the analytic choice per suite (geometric mean). Prints a table, writes JSON
 (default benchmarks/results/tuning.json).
 """
@@ -28,8 +33,10 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -50,12 +57,16 @@ from polydl.tuning.measure import Limits, Request  # noqa: E402
 from polydl.tuning.records import Problem  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
-from polydl.tuning.tuner import PoolExecutor, referenced_request, referenced_trials  # noqa: E402
+from polydl.tuning.tuner import (  # noqa: E402
+    PoolExecutor,
+    referenced_request,
+    referenced_trials,
+    tune_problems,
+)
 
 SUITES = ("gemm", "resnet50", "resnet50_bwd_data", "resnet50_bwd_weights")
-CHUNK = 3  # candidates per request (interleaved in one measuring process)
 LIMITS = Limits(budget_s=0.3, max_rounds=9)
-THROUGHPUT_PROBLEMS = 12
+THROUGHPUT_PROBLEMS = 16
 
 
 def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
@@ -117,9 +128,8 @@ def collect(args: argparse.Namespace) -> None:
 
 def throughput(args: argparse.Namespace) -> dict:
     every = [p for s in ("resnet50", "gemm") for p in suite_problems(s)]
-    # problems spread over both suites; as many candidates of each, two to a request, so that
-    # every worker gets the same number of requests
-    problems = every[::max(1, len(every) // THROUGHPUT_PROBLEMS)][:THROUGHPUT_PROBLEMS]
+    # problems spread over both suites, two per worker of 8; as many candidates of each
+    problems = [every[i * len(every) // THROUGHPUT_PROBLEMS] for i in range(THROUGHPUT_PROBLEMS)]
     target = replace(host_target(), cores=args.threads)
     with ProcessPoolExecutor(os.cpu_count()) as pool:
         spaces = list(pool.map(_space, [(p.nest, p.params, target) for p in problems]))
@@ -130,13 +140,25 @@ def throughput(args: argparse.Namespace) -> dict:
                          limits=LIMITS) for i in range(0, len(picked), 2)]
         flops += [work] * len(range(0, len(picked), 2))
     jobs = [jobs[i] for i in longest_first(jobs, flops)]
+    named = [(p.name, p.nest, p.params) for p in problems]
+    per_problem = max(1, args.candidates // len(problems))
     results = {}
     for workers in [int(w) for w in args.workers_list.split(",")]:
         shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(workers)]
-        os.environ["POLYDL_CACHE_DIR"] = f"/tmp/polydl-throughput-{workers}"  # cold compiles
+        scratch = Path(tempfile.mkdtemp(prefix=f"polydl-throughput-{workers}-"))
+        os.environ["POLYDL_CACHE_DIR"] = str(scratch / "cache")  # cold compiles
         t0 = time.monotonic()
-        measured = sum(len(o) for _, o in PoolExecutor(shares).run(jobs))
+        if args.mode == "requests":  # the candidates' requests straight to the workers
+            measured = sum(len(o) for _, o in PoolExecutor(shares).run(jobs))
+        else:  # what `polydl tune --suite` does: problems side by side, one worker each
+            results_of: list = []
+            tune_problems(named, [s for s, _ in spaces], target=target, executor=PoolExecutor(shares),
+                          report=lambda _, r, out=results_of: out.append(r), trials=per_problem,
+                          strategy="guided", db=PerfDatabase(scratch / "tuning.sqlite", system=False),
+                          limits=LIMITS)
+            measured = sum(len(r.measured) for r in results_of)
         seconds = time.monotonic() - t0
+        shutil.rmtree(scratch, ignore_errors=True)
         results[workers] = {"candidates": measured, "seconds": seconds, "per_hour": measured / seconds * 3600}
         print(f"workers {workers:3d}: {measured} candidates in {seconds:7.1f} s = "
               f"{measured / seconds * 3600:8.0f} per hour", flush=True)
@@ -278,13 +300,16 @@ def main() -> None:
     c.add_argument("--threads", type=int, default=0, help="cores per worker (default: an equal share)")
     c.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
     c.add_argument("--time-limit", type=float, default=0)
-    c.add_argument("--chunk", type=int, default=CHUNK,
+    c.add_argument("--chunk", type=int, default=0,
                    help="candidates per measuring process, timed interleaved (0: a problem's all)")
     c.add_argument("--problems", default="", help="only these layers or shapes (names, comma-separated)")
     t = sub.add_parser("throughput")
     t.add_argument("--workers", dest="workers_list", default="1,8")
     t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--candidates", type=int, default=48)
+    t.add_argument("--candidates", type=int, default=64)
+    t.add_argument("--mode", choices=("tune", "requests"), default="tune",
+                   help="tune: the problems through the tuner as `polydl tune --suite` runs them; "
+                        "requests: the candidates' measuring requests straight to the workers")
     t.add_argument("--json", type=Path)
     a = sub.add_parser("analyze")
     a.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
