@@ -279,21 +279,22 @@ def _version(db: sqlite3.Connection, path: Path, variable: str | None) -> int:
 
 def _upgrade(db: sqlite3.Connection, path: Path, variable: str | None) -> None:
     with _transaction(db):
-        if _version(db, path, variable) == SCHEMA_VERSION:  # another process did it meanwhile
+        version = _version(db, path, variable)
+        if version == SCHEMA_VERSION:  # another process did it meanwhile
             return
         tables = {row[0] for row in db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
-        if tables - {_V1_TABLE} and (_version(db, path, variable) != 2 or "trials" not in tables):
+        if version == 2 and {"problems", "trials"} <= tables:
+            for column in _V3_COLUMNS:  # the reference's samples and the ratio to them
+                db.execute(f"ALTER TABLE trials ADD COLUMN {column}")
+        elif tables - {_V1_TABLE}:
             raise DatabaseFileError(path, "not a polydl tuning database: it has the tables "
                                     f"{', '.join(sorted(tables))}", variable)
-        if "trials" in tables:  # version 2: the reference's columns are new
-            for column in _V3_COLUMNS:
-                db.execute(f"ALTER TABLE trials ADD COLUMN {column}")
-        else:
+        else:  # new, or the winners-only table of version 1
             for statement in _SCHEMA:
                 db.execute(statement)
-        if _V1_TABLE in tables:
-            _migrate_v1(db)
+            if _V1_TABLE in tables:
+                _migrate_v1(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
