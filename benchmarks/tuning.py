@@ -61,6 +61,7 @@ from polydl.tuning.tuner import (  # noqa: E402
     PoolExecutor,
     referenced_request,
     referenced_trials,
+    search_spaces,
     tune_problems,
 )
 
@@ -77,14 +78,13 @@ def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
     return top + rng.sample(rest, min(len(rest), per_problem - len(top)))
 
 
-def _space(job: tuple) -> tuple[list, int]:
-    """The search space of a problem and its flops."""
-    nest, params, target = job
-    model = build_model(nest, params)
-    return search_space(model, target), model.flops
+def _flops(space: list) -> float:
+    """The problem's flops, as the analytic choice's features give them (0 for a nest with no
+    band to choose, whose one candidate has none)."""
+    return space[0].features.get("flops", 0.0)
 
 
-def longest_first(requests: list[Request], flops: list[int]) -> list[int]:
+def longest_first(requests: list[Request], flops: list[float]) -> list[int]:
     """The order to hand requests to the workers: the most work first (flops times
     candidates), so that no long request starts last while the other workers sit idle."""
     return sorted(range(len(requests)), key=lambda i: -flops[i] * len(requests[i].schedules))
@@ -101,18 +101,17 @@ def collect(args: argparse.Namespace) -> None:
     for suite in args.suites.split(","):
         problems = [p for p in suite_problems(suite) if not args.problems or p.name in args.problems.split(",")]
         # the search spaces of a suite at once, one process per core (seconds each)
-        with ProcessPoolExecutor(sum(len(s) for s in shares)) as pool:
-            spaces = list(pool.map(_space, [(p.nest, p.params, target) for p in problems]))
-        # every problem's requests at once, a few candidates each: all workers stay busy
+        spaces = search_spaces([(p.nest, p.params) for p in problems], target)
+        # every problem's requests at once: all workers stay busy
         jobs, flops = [], []
-        for p, (space, work) in zip(problems, spaces, strict=True):
+        for p, space in zip(problems, spaces, strict=True):
             problem = Problem.of(p.nest, p.params)
             done = db.measured(problem.key, target.key())
             todo = [c for c in chosen_candidates(space, args.per_problem, problem.key) if c.key not in done]
             size = args.chunk or len(todo) or 1
             reference = space[0]  # the analytic choice, timed beside every chunk
             jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
-            flops += [work] * len(range(0, len(todo), size))
+            flops += [_flops(space)] * len(range(0, len(todo), size))
         requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
                     for _, p, chunk, reference in jobs]
         order = longest_first(requests, flops)
@@ -131,14 +130,13 @@ def throughput(args: argparse.Namespace) -> dict:
     # problems spread over both suites, two per worker of 8; as many candidates of each
     problems = [every[i * len(every) // THROUGHPUT_PROBLEMS] for i in range(THROUGHPUT_PROBLEMS)]
     target = replace(host_target(), cores=args.threads)
-    with ProcessPoolExecutor(os.cpu_count()) as pool:
-        spaces = list(pool.map(_space, [(p.nest, p.params, target) for p in problems]))
+    spaces = search_spaces([(p.nest, p.params) for p in problems], target)
     jobs, flops = [], []
-    for p, (space, work) in zip(problems, spaces, strict=True):
+    for p, space in zip(problems, spaces, strict=True):
         picked = chosen_candidates(space, max(1, args.candidates // len(problems)), "throughput")
         jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
                          limits=LIMITS) for i in range(0, len(picked), 2)]
-        flops += [work] * len(range(0, len(picked), 2))
+        flops += [_flops(space)] * len(range(0, len(picked), 2))
     jobs = [jobs[i] for i in longest_first(jobs, flops)]
     named = [(p.name, p.nest, p.params) for p in problems]
     per_problem = max(1, args.candidates // len(problems))
@@ -152,7 +150,7 @@ def throughput(args: argparse.Namespace) -> dict:
             measured = sum(len(o) for _, o in PoolExecutor(shares).run(jobs))
         else:  # what `polydl tune --suite` does: problems side by side, one worker each
             results_of: list = []
-            tune_problems(named, [s for s, _ in spaces], target=target, executor=PoolExecutor(shares),
+            tune_problems(named, spaces, target=target, executor=PoolExecutor(shares),
                           report=lambda _, r, out=results_of: out.append(r), trials=per_problem,
                           strategy="guided", db=PerfDatabase(scratch / "tuning.sqlite", system=False),
                           limits=LIMITS)

@@ -63,15 +63,14 @@ _SCHEMA = (
         other_load REAL,
         host TEXT NOT NULL,
         created REAL NOT NULL,
-        reference_samples TEXT NOT NULL DEFAULT '[]',  -- JSON: the reference's seconds per call
-        relative REAL  -- seconds / the reference's median; NULL without a reference
+        reference_samples TEXT NOT NULL DEFAULT '[]'  -- JSON: the reference's seconds per call
     )""",
     "CREATE INDEX trials_of_problem ON trials (problem, target_key)",
 )
 # Every version before 2 kept only the winner of each (problem, machine) in this table.
 _V1_TABLE = "tuned"
 # Version 3 timed each trial beside a reference schedule.
-_V3_COLUMNS = ("reference_samples TEXT NOT NULL DEFAULT '[]'", "relative REAL")
+_V3_COLUMN = "reference_samples TEXT NOT NULL DEFAULT '[]'"
 
 _COLUMNS = ("p.key, p.primitive, p.params, p.dtype, p.fingerprint, t.target_key, t.schedule, "
             "t.status, t.samples, t.features, t.message, t.other_load, t.host, t.created, "
@@ -153,16 +152,7 @@ class PerfDatabase:
     def best(self, problem_key: str, target_key: str) -> Trial | None:
         """The fastest `ok` trial (by `records.comparable_times`), the user's if the user has
         any (noisy ones never count)."""
-        query = (f"SELECT {_COLUMNS} {_FROM} WHERE t.problem = ? AND t.target_key = ? AND "
-                 "t.status = ? AND t.seconds IS NOT NULL ORDER BY t.id")
-        for origin in (USER, SYSTEM):
-            found = self._read(
-                lambda db, o: _trials(db.execute(query, (problem_key, target_key, OK)), o),
-                origins=(origin,))
-            if found:
-                times = comparable_times(found)
-                return found[min(range(len(found)), key=times.__getitem__)]
-        return None
+        return _fastest(self.trials(problem_key, target_key, statuses=[OK]))
 
     def measured(self, problem_key: str, target_key: str) -> set[str]:
         """Schedule keys the user's database holds a final result for (what a resumed tuning
@@ -185,10 +175,13 @@ class PerfDatabase:
                 "SELECT problem, target_key, status, COUNT(*) FROM trials GROUP BY 1, 2, 3").fetchall()):
             by_status = counts.setdefault((key, target), {})
             by_status[status] = by_status.get(status, 0) + n
+        measured: dict[tuple[str, str], list[Trial]] = {}
+        for t in self.trials(statuses=[OK]):
+            measured.setdefault((t.problem.key, t.target_key), []).append(t)
         entries = [
             Summary(problems[key], target,
                     tuple((s, by_status[s]) for s in STATUSES if s in by_status),
-                    self.best(key, target))
+                    _fastest(measured.get((key, target), [])))
             for (key, target), by_status in counts.items()
         ]
         return sorted(entries, key=lambda e: (e.problem.primitive, e.problem.params,
@@ -285,8 +278,7 @@ def _upgrade(db: sqlite3.Connection, path: Path, variable: str | None) -> None:
         tables = {row[0] for row in db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
         if version == 2 and {"problems", "trials"} <= tables:
-            for column in _V3_COLUMNS:  # the reference's samples and the ratio to them
-                db.execute(f"ALTER TABLE trials ADD COLUMN {column}")
+            db.execute(f"ALTER TABLE trials ADD COLUMN {_V3_COLUMN}")
         elif tables - {_V1_TABLE}:
             raise DatabaseFileError(path, "not a polydl tuning database: it has the tables "
                                     f"{', '.join(sorted(tables))}", variable)
@@ -335,10 +327,10 @@ def _insert(db: sqlite3.Connection, trials: Iterable[Trial], skip_duplicates: bo
             db.execute(
                 "INSERT INTO trials (problem, target_key, schedule, schedule_key, status, "
                 "samples, seconds, features, message, other_load, host, created, "
-                "reference_samples, relative) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "reference_samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (p.key, t.target_key, _canonical(dict(t.schedule)), t.schedule_key, t.status,
                  samples, t.seconds, _canonical(dict(t.features)), t.message, t.other_load,
-                 t.host, t.created, json.dumps(list(t.reference_samples)), t.relative))
+                 t.host, t.created, json.dumps(list(t.reference_samples))))
             added += 1
     return added
 
@@ -355,6 +347,17 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
             db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+def _fastest(trials: list[Trial]) -> Trial | None:
+    """The fastest of one problem's `ok` trials on one target, by `comparable_times`: among
+    the user's if there are any, else among the system's."""
+    mine = [t for t in trials if t.origin == USER and t.seconds is not None]
+    pool = mine or [t for t in trials if t.seconds is not None]
+    if not pool:
+        return None
+    times = comparable_times(pool)
+    return pool[min(range(len(pool)), key=times.__getitem__)]
 
 
 def _trials(rows: Iterable[tuple], origin: str) -> list[Trial]:

@@ -101,22 +101,22 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
         # the busiest thread's share of the (collapsed) units against an even share
         "parallel_balance": math.ceil(units / cores) * cores / units if units else float(cores),
         "parallel_log_forks": _log2(forks),
-        "parallel_replicated_share": replicated / max(_replicated_bytes(model, None), 1),
+        "parallel_replicated_share": replicated / max(_replicated_bytes(model, ()), 1),
         "parallel_replicated_per_l2": replicated / target.l2_bytes,
     }
 
 
-def _replicated_bytes(model: PolyModel, split: tuple[str, ...] | None) -> float:
+def _replicated_bytes(model: PolyModel, split: tuple[str, ...]) -> float:
     """Bytes of the arrays every thread reads whole: no access moves along a loop the threads
-    split (`split`); with None, the bytes of every array the main nest touches."""
+    split (`split`; none split: every array the main nest touches)."""
     moves: dict[str, bool] = {}
     for statement in group_statements(model)[main_group(model)]:
         for a in statement.accesses:
-            along = any(element_stride(model, a.access, v) != 0 for v in split or ())
+            along = any(element_stride(model, a.access, v) != 0 for v in split)
             moves[a.access.array] = moves.get(a.access.array, False) or along
     total = 0.0
     for name, moved in moves.items():
-        if split is None or not moved:
+        if not moved:
             array = model.nest.array(name)
             total += math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
     return total

@@ -95,9 +95,9 @@ class Trial:
     @property
     def relative(self) -> float | None:
         """Median seconds against the reference's median from the same process."""
-        if not self.samples or not self.reference_samples:
+        if self.seconds is None or not self.reference_samples:
             return None
-        return statistics.median(self.samples) / statistics.median(self.reference_samples)
+        return self.seconds / statistics.median(self.reference_samples)
 
     @property
     def schedule_key(self) -> str:

@@ -133,7 +133,7 @@ def write_v2(path: Path) -> None:
     db.close()
 
 
-def test_a_file_of_schema_2_gains_the_reference_columns_in_place(tmp_path: Path) -> None:
+def test_a_file_of_schema_2_gains_the_reference_samples_in_place(tmp_path: Path) -> None:
     path = tmp_path / "v2.sqlite"
     write_v2(path)
     [t] = user_db(path).trials()
