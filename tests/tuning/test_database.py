@@ -267,6 +267,8 @@ GOOD = json.dumps(trial().to_dict())
         (json.dumps({k: v for k, v in trial().to_dict().items() if k != "target"}), ["target"]),
         (GOOD.replace('"ok"', '"great"'), ["unknown status 'great'"]),
         (GOOD.replace('"samples": [0.001]', '"samples": ["fast"]'), ["samples", "numbers"]),
+        (GOOD.replace('"reference_samples": []', '"reference_samples": 0.002'),
+         ["reference_samples", "a list of numbers"]),
         (GOOD.replace('"M": 64', '"M": "64"'), ["params"]),
         (GOOD.replace('"primitive": "matmul"', '"primitive": 3'), ["primitive", "string"]),
     ],
