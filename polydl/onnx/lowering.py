@@ -348,6 +348,7 @@ def _conv(low: Lowering, node: Node) -> None:
     label = [node.describe()]
     fuse: list[str] = []
     residual: Value | None = None
+    residual_add: tuple[Node, str] | None = None  # the fused Add and the residual's name
     activation: Node | None = None  # the fused Relu/Clip
     current = node.outputs[0]
     for reader, kind in zip(chain, kinds, strict=True):
@@ -361,6 +362,7 @@ def _conv(low: Lowering, node: Node) -> None:
             residual = low.values[other] if other in low.values else None
             if residual is None:
                 break
+            residual_add = (reader, other)
             fuse.append("residual")
             label.append(f"{reader.describe()} fused (residual)")
         else:
@@ -398,10 +400,22 @@ def _conv(low: Lowering, node: Node) -> None:
             return
     has_bias = given_bias is not None or bool(np.any(bias != 0))
     fuse = (["bias"] if has_bias else []) + fuse
+    # A residual read by nothing after the Add is summed into in place: the kernel adds the
+    # convolution to it (the write of a fresh output would first read its lines in: a third
+    # stream of the output's size, 4.5 ms of a 56 x 56 x 256 layer at batch 32 on 2 cores).
+    in_place = (residual_add is not None and residual is not None and residual.layout == layout
+                and _dead_after(low, node, *residual_add, residual, x))
+    if in_place:
+        assert residual is not None
+        fuse.remove("residual")
+        out = Value(residual.buffer, out.shape, layout)
+        # copies of the residual in other layouts no longer hold what the buffer will
+        low.converted = {key: v for key, v in low.converted.items() if key[0] != residual.buffer}
+        label[-1 if activation is None else -2] += " in place"
     pads = geometry.pads
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
-                            dilation=dh, accumulate=False)
+                            dilation=dh, accumulate=in_place)
     w32 = weights.astype(np.float32)
     arguments = {"y": out.buffer, "x": x.buffer}
     if blocked:
@@ -414,12 +428,28 @@ def _conv(low: Lowering, node: Node) -> None:
         arguments["w"] = low.constant(w32, "w")
         if has_bias:
             arguments["b"] = low.constant(bias.astype(np.float32), "b")
-    if residual is not None:
+    if residual is not None and not in_place:
         arguments["res"] = low.as_layout(residual, layout).buffer
-    # the kernel sets y (`accumulate=False`): its microkernel calls overwrite it, so no pass
-    # clears it first
+    # the kernel sets y (`accumulate=False`; in place it adds to the residual there): its
+    # microkernel calls overwrite it, so no pass clears it first
     low.kernel(", ".join(label) + f" [{layout}]", built, arguments)
     low.values[current] = out
+
+
+def _dead_after(low: Lowering, conv: Node, add: Node, name: str, value: Value, x: Value) -> bool:
+    """Whether the memory of `value` (the residual `name` that `add` sums) may be overwritten
+    by `conv`'s step, which reads `x`: an activation of the arena, not x's, no view aliases, no
+    graph output, and every value held there read by nothing but `add` and nodes lowered before
+    `conv`."""
+    root = low.plan.root(value.buffer)
+    if root.kind != "activation" or root == low.plan.root(x.buffer) \
+            or any(b.alias == root.name for b in low.plan.buffers.values()):
+        return False
+    before = set(low.graph.nodes[:low.graph.nodes.index(conv)])
+    sharing = [n for n, v in low.values.items() if low.plan.root(v.buffer).name == root.name]
+    return name in sharing and all(
+        n not in low.graph.outputs and all(r is add or r in before for r in low.graph.consumers(n))
+        for n in sharing)
 
 
 def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: Value,
