@@ -128,6 +128,24 @@ def parse_built(name: str, text: str, sizes: dict[str, int], local: Sequence[str
     return replace(parsed, arrays=arrays), sizes
 
 
+def padded_copy(loops: Sequence[tuple[str, int | str]], target: str, source: str,
+                shifts: Sequence[tuple[str, int, int | str]], zero: str) -> str:
+    """A nest that writes every cell of a zero-padded copy: `loops` run over the padded array,
+    `target`/`source` are its and the input's subscripted names with "{v}" standing for each
+    padded variable v of `shifts` (v, the padding before it, the input's extent along it)
+    shifted into the input. Cells inside take the input, the border `zero`: one pass over the
+    copy, no clearing of it before."""
+    inside = " && ".join(
+        part for v, before, extent in shifts
+        for part in ((f"{v} >= {before}", f"{v} < {extent} + {before}") if before
+                     else (f"{v} < {extent}",)))
+    moved = {v: (f"{v} - {before}" if before else v) for v, before, _ in shifts}
+    copy = f"{target} = {source.format(**moved)};"
+    if not inside:
+        return zero_based_nest(loops, copy)
+    return zero_based_nest(loops, f"if ({inside}) {copy} else {target} = {zero};")
+
+
 def epilogue_nests(
     epilogues: Sequence[str],
     ctype: str,

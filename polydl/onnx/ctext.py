@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from polydl.frontends.spec_writing import padded_copy
+
 BLOCK = 16
 LOWEST = "-3.4028234663852886e+38f"
 
@@ -323,14 +325,13 @@ def split(name: str, in_shape: Sequence[int], out_shapes: Sequence[Sequence[int]
 
 def padded_input(x_shape: Sequence[int], pads: Sequence[int]) -> tuple[tuple[int, ...], list[str]]:
     """The zero-padded copy `xp` of `x[N][C][H][W]` under `pads` (top, left, bottom, right): its
-    shape, and the two nests that clear and fill it."""
+    shape, and the nest that writes every cell of it (a scratch array `filled`)."""
     N, C, H, W = x_shape
     pt, pl, pb, pr = pads
     padded = (N, C, H + pt + pb, W + pl + pr)
-    return padded, [
-        loops([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])], "xp[n][c][h][v] = 0.0f;"),
-        loops([("n", N), ("c", C), ("h", H), ("v", W)], f"xp[n][c][h + {pt}][v + {pl}] = x[n][c][h][v];"),
-    ]
+    return padded, [padded_copy([("n", N), ("c", C), ("h", padded[2]), ("v", padded[3])],
+                                "xp[n][c][h][v]", "x[n][c][{h}][{v}]", (("h", pt, H), ("v", pl, W)),
+                                "0.0f")]
 
 
 def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
@@ -374,7 +375,7 @@ def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
                            f"{y} = {activation.format(y)};"))
     arrays += [array("x", x_shape, True), array("w", w_shape, True), array("b", (KB * BLOCK,), True)]
     scratch = ("xp", "col") if gathered else ("xp",)
-    return function(name, arrays, nests, local=scratch, filled=scratch[1:])  # col: written in full
+    return function(name, arrays, nests, local=scratch, filled=scratch)  # both written in full
 
 
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
@@ -401,4 +402,4 @@ def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_s
                            f"{y} = {activation.format(y)};"))
     arrays = [array("y", out_shape, False), array("xp", padded, False), array("x", x_shape, True),
               array("w", w_shape, True), array("b", (K,), True)]
-    return function(name, arrays, nests, local=("xp",))
+    return function(name, arrays, nests, local=("xp",), filled=("xp",))

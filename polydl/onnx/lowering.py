@@ -390,16 +390,6 @@ def _conv(low: Lowering, node: Node) -> None:
     layout = BLOCKED if blocked else PLAIN
     x = low.as_layout(x, layout)
     out = low.activation((N, K, *geometry.out(H, W, R, S)), layout)
-    if blocked and groups == 1 and (R, S, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) \
-            and low.winograd_machine is not None:
-        shape = winograd.choose(N, C, K, H, W, *out.shape[2:], geometry.pads[:2],
-                                low.winograd_machine)
-        if shape is not None:
-            _conv_winograd(low, shape, x, out, weights, bias, residual, act, ", ".join(label))
-            low.values[current] = out
-            return
-    has_bias = given_bias is not None or bool(np.any(bias != 0))
-    fuse = (["bias"] if has_bias else []) + fuse
     # A residual read by nothing after the Add is summed into in place: the kernel adds the
     # convolution to it (the write of a fresh output would first read its lines in: a third
     # stream of the output's size, 4.5 ms of a 56 x 56 x 256 layer at batch 32 on 2 cores).
@@ -412,6 +402,17 @@ def _conv(low: Lowering, node: Node) -> None:
         # copies of the residual in other layouts no longer hold what the buffer will
         low.converted = {key: v for key, v in low.converted.items() if key[0] != residual.buffer}
         label[-1 if activation is None else -2] += " in place"
+        residual = None
+    if blocked and groups == 1 and (R, S, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) \
+            and low.winograd_machine is not None:
+        shape = winograd.choose(N, C, K, H, W, *out.shape[2:], geometry.pads[:2],
+                                low.winograd_machine)
+        if shape is not None:
+            _conv_winograd(low, shape, x, out, weights, bias, residual, in_place, act, ", ".join(label))
+            low.values[current] = out
+            return
+    has_bias = given_bias is not None or bool(np.any(bias != 0))
+    fuse = (["bias"] if has_bias else []) + fuse
     pads = geometry.pads
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
@@ -428,7 +429,7 @@ def _conv(low: Lowering, node: Node) -> None:
         arguments["w"] = low.constant(w32, "w")
         if has_bias:
             arguments["b"] = low.constant(bias.astype(np.float32), "b")
-    if residual is not None and not in_place:
+    if residual is not None:
         arguments["res"] = low.as_layout(residual, layout).buffer
     # the kernel sets y (`accumulate=False`; in place it adds to the residual there): its
     # microkernel calls overwrite it, so no pass clears it first
@@ -453,15 +454,17 @@ def _dead_after(low: Lowering, conv: Node, add: Node, name: str, value: Value, x
 
 
 def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: Value,
-                   weights: np.ndarray, bias: np.ndarray, residual: Value | None,
+                   weights: np.ndarray, bias: np.ndarray, residual: Value | None, in_place: bool,
                    activation: str, label: str) -> None:
     """A blocked 3 x 3 convolution by Winograd's F(m x m, 3 x 3) (`winograd`), `shape.images`
-    images per call; the bias, residual and `activation` applied in the output transform."""
+    images per call; the bias, residual and `activation` applied in the output transform
+    (`in_place`: the residual is what y holds)."""
     N, _, H, W = x.shape
     K, P, Q = out.shape[1:]
     b_padded = np.zeros(shape.KB * BLOCK, np.float32)
     b_padded[:K] = bias
-    text = winograd.conv_winograd_blocked("conv_winograd", shape, residual is not None, activation)
+    text = winograd.conv_winograd_blocked("conv_winograd", shape, residual is not None or in_place,
+                                          activation, in_place)
     arguments = {"y": out.buffer, "x": x.buffer,
                  "u": low.constant(winograd.transform_weights(weights, shape.m).astype(np.float32), "u"),
                  "b": low.constant(b_padded, "b")}

@@ -22,6 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from polydl.frontends.spec_writing import padded_copy
 from polydl.onnx import ctext
 from polydl.target.cpu import CpuTarget
 
@@ -137,10 +138,12 @@ def _combination(coefficients: Sequence[Fraction], terms: Sequence[str]) -> str:
     return f"({text})" if text else "0.0f"
 
 
-def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activation: str) -> ctext.Text:
+def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activation: str,
+                          in_place: bool = False) -> ctext.Text:
     """The C function of one call: `y[n][kb][p][q][k]` (nchw16c) from `x[n][cb][h][w][c]`, the
     transformed weights `u[xi][kb][cb][c][k]`, the bias `b[KB*16]`, with `res` (shaped like y)
-    added where `residual`, then `activation` ("{0}" is the value, or empty)."""
+    added where `residual`, then `activation` ("{0}" is the value, or empty); `in_place`: the
+    residual is y's own value before the call (each cell read right before it is written)."""
     s = shape
     m, alpha = s.m, s.alpha
     BT, _, AT = MATRICES[m]
@@ -149,10 +152,10 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
     top, left = s.pads
     HP, WP = TH * m + 2, TW * m + 2
     tile = f"n * {TH * TW} + th * {TW} + tw"
-    nests = [
-        ctext.loops([("n", N), ("cb", CB), ("h", s.H), ("v", s.W), ("c", BLOCK)],
-                    f"xp[n][cb][h + {top}][v + {left}][c] = x[n][cb][h][v][c];"),
-    ]
+    # the padded input, every cell written (zeros around x and past it to the last tile's edge)
+    nests = [padded_copy([("n", N), ("cb", CB), ("h", HP), ("v", WP), ("c", BLOCK)],
+                         "xp[n][cb][h][v][c]", "x[n][cb][{h}][{v}][c]",
+                         (("h", top, s.H), ("v", left, s.W)), "0.0f")]
     # input transform: V[a][b] = sum_j BT[b][j] (sum_i BT[a][i] d[i][j])
     d = [[f"xp[n][cb][th * {m} + {i}][tw * {m} + {j}][c]" for j in range(alpha)] for i in range(alpha)]
     statements = []
@@ -164,7 +167,10 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
                               f"{_combination(BT[b], columns)};")
     nests.append(ctext.loops([("n", N), ("th", TH), ("tw", TW), ("cb", CB), ("c", BLOCK)],
                              "{\n" + "\n".join(statements) + "\n}"))
-    # the products: a 1 x 1 convolution of alpha^2 "images" of T positions
+    # the products: a 1 x 1 convolution of alpha^2 "images" of T positions, from zero (the
+    # start the microkernel takes as its first calls' overwrite)
+    nests.append(ctext.loops([("xi", alpha * alpha), ("kb", KB), ("t", T), ("k", BLOCK)],
+                             "mm[xi][kb][t][k] = 0.0f;"))
     nests.append(ctext.loops([("xi", alpha * alpha), ("kb", KB), ("t", T), ("cb", CB), ("c", BLOCK),
                               ("k", BLOCK)],
                              "mm[xi][kb][t][k] += vt[xi][cb][t][c] * u[xi][kb][cb][c][k];"))
@@ -178,7 +184,7 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
             y = f"y[n][kb][{p}][{q}][k]"
             value = f"{_combination(AT[a], rows[b])} + b[kb * {BLOCK} + k]"
             if residual:
-                value += f" + res[n][kb][{p}][{q}][k]"
+                value += f" + {'y' if in_place else 'res'}[n][kb][{p}][{q}][k]"
             if activation:
                 value = activation.format(f"({value})")
             guards = [g for g, cut in ((f"{p} < {s.P}", s.P % m and a >= s.P % m),
@@ -194,9 +200,9 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
               ctext.array("x", (N, CB, s.H, s.W, BLOCK), True),
               ctext.array("u", (alpha * alpha, KB, CB, BLOCK, BLOCK), True),
               ctext.array("b", (KB * BLOCK,), True)]
-    if residual:
+    if residual and not in_place:
         arrays.append(ctext.array("res", (N, KB, s.P, s.Q, BLOCK), True))
-    return ctext.function(name, arrays, nests, local=("xp", "vt", "mm"), filled=("vt",))
+    return ctext.function(name, arrays, nests, local=("xp", "vt", "mm"), filled=("xp", "vt", "mm"))
 
 
 def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[int, int],

@@ -21,8 +21,9 @@ def weights(seed: int, k: int = CHANNELS, c: int = CHANNELS, r: int = 1) -> np.n
     return random((k, c, r, r), seed=seed, low=-0.3, high=0.3)
 
 
-def block(late_reader: bool, flatten_first: bool) -> tuple:
-    """x -> a = relu(conv0 x) -> conv1 -> conv2 (+ bias) + a -> relu -> y: a residual block.
+def block(late_reader: bool, flatten_first: bool, last: int = 1) -> tuple:
+    """x -> a = relu(conv0 x) -> conv1 -> conv2 (+ bias) + a -> relu -> y: a residual block,
+    conv2 `last` x `last` (3: by Winograd's algorithm).
     `late_reader`: a Mul reads `a` after the Add (so the Add cannot overwrite it);
     `flatten_first`: `a` is also flattened (a plain copy of it) before the block's convolutions,
     and the block's output is flattened again after."""
@@ -36,7 +37,8 @@ def block(late_reader: bool, flatten_first: bool) -> tuple:
         outputs.append("a_flat")
     nodes += [
         helper.make_node("Conv", ["a", "w1"], ["b1"], name="conv1", pads=[1, 1, 1, 1]),
-        helper.make_node("Conv", ["b1", "w2", "bias2"], ["b2"], name="conv2"),
+        helper.make_node("Conv", ["b1", "w2", "bias2"], ["b2"], name="conv2",
+                         pads=[last // 2] * 4),
         helper.make_node("Add", ["b2", "a"], ["s"], name="add"),
         helper.make_node("Relu", ["s"], ["r"], name="relu1"),
     ]
@@ -48,7 +50,7 @@ def block(late_reader: bool, flatten_first: bool) -> tuple:
         nodes.append(helper.make_node("Identity", ["r"], ["y"], name="out"))
     x = random((2, 16, 10, 10), seed=1)
     model = make_model(nodes, {"x": x}, outputs, {
-        "w0": weights(2, c=16), "w1": weights(3, r=3), "w2": weights(4),
+        "w0": weights(2, c=16), "w1": weights(3, r=3), "w2": weights(4, r=last),
         "bias2": random((CHANNELS,), seed=5)})
     return model, {"x": x}
 
@@ -78,3 +80,11 @@ def test_a_graph_input_is_never_overwritten() -> None:
     compiled = check(model, {"x": x})
     assert "in place" not in compiled.explain()
     np.testing.assert_array_equal(x, before)
+
+
+def test_a_winograd_convolution_sums_into_its_residual_in_place() -> None:
+    model, feeds = block(late_reader=False, flatten_first=True, last=3)
+    compiled = check(model, feeds, rtol=1e-4, atol=1e-4)
+    explain = compiled.explain()
+    assert "Add 'add' fused (residual) in place" in explain, explain
+    assert "winograd F(2x2,3x3)" in explain.split("Add 'add'")[1].splitlines()[0], explain
