@@ -59,6 +59,7 @@ from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
 from polydl.tuning.tuner import (  # noqa: E402
     PoolExecutor,
+    problem_flops,
     referenced_request,
     referenced_trials,
     search_spaces,
@@ -76,12 +77,6 @@ def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
     rest = space[len(top):]
     rng = random.Random(seed)
     return top + rng.sample(rest, min(len(rest), per_problem - len(top)))
-
-
-def _flops(space: list) -> float:
-    """The problem's flops, as the analytic choice's features give them (0 for a nest with no
-    band to choose, whose one candidate has none)."""
-    return space[0].features.get("flops", 0.0)
 
 
 def longest_first(requests: list[Request], flops: list[float]) -> list[int]:
@@ -111,7 +106,7 @@ def collect(args: argparse.Namespace) -> None:
             size = args.chunk or len(todo) or 1
             reference = space[0]  # the analytic choice, timed beside every chunk
             jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
-            flops += [_flops(space)] * len(range(0, len(todo), size))
+            flops += [problem_flops(space)] * len(range(0, len(todo), size))
         requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
                     for _, p, chunk, reference in jobs]
         order = longest_first(requests, flops)
@@ -136,7 +131,7 @@ def throughput(args: argparse.Namespace) -> dict:
         picked = chosen_candidates(space, max(1, args.candidates // len(problems)), "throughput")
         jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
                          limits=LIMITS) for i in range(0, len(picked), 2)]
-        flops += [_flops(space)] * len(range(0, len(picked), 2))
+        flops += [problem_flops(space)] * len(range(0, len(picked), 2))
     jobs = [jobs[i] for i in longest_first(jobs, flops)]
     named = [(p.name, p.nest, p.params) for p in problems]
     per_problem = max(1, args.candidates // len(problems))

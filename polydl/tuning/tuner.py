@@ -210,8 +210,9 @@ def tune_problems(
     """Tune named problems over their `search_spaces`; with several workers the problems run
     side by side, one worker each, so a problem's candidates are timed on one share of the
     cores and no worker waits for the slowest of a batch. `report` gets each result as it
-    completes; `options` go to `tune`."""
-    queue = list(zip(problems, spaces, strict=True))
+    completes; `options` go to `tune`. The problems with the most arithmetic go first, so that
+    no long one starts last while the other workers sit idle."""
+    queue = sorted(zip(problems, spaces, strict=True), key=lambda item: -problem_flops(item[1]))
     parts = executor.parts() if len(problems) > 1 else [executor]
     lock = threading.Lock()
 
@@ -234,6 +235,11 @@ def tune_problems(
     with ThreadPoolExecutor(len(parts)) as pool:
         for done in [pool.submit(work, part) for part in parts]:
             done.result()
+
+
+def problem_flops(space: Sequence[Candidate]) -> float:
+    """A problem's arithmetic, as its analytic choice's features count it (0 without a band)."""
+    return float(space[0].features.get("flops", 0.0)) if space else 0.0
 
 
 def _scores(candidates: Sequence[Candidate], model: CostModel | None) -> list[float]:

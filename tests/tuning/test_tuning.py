@@ -449,7 +449,8 @@ def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) 
 
 def test_problems_tuned_side_by_side_each_on_one_worker(matmul32: Nest, tmp_path: Path) -> None:
     """Three problems on two workers: each problem's trials all come from one worker, both
-    workers are used, and the records are those of tuning the problems one after another."""
+    workers are used, and the records are those of tuning the problems one after another
+    (largest first)."""
     target = host_target()
     problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32, 48)]
     spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
@@ -481,6 +482,8 @@ def test_problems_tuned_side_by_side_each_on_one_worker(matmul32: Nest, tmp_path
             assert all(len(workers) == 1 for workers in served.values())
             assert set().union(*served.values()) == {0, 1}
     assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
+    # one worker takes them the most arithmetic first (no long problem left for last)
+    assert [n for n, _ in reports["one"]] == ["mm48", "mm32", "mm16"]
     side = {n: {t.schedule_key for t in r.measured} for n, r in reports["side"]}
     one = {n: {t.schedule_key for t in r.measured} for n, r in reports["one"]}
     assert side == one and all(len(keys) == 6 for keys in side.values())
