@@ -59,6 +59,7 @@ from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
 from polydl.tuning.tuner import (  # noqa: E402
     PoolExecutor,
+    analytic_choice,
     problem_flops,
     referenced_request,
     referenced_trials,
@@ -104,7 +105,7 @@ def collect(args: argparse.Namespace) -> None:
             done = db.measured(problem.key, target.key())
             todo = [c for c in chosen_candidates(space, args.per_problem, problem.key) if c.key not in done]
             size = args.chunk or len(todo) or 1
-            reference = space[0]  # the analytic choice, timed beside every chunk
+            reference = analytic_choice(space)  # timed beside every chunk
             jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
             flops += [problem_flops(space)] * len(range(0, len(todo), size))
         requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
@@ -126,15 +127,15 @@ def throughput(args: argparse.Namespace) -> dict:
     problems = [every[i * len(every) // THROUGHPUT_PROBLEMS] for i in range(THROUGHPUT_PROBLEMS)]
     target = replace(host_target(), cores=args.threads)
     spaces = search_spaces([(p.nest, p.params) for p in problems], target)
+    per_problem = max(1, args.candidates // len(problems))
     jobs, flops = [], []
     for p, space in zip(problems, spaces, strict=True):
-        picked = chosen_candidates(space, max(1, args.candidates // len(problems)), "throughput")
+        picked = chosen_candidates(space, per_problem, "throughput")
         jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
                          limits=LIMITS) for i in range(0, len(picked), 2)]
         flops += [problem_flops(space)] * len(range(0, len(picked), 2))
     jobs = [jobs[i] for i in longest_first(jobs, flops)]
     named = [(p.name, p.nest, p.params) for p in problems]
-    per_problem = max(1, args.candidates // len(problems))
     results = {}
     for workers in [int(w) for w in args.workers_list.split(",")]:
         shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(workers)]

@@ -463,8 +463,8 @@ def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: 
     K, P, Q = out.shape[1:]
     b_padded = np.zeros(shape.KB * BLOCK, np.float32)
     b_padded[:K] = bias
-    text = winograd.conv_winograd_blocked("conv_winograd", shape, residual is not None or in_place,
-                                          activation, in_place)
+    text = winograd.conv_winograd_blocked(
+        "conv_winograd", shape, "y" if in_place else "res" if residual is not None else None, activation)
     arguments = {"y": out.buffer, "x": x.buffer,
                  "u": low.constant(winograd.transform_weights(weights, shape.m).astype(np.float32), "u"),
                  "b": low.constant(b_padded, "b")}

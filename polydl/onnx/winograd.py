@@ -138,12 +138,13 @@ def _combination(coefficients: Sequence[Fraction], terms: Sequence[str]) -> str:
     return f"({text})" if text else "0.0f"
 
 
-def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activation: str,
-                          in_place: bool = False) -> ctext.Text:
+def conv_winograd_blocked(name: str, shape: WinogradShape, residual: str | None,
+                          activation: str) -> ctext.Text:
     """The C function of one call: `y[n][kb][p][q][k]` (nchw16c) from `x[n][cb][h][w][c]`, the
-    transformed weights `u[xi][kb][cb][c][k]`, the bias `b[KB*16]`, with `res` (shaped like y)
-    added where `residual`, then `activation` ("{0}" is the value, or empty); `in_place`: the
-    residual is y's own value before the call (each cell read right before it is written)."""
+    transformed weights `u[xi][kb][cb][c][k]`, the bias `b[KB*16]`, with the array `residual`
+    names added ("res", an input shaped like y; "y": y's own value before the call, each cell
+    read right before it is written; None: nothing), then `activation` ("{0}" is the value, or
+    empty)."""
     s = shape
     m, alpha = s.m, s.alpha
     BT, _, AT = MATRICES[m]
@@ -184,7 +185,7 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
             y = f"y[n][kb][{p}][{q}][k]"
             value = f"{_combination(AT[a], rows[b])} + b[kb * {BLOCK} + k]"
             if residual:
-                value += f" + {'y' if in_place else 'res'}[n][kb][{p}][{q}][k]"
+                value += f" + {residual}[n][kb][{p}][{q}][k]"
             if activation:
                 value = activation.format(f"({value})")
             guards = [g for g, cut in ((f"{p} < {s.P}", s.P % m and a >= s.P % m),
@@ -200,7 +201,7 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: bool, activ
               ctext.array("x", (N, CB, s.H, s.W, BLOCK), True),
               ctext.array("u", (alpha * alpha, KB, CB, BLOCK, BLOCK), True),
               ctext.array("b", (KB * BLOCK,), True)]
-    if residual and not in_place:
+    if residual == "res":
         arrays.append(ctext.array("res", (N, KB, s.P, s.Q, BLOCK), True))
     return ctext.function(name, arrays, nests, local=("xp", "vt", "mm"), filled=("xp", "vt", "mm"))
 

@@ -159,7 +159,7 @@ def tune(
     best = db.best(problem.key, target.key())
     # timed beside every batch: trials compare by their ratio to it, whichever process, core
     # or minute measured them
-    reference = next((c for c in space if c.analytic), space[0])
+    reference = analytic_choice(space)
     while len(measured) < budget:
         batch = picker.next(min(BATCH * executor.slots, budget - len(measured)), measured)
         if not batch:
@@ -237,9 +237,15 @@ def tune_problems(
             done.result()
 
 
+def analytic_choice(space: Sequence[Candidate]) -> Candidate:
+    """The schedule the analytic ranking chose (the first point where none was ranked): the
+    reference every measuring process times beside its candidates."""
+    return next((c for c in space if c.analytic), space[0])
+
+
 def problem_flops(space: Sequence[Candidate]) -> float:
     """A problem's arithmetic, as its analytic choice's features count it (0 without a band)."""
-    return float(space[0].features.get("flops", 0.0)) if space else 0.0
+    return float(analytic_choice(space).features.get("flops", 0.0)) if space else 0.0
 
 
 def _scores(candidates: Sequence[Candidate], model: CostModel | None) -> list[float]:
