@@ -3,6 +3,7 @@
 
     python benchmarks/run.py --suite gemm
     python benchmarks/run.py --suite resnet50 --case conv1 --case res2_3x3 --repeat 5
+    python benchmarks/run.py --suite resnet50 --batch 32 --threads 16
 
 Same as `polydl bench`, plus a default JSON path (benchmarks/results/SUITE.json), a per-case
 timing budget and the choice of a warm compile cache.
@@ -39,17 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-layout", action="store_true",
                    help="use the first layout that builds and verifies instead of building "
                         "each and keeping the fastest (one compile per layer instead of two)")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="minibatch of a convolution suite (default: the suite's, N=2)")
+    p.add_argument("--threads", type=int, metavar="T",
+                   help="threads for every side, pinned to the first T cores; polydl schedules "
+                        "for T cores (default: OMP_NUM_THREADS, else every core)")
     args = p.parse_args(argv)
 
     from polydl import bench
 
     json_path = None if args.no_json else (
         args.json or str(ROOT / "benchmarks" / "results" / f"{args.suite}.json"))
+    if args.batch is not None and args.suite == "gemm":
+        p.error("--batch is for the convolution suites")
     return bench.main(
         args.suite, json_path, args.case or None, args.repeat,
         budget_s=args.budget, cold_cache=not args.warm_cache,
         layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
-        compare_layouts=not args.first_layout,
+        compare_layouts=not args.first_layout, batch=args.batch, threads=args.threads,
     )
 
 

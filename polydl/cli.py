@@ -245,7 +245,8 @@ def cmd_machine(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from polydl import bench
 
-    return bench.main(args.suite, args.json, args.case or None, args.repeat)
+    return bench.main(args.suite, args.json, args.case or None, args.repeat,
+                      batch=args.batch, threads=args.threads)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -329,6 +330,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="FILE")
     c.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
     c.add_argument("--repeat", type=int, default=10)
+    c.add_argument("--batch", type=int, metavar="N", help="minibatch of a convolution suite")
+    c.add_argument("--threads", type=int, metavar="T",
+                   help="threads for every side, pinned to the first T cores")
     c.set_defaults(func=cmd_bench)
     c = sub.add_parser("cache", help="show or clear the compile cache")
     c.add_argument("action", choices=["info", "clear"])

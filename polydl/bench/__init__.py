@@ -25,7 +25,7 @@ from typing import Any
 from polydl.bench.cases import SUITE_FILES, BenchError, load_suite, select_cases
 from polydl.bench.harness import run_suite
 from polydl.bench.measure import CONV_LAYOUTS
-from polydl.bench.threads import thread_environment, threads_prepared
+from polydl.bench.threads import pinned_cores, thread_environment, threads_prepared
 from polydl.target import host_target
 
 __all__ = ["CONV_LAYOUTS", "SUITE_FILES", "BenchError", "main"]
@@ -41,31 +41,39 @@ def main(
     cold_cache: bool = True,
     layouts: Sequence[str] = CONV_LAYOUTS,
     compare_layouts: bool = True,
+    batch: int | None = None,
+    threads: int | None = None,
 ) -> int:
     """Run `suite` (or only `cases` of it): print the table, write `json_path` if given.
 
     `repeat` bounds the rounds per case and `budget_s` the timing seconds per case. Returns 0
     when every case built and verified, 1 otherwise (missed speed targets are reported, not
-    failures). A process started without the thread settings (`threads.THREAD_ENV`) runs the
-    benchmark in a child process that has them. The machine is detected here, once per
-    process, and passed down."""
-    selected = select_cases(load_suite(suite), cases)
+    failures). `batch` replaces a convolution suite's minibatch. `threads` runs every side on
+    that many threads pinned to as many cores (the first of this process's), and polydl
+    schedules for that many cores; by default `OMP_NUM_THREADS` threads if set, else one
+    thread per core this process may use.
+    A process started without the thread settings (`threads.THREAD_ENV`), or on other cores
+    than `threads` asks for, runs the benchmark in a child process that has them. The machine
+    is detected here, once per process, and passed down."""
+    selected = select_cases(load_suite(suite, batch), cases)
     arguments: dict[str, Any] = dict(
         suite=suite, json_path=json_path, cases=[c.name for c in selected], repeat=max(1, repeat),
         budget_s=budget_s, cold_cache=cold_cache, layouts=list(layouts),
-        compare_layouts=compare_layouts,
+        compare_layouts=compare_layouts, batch=batch,
     )
-    machine = host_target()
-    if not threads_prepared():
-        return _run_in_child(arguments, machine.cores)
-    return run_suite(machine, **arguments)
+    cores = pinned_cores(threads)
+    if (not threads_prepared() or cores != sorted(os.sched_getaffinity(0))
+            or os.environ["OMP_NUM_THREADS"] != str(len(cores))):
+        return _run_in_child({**arguments, "threads": len(cores)}, cores)
+    return run_suite(host_target(), **arguments)
 
 
-def _run_in_child(arguments: dict[str, Any], cores: int) -> int:
-    env = {**os.environ, **thread_environment(cores)}
+def _run_in_child(arguments: dict[str, Any], cores: list[int]) -> int:
+    env = {**os.environ, **thread_environment(len(cores), forced=len(cores))}
     code = (
         "import json, sys; from polydl.bench import main; "
         "sys.exit(main(**json.loads(sys.argv[1])))"
     )
     sys.stdout.flush()
-    return subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], env=env).returncode
+    return subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], env=env,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cores)).returncode

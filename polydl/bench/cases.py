@@ -74,23 +74,30 @@ class Case:
         s = self.size
         if self.primitive == "matmul":
             return f"{s['M']}x{s['N']}x{s['K']}"
-        return f"C{s['C']} K{s['K']} {s['H']}x{s['W']} {s['R']}x{s['S']}/{s['stride']}"
+        return (f"N{s['N']} C{s['C']} K{s['K']} {s['H']}x{s['W']} "
+                f"{s['R']}x{s['S']}/{s['stride']}")
 
 
-def load_suite(name: str) -> list[Case]:
-    """The cases of suite `name`, read from the package data."""
+def load_suite(name: str, batch: int | None = None) -> list[Case]:
+    """The cases of suite `name`, read from the package data; `batch` replaces a convolution
+    suite's minibatch N (the file's N when None)."""
     if name not in SUITE_FILES:
         raise BenchError(f"unknown suite '{name}'; known: {', '.join(SUITE_FILES)}")
     data = json.loads((SUITES_DIR / SUITE_FILES[name]).read_text())
     if name == "gemm":
+        if batch is not None:
+            raise BenchError("the gemm suite has no minibatch; --batch is for convolution suites")
         return [
             Case(s["name"], "matmul", (("M", s["M"]), ("N", s["N"]), ("K", s["K"])),
                  s.get("dtype", "float32"))
             for s in data["shapes"]
         ]
+    if batch is not None and batch < 1:
+        raise BenchError(f"batch must be a positive minibatch, got {batch}")
+    n = data["N"] if batch is None else batch
     keys = ("C", "K", "H", "W", "R", "S", "stride", "padding")
     return [
-        Case(layer["name"], CONV_PRIMITIVES[name], (("N", data["N"]), *((k, layer[k]) for k in keys)),
+        Case(layer["name"], CONV_PRIMITIVES[name], (("N", n), *((k, layer[k]) for k in keys)),
              data.get("dtype", "float32"))
         for layer in data["layers"]
     ]

@@ -43,10 +43,11 @@ def _progress(message: str) -> None:
 def run_suite(
     machine: CpuTarget, suite: str, json_path: str | None, cases: list[str], repeat: int,
     budget_s: float | None, cold_cache: bool, layouts: Sequence[str], compare_layouts: bool,
+    batch: int | None = None,
 ) -> int:
     """Run `cases` of `suite` on `machine` with the threads of `OMP_NUM_THREADS`: print the
     table, write `json_path` if given; 0 when every case built and verified, else 1."""
-    selected = select_cases(load_suite(suite), cases)
+    selected = select_cases(load_suite(suite, batch), cases)
     budget = DEFAULT_BUDGET_S[suite] if budget_s is None else budget_s
     threads = int(os.environ["OMP_NUM_THREADS"])
     torch = import_torch(threads)
@@ -86,6 +87,7 @@ def run_suite(
                     "layouts": list(layouts),
                     "compare_layouts": compare_layouts, "samples_per_round": SAMPLES_PER_ROUND,
                     "min_sample_s": MIN_SAMPLE_S, "cases": [c.name for c in selected],
+                    "batch": batch,
                     "thread_env": {n: os.environ.get(n) for n in THREAD_ENV}}
         write_json(json_path, report_json(suite, env, rows, settings))
         print(f"wrote {json_path}", flush=True)

@@ -10,17 +10,36 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+from polydl.bench.cases import BenchError
+
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
 
 
-def thread_environment(cores: int) -> dict[str, str]:
-    """The thread settings for a run: one thread per core unless `OMP_NUM_THREADS` says so."""
-    threads = os.environ.get("OMP_NUM_THREADS") or str(cores)
+def thread_environment(cores: int, forced: int | None = None) -> dict[str, str]:
+    """The thread settings for a run: `forced` threads, else one thread per core unless
+    `OMP_NUM_THREADS` says so."""
+    threads = str(forced) if forced else (os.environ.get("OMP_NUM_THREADS") or str(cores))
     return {
         "OMP_NUM_THREADS": threads,
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS") or threads,
+        "OPENBLAS_NUM_THREADS": threads if forced else (
+            os.environ.get("OPENBLAS_NUM_THREADS") or threads),
         "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT") or "4",
     }
+
+
+def pinned_cores(threads: int | None) -> list[int]:
+    """The cores a run of `threads` threads is pinned to: the first `threads` of this process's
+    (when None: `OMP_NUM_THREADS` of them if it is a number, else all of them)."""
+    available = sorted(os.sched_getaffinity(0))
+    if threads is None:
+        requested = os.environ.get("OMP_NUM_THREADS", "")
+        if not requested.isdigit():
+            return available
+        threads = min(int(requested), len(available))
+    if not 1 <= threads <= len(available):
+        raise BenchError(f"threads must be between 1 and the {len(available)} cores this "
+                         f"process may use, got {threads}")
+    return available[:threads]
 
 
 def threads_prepared() -> bool:

@@ -38,6 +38,8 @@ BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
 # Cycles an OpenMP parallel loop costs per thread of the team (waking it and joining it, ~4 us
 # for 16 threads): on many cores a small nest runs faster on one core than split over all.
 FORK_JOIN_CYCLES_PER_THREAD = 500.0
+# Parallel units beyond which a thread's share is taken as even up to the rounding.
+MAX_BALANCE_UNITS = 1 << 16
 MAX_CANDIDATES = 32
 # Cycles of one fork and join of the OpenMP threads (~5 us at 2.6 GHz, barrier included)
 FORK_CYCLES = 13000.0
@@ -564,18 +566,8 @@ def evaluate(
         lanes = machine.vector_lanes(_nest_dtype(model, plan))
     peak_per_cycle = 2 * 2 * lanes
     compute = flops / (peak_per_cycle * microkernel_efficiency(final, model, machine))
-    # codegen runs the outermost parallel loop's iterations on the threads
-    units = trip_count(model, final, final.parallel[0]) if final.parallel else 1
     cores = max(machine.cores, 1)
-    balance = (math.ceil(units / cores) * cores / units) if final.parallel else float(cores)
-    if final.parallel and final.parallel[0].endswith(".t"):
-        # the static schedule gives each thread ceil(tiles / cores) whole tiles; with a ragged
-        # last tile the busiest thread does more than an even share of the extent
-        var = final.parallel[0][:-2]
-        extent, tile = loop_extent(model, var), final.tile_sizes.get(var)
-        if tile:
-            busiest = min(math.ceil(units / cores) * tile, extent)
-            balance = max(balance, busiest * cores / extent)
+    balance = thread_balance(model, final, cores) if final.parallel else float(cores)
     trips = {loop: trip_count(model, final, loop) for loop in plan.order}
     dram = dram_slowdown(open_streams(model, final, plan.order, trips))  # the l3 traffic's
     memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / BANDWIDTH[c] for c in traffic)
@@ -598,6 +590,36 @@ def evaluate(
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
+
+
+def thread_balance(model: PolyModel, schedule: Schedule, cores: int) -> float:
+    """The busiest thread's work against an even share. Codegen runs the parallel loops'
+    iterations on the threads, two adjacent ones collapsed into one loop of their product
+    (2 images by 56 rows are 112 units for 16 cores, not 2), and OpenMP's static schedule
+    hands each thread one run of units / cores of them, rounded up for the first threads and
+    down for the others; a tile loop's last tile may be
+    ragged (14 rows in tiles of 4: 4, 4, 4, 2), so units are weighed by their rows."""
+    weights = [1]
+    for loop in schedule.parallel:
+        trips = trip_count(model, schedule, loop)
+        var = loop[:-2] if loop.endswith(".t") else None
+        tile = schedule.tile_sizes.get(var) if var else None
+        if tile:
+            extent = loop_extent(model, var)
+            sizes = [tile] * (trips - 1) + [extent - tile * (trips - 1)]
+        else:
+            sizes = [1] * trips
+        weights = [w * size for w in weights for size in sizes]
+        if len(weights) > MAX_BALANCE_UNITS:  # that many units: the ragged edges hardly count
+            units = math.prod(trip_count(model, schedule, lp) for lp in schedule.parallel)
+            return math.ceil(units / cores) * cores / units
+    share, extra = divmod(len(weights), cores)  # libgomp: the first `extra` threads one more
+    busiest, start = 0, 0
+    for thread in range(min(cores, len(weights))):
+        run = share + (thread < extra)
+        busiest = max(busiest, sum(weights[start:start + run]))
+        start += run
+    return busiest * cores / sum(weights)
 
 
 def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:

@@ -277,3 +277,79 @@ def test_backward_numpy_gradient_matches_torch() -> None:
                   for s in backward.input_shapes(case)]
         got = backward.numpy_gradient(case, inputs)
         np.testing.assert_allclose(got, backward.expected(case, inputs, torch), atol=1e-10)
+
+
+# ------------------------------------------------------------------------------ batch and threads
+def test_a_convolution_suite_at_another_batch() -> None:
+    at_32 = cases.load_suite("resnet50", 32)
+    at_2 = cases.load_suite("resnet50")
+    assert [c.name for c in at_32] == [c.name for c in at_2]
+    assert all(c.size["N"] == 32 for c in at_32)
+    assert at_32[0].flops == 16 * at_2[0].flops
+    assert at_32[0].shape.startswith("N32 C3 K64 224x224")
+    with pytest.raises(cases.BenchError, match="no minibatch"):
+        cases.load_suite("gemm", 4)
+    with pytest.raises(cases.BenchError, match="positive minibatch"):
+        cases.load_suite("resnet50", 0)
+
+
+def test_pinned_cores_are_the_first_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    available = sorted(__import__("os").sched_getaffinity(0))
+    assert threads.pinned_cores(1) == available[:1]
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads.pinned_cores(None) == available
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.pinned_cores(None) == available[:1]
+    with pytest.raises(cases.BenchError, match="threads must be between 1 and"):
+        threads.pinned_cores(len(available) + 1)
+    forced = threads.thread_environment(8, forced=1)
+    assert forced["OMP_NUM_THREADS"] == forced["OPENBLAS_NUM_THREADS"] == "1"
+
+
+def test_one_thread_run_at_batch_1_schedules_for_one_core(tmp_path: Path) -> None:
+    """`threads` pins a child process to that many cores: polydl's target has that many cores,
+    every side that many threads, and the layers run at `batch`."""
+    path = tmp_path / "r.json"
+    assert bench.main("resnet50", str(path), ["res5_1x1c"], 1, budget_s=0.1,
+                      layouts=("nchw16c",), compare_layouts=False, batch=1, threads=1) == 0
+    data = json.loads(path.read_text())
+    assert data["environment"]["threads"] == 1
+    assert data["environment"]["machine"]["cores"] == 1
+    assert data["settings"]["batch"] == 1
+    assert data["settings"]["thread_env"]["OMP_NUM_THREADS"] == "1"
+    (row,) = data["rows"]
+    assert row["status"] == "ok" and row["shape"].startswith("N1 C2048 K512 7x7")
+
+
+def _load_scaling() -> object:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling.py"
+    spec = importlib.util.spec_from_file_location("scaling_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
+    scaling = _load_scaling()
+    assert scaling.powers_of_two(16) == [1, 2, 4, 8, 16]  # type: ignore[attr-defined]
+    assert scaling.powers_of_two(6) == [1, 2, 4, 6]  # type: ignore[attr-defined]
+
+    def run(polydl: float, ref: float, peak_gflops: float) -> dict[str, object]:
+        return {"environment": {"peak_gflops": peak_gflops},
+                "rows": [{"case": "res2_3x3", "polydl_gflops": polydl,
+                          "best_reference_gflops": ref, "best_reference": "torch.mkldnn",
+                          "variant": "nchw16c", "status": "ok"}]}
+
+    lines, summary = scaling.scaling_table(  # type: ignore[attr-defined]
+        {1: run(100.0, 120.0, 150.0), 4: run(360.0, 300.0, 600.0)})
+    one, four = summary["res2_3x3"]
+    assert one["speedup_over_1"] == 1.0 and four["speedup_over_1"] == pytest.approx(3.6)
+    assert four["ratio"] == pytest.approx(1.2) and four["peak_percent"] == pytest.approx(60.0)
+    assert any("torch.mkldnn" in line for line in lines)
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "s.png"
+    assert scaling.plot(summary, str(png), "test")  # type: ignore[attr-defined]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
