@@ -18,6 +18,7 @@ from polydl.errors import ScheduleError
 from polydl.ir import Access
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
+from polydl.schedules import threads
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -38,8 +39,6 @@ BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
 # Cycles an OpenMP parallel loop costs per thread of the team (waking it and joining it, ~4 us
 # for 16 threads): on many cores a small nest runs faster on one core than split over all.
 FORK_JOIN_CYCLES_PER_THREAD = 500.0
-# Parallel units beyond which a thread's share is taken as even up to the rounding.
-MAX_BALANCE_UNITS = 1 << 16
 MAX_CANDIDATES = 32
 # Cycles of one fork and join of the OpenMP threads (~5 us at 2.6 GHz, barrier included)
 FORK_CYCLES = 13000.0
@@ -571,6 +570,8 @@ def evaluate(
     trips = {loop: trip_count(model, final, loop) for loop in plan.order}
     dram = dram_slowdown(open_streams(model, final, plan.order, trips))  # the l3 traffic's
     memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / BANDWIDTH[c] for c in traffic)
+    if final.parallel and cores > 1:
+        memory += shared_read_bytes(model, final, cores) / BANDWIDTH["l3"]
     if final.microkernel is not None and final.microkernel.pack_b:
         strides = _b_strides(model, final.microkernel)
         operands = _gemm_operands(model, final.microkernel)
@@ -593,33 +594,42 @@ def evaluate(
 
 
 def thread_balance(model: PolyModel, schedule: Schedule, cores: int) -> float:
-    """The busiest thread's work against an even share. Codegen runs the parallel loops'
-    iterations on the threads, two adjacent ones collapsed into one loop of their product
-    (2 images by 56 rows are 112 units for 16 cores, not 2), and OpenMP's static schedule
-    hands each thread one run of units / cores of them, rounded up for the first threads and
-    down for the others; a tile loop's last tile may be
-    ragged (14 rows in tiles of 4: 4, 4, 4, 2), so units are weighed by their rows."""
-    weights = [1]
+    """The busiest thread's work against an even share (`threads.balance`): each parallel
+    loop's iterations weighed by their rows, a tile loop's ragged last tile by fewer."""
+    sizes = []
     for loop in schedule.parallel:
         trips = trip_count(model, schedule, loop)
-        var = loop[:-2] if loop.endswith(".t") else None
-        tile = schedule.tile_sizes.get(var) if var else None
+        var = loop_var(loop)
+        tile = schedule.tile_sizes.get(var) if loop != var else None
         if tile:
-            extent = loop_extent(model, var)
-            sizes = [tile] * (trips - 1) + [extent - tile * (trips - 1)]
+            sizes.append([tile] * (trips - 1) + [loop_extent(model, var) - tile * (trips - 1)])
         else:
-            sizes = [1] * trips
-        weights = [w * size for w in weights for size in sizes]
-        if len(weights) > MAX_BALANCE_UNITS:  # that many units: the ragged edges hardly count
-            units = math.prod(trip_count(model, schedule, lp) for lp in schedule.parallel)
-            return math.ceil(units / cores) * cores / units
-    share, extra = divmod(len(weights), cores)  # libgomp: the first `extra` threads one more
-    busiest, start = 0, 0
-    for thread in range(min(cores, len(weights))):
-        run = share + (thread < extra)
-        busiest = max(busiest, sum(weights[start:start + run]))
-        start += run
-    return busiest * cores / sum(weights)
+            sizes.append([1] * trips)
+    return threads.balance(sizes, cores)
+
+
+def shared_read_bytes(model: PolyModel, schedule: Schedule, cores: int) -> float:
+    """Bytes the threads read beyond one copy of each array: an array that does not move
+    along a parallel loop is read whole by every thread that loop splits it over, each into
+    its own cache (the main group's reads; the writes move along every parallel loop)."""
+    trips = tuple(trip_count(model, schedule, loop) for loop in schedule.parallel)
+    moves: dict[str, list[bool]] = {}
+    for statement in group_statements(model)[main_group(model)]:
+        for a in statement.accesses:
+            if a.is_write:
+                continue
+            along = [element_stride(model, a.access, loop_var(loop)) != 0
+                     for loop in schedule.parallel]
+            known = moves.setdefault(a.access.array, along)
+            moves[a.access.array] = [x or y for x, y in zip(known, along, strict=True)]
+    extra = 0.0
+    for name, along in moves.items():
+        copies = threads.readers(trips, tuple(along), cores)
+        if copies > 1:
+            array = model.nest.array(name)
+            size = math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
+            extra += (copies - 1) * size
+    return extra
 
 
 def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
