@@ -109,9 +109,9 @@ def plot(summary: dict[str, Any], path: str, title: str) -> bool:
         ax.set_xlabel("threads")
         ax.set_ylabel("GFLOP/s")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(summary):]:
         ax.axis("off")
-    axes.flat[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
