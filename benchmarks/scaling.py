@@ -3,6 +3,7 @@
 
     python benchmarks/scaling.py                         # 1, 2, 4, ... up to every core, N=32
     python benchmarks/scaling.py --threads 1,4,16 --batch 2 --case res2_3x3
+    python benchmarks/scaling.py --suite gemm --case square_2048 --case bert_ffn1
 
 Each thread count is one run of the benchmark suite (`polydl.bench.main`) in a child process
 pinned to that many cores, so polydl schedules for that many cores and every side (polydl,
@@ -28,9 +29,12 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 
 from polydl import bench  # noqa: E402 - after the path set-up
 
-# The layers with the most work per call, one of each kind: 3x3 at every resolution and the
-# 1x1 layers that feed 256 and more channels.
-LARGE_LAYERS = ("res2_3x3", "res3_3x3", "res4_3x3", "res5_3x3", "res2_1x1b", "res4_1x1c")
+# The cases with the most work per call: for the convolutions one of each kind (3x3 at every
+# resolution, 1x1 layers that feed 256 and more channels), for GEMM the large shapes.
+LARGE_CASES = {
+    "resnet50": ("res2_3x3", "res3_3x3", "res4_3x3", "res5_3x3", "res2_1x1b", "res4_1x1c"),
+    "gemm": ("square_1024", "square_2048", "bert_qkv", "bert_ffn1", "bert_ffn2"),
+}
 
 
 def powers_of_two(cores: int) -> list[int]:
@@ -76,7 +80,7 @@ def scaling_table(runs: dict[int, dict[str, Any]]) -> tuple[list[str], dict[str,
         summary[case] = entries
     lines.append(f"(GFLOP/s, medians; speed-up = polydl over its {counts[0]}-thread speed, "
                  f"scaled to one thread; best ref = the fastest correct reference: PyTorch's "
-                 f"oneDNN paths where PyTorch is installed)")
+                 f"paths (oneDNN, MKL) where PyTorch is installed)")
     return lines, summary
 
 
@@ -122,11 +126,14 @@ def plot(summary: dict[str, Any], path: str, title: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=sorted(LARGE_CASES), default="resnet50")
     p.add_argument("--threads", help="comma-separated thread counts (default: 1, 2, 4, ... "
                                      "up to every core this process may use)")
-    p.add_argument("--batch", type=int, default=32, help="minibatch N (default 32)")
+    p.add_argument("--batch", type=int, default=32,
+                   help="minibatch N of the convolutions (default 32)")
     p.add_argument("--case", action="append", default=[],
-                   help=f"layers (repeatable; default {', '.join(LARGE_LAYERS)})")
+                   help="cases (repeatable; default: " + "; ".join(
+                       f"{suite}: {', '.join(names)}" for suite, names in LARGE_CASES.items()) + ")")
     p.add_argument("--layout", action="append", choices=["nchw16c", "nchw"],
                    help="polydl's layouts (default: nchw16c, the faster one on these layers)")
     p.add_argument("--repeat", type=int, default=5, help="rounds per case, at most")
@@ -136,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     cores = len(os.sched_getaffinity(0))
+    batch = None if args.suite == "gemm" else args.batch
     counts = ([int(t) for t in args.threads.split(",")] if args.threads
               else powers_of_two(cores))
     runs: dict[int, dict[str, Any]] = {}
@@ -143,19 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="polydl-scaling-") as tmp:
         for t in counts:
             path = os.path.join(tmp, f"{t}.json")
-            status |= bench.main("resnet50", path, args.case or list(LARGE_LAYERS), args.repeat,
-                                 budget_s=args.budget, layouts=tuple(args.layout or ["nchw16c"]),
-                                 compare_layouts=False, batch=args.batch, threads=t)
+            status |= bench.main(args.suite, path, args.case or list(LARGE_CASES[args.suite]),
+                                 args.repeat, budget_s=args.budget,
+                                 layouts=tuple(args.layout or ["nchw16c"]), compare_layouts=False,
+                                 batch=batch, threads=t)
             runs[t] = json.loads(Path(path).read_text())
     lines, summary = scaling_table(runs)
-    print("\n".join(["", f"thread scaling, ResNet-50 layers, N={args.batch}, fp32", *lines]))
-    report = {"batch": args.batch, "threads": counts, "summary": summary,
+    what = "GEMM shapes" if batch is None else f"ResNet-50 layers, N={batch}"
+    print("\n".join(["", f"thread scaling, {what}, fp32", *lines]))
+    report = {"suite": args.suite, "batch": batch, "threads": counts, "summary": summary,
               "runs": {str(t): runs[t] for t in counts}}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.json}")
     machine = runs[counts[-1]]["environment"]["machine"]
-    title = f"{machine['model']}, N={args.batch}, fp32"
+    title = f"{machine['model']}, {what}, fp32"
     if plot(summary, args.png, title):
         print(f"wrote {args.png}")
     else:
