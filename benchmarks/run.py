@@ -51,14 +51,15 @@ def main(argv: list[str] | None = None) -> int:
 
     json_path = None if args.no_json else (
         args.json or str(ROOT / "benchmarks" / "results" / f"{args.suite}.json"))
-    if args.batch is not None and args.suite == "gemm":
-        p.error("--batch is for the convolution suites")
-    return bench.main(
-        args.suite, json_path, args.case or None, args.repeat,
-        budget_s=args.budget, cold_cache=not args.warm_cache,
-        layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
-        compare_layouts=not args.first_layout, batch=args.batch, threads=args.threads,
-    )
+    try:
+        return bench.main(
+            args.suite, json_path, args.case or None, args.repeat,
+            budget_s=args.budget, cold_cache=not args.warm_cache,
+            layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
+            compare_layouts=not args.first_layout, batch=args.batch, threads=args.threads,
+        )
+    except bench.BenchError as exc:  # an unknown case, --batch on GEMMs, too many threads
+        p.error(str(exc))
 
 
 if __name__ == "__main__":

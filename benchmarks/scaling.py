@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from polydl import bench  # noqa: E402 - after the path set-up
+from polydl.bench.report import num  # noqa: E402
 
 # The cases with the most work per call: for the convolutions one of each kind (3x3 at every
 # resolution, 1x1 layers that feed 256 and more channels), for GEMM the large shapes.
@@ -74,18 +75,14 @@ def scaling_table(runs: dict[int, dict[str, Any]]) -> tuple[list[str], dict[str,
             entries.append({"threads": t, **s, "ratio": ratio,
                             "speedup_over_1": speedup, "peak_percent": pct})
             lines.append(
-                f"{case:<12} {t:>7} {_num(s['polydl'], '.1f'):>9} {_num(s['reference_gflops'], '.1f'):>9} "
-                f"{_num(ratio, '.2f'):>6} {_num(speedup, '.1f'):>8} {_num(pct, '.0f'):>6} "
+                f"{case:<12} {t:>7} {num(s['polydl'], '.1f'):>9} {num(s['reference_gflops'], '.1f'):>9} "
+                f"{num(ratio, '.2f'):>6} {num(speedup, '.1f'):>8} {num(pct, '.0f'):>6} "
                 f"{s['peak']:>7.0f}  {s['reference'] or '-'}")
         summary[case] = entries
     lines.append(f"(GFLOP/s, medians; speed-up = polydl over its {counts[0]}-thread speed, "
                  f"scaled to one thread; best ref = the fastest correct reference: PyTorch's "
                  f"paths (oneDNN, MKL) where PyTorch is installed)")
     return lines, summary
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 def plot(summary: dict[str, Any], path: str, title: str) -> bool:

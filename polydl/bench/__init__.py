@@ -69,7 +69,7 @@ def main(
 
 
 def _run_in_child(arguments: dict[str, Any], cores: list[int]) -> int:
-    env = {**os.environ, **thread_environment(len(cores), forced=len(cores))}
+    env = {**os.environ, **thread_environment(len(cores), forced=True)}
     code = (
         "import json, sys; from polydl.bench import main; "
         "sys.exit(main(**json.loads(sys.argv[1])))"

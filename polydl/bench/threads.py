@@ -15,10 +15,10 @@ from polydl.bench.cases import BenchError
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
 
 
-def thread_environment(cores: int, forced: int | None = None) -> dict[str, str]:
-    """The thread settings for a run: `forced` threads, else one thread per core unless
-    `OMP_NUM_THREADS` says so."""
-    threads = str(forced) if forced else (os.environ.get("OMP_NUM_THREADS") or str(cores))
+def thread_environment(cores: int, forced: bool = False) -> dict[str, str]:
+    """The thread settings for a run: one thread per core, unless `OMP_NUM_THREADS` (and for
+    OpenBLAS `OPENBLAS_NUM_THREADS`) says otherwise and the count is not `forced`."""
+    threads = str(cores) if forced else (os.environ.get("OMP_NUM_THREADS") or str(cores))
     return {
         "OMP_NUM_THREADS": threads,
         "OPENBLAS_NUM_THREADS": threads if forced else (

@@ -11,6 +11,7 @@ charged more where the loops around the calls keep many streams open at once (`s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from polydl.dtypes import DTYPES
@@ -608,27 +609,33 @@ def thread_balance(model: PolyModel, schedule: Schedule, cores: int) -> float:
     return threads.balance(sizes, cores)
 
 
+def moves_along(model: PolyModel, loops: Sequence[str]) -> dict[str, tuple[bool, ...]]:
+    """For each array the main group touches, whether its cells move along each of `loops`
+    (a tile loop by its point variable's stride)."""
+    moves: dict[str, tuple[bool, ...]] = {}
+    for statement in group_statements(model)[main_group(model)]:
+        for a in statement.accesses:
+            along = tuple(element_stride(model, a.access, loop_var(loop)) != 0 for loop in loops)
+            known = moves.get(a.access.array, (False,) * len(loops))
+            moves[a.access.array] = tuple(x or y for x, y in zip(known, along, strict=True))
+    return moves
+
+
+def array_bytes(model: PolyModel, name: str) -> int:
+    array = model.nest.array(name)
+    return math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
+
+
 def shared_read_bytes(model: PolyModel, schedule: Schedule, cores: int) -> float:
     """Bytes the threads read beyond one copy of each array: an array that does not move
     along a parallel loop is read whole by every thread that loop splits it over, each into
-    its own cache (the main group's reads; the writes move along every parallel loop)."""
+    its own cache (the writes move along every parallel loop, or it would not be parallel)."""
     trips = tuple(trip_count(model, schedule, loop) for loop in schedule.parallel)
-    moves: dict[str, list[bool]] = {}
-    for statement in group_statements(model)[main_group(model)]:
-        for a in statement.accesses:
-            if a.is_write:
-                continue
-            along = [element_stride(model, a.access, loop_var(loop)) != 0
-                     for loop in schedule.parallel]
-            known = moves.setdefault(a.access.array, along)
-            moves[a.access.array] = [x or y for x, y in zip(known, along, strict=True)]
     extra = 0.0
-    for name, along in moves.items():
-        copies = threads.readers(trips, tuple(along), cores)
+    for name, along in moves_along(model, schedule.parallel).items():
+        copies = threads.readers(trips, along, cores)
         if copies > 1:
-            array = model.nest.array(name)
-            size = math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
-            extra += (copies - 1) * size
+            extra += (copies - 1) * array_bytes(model, name)
     return extra
 
 

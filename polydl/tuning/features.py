@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import math
 
-from polydl.dtypes import DTYPES
 from polydl.poly.model import PolyModel
 from polydl.schedules import rank as analytic
-from polydl.schedules.apply import group_statements, main_group
 from polydl.schedules.rank import RankedSchedule
 from polydl.schedules.schedule import is_tile_loop, loop_var
-from polydl.schedules.strides import element_stride
 from polydl.target.cpu import ISAS, CpuTarget
 
 CACHES = ("l1", "l2", "l3")
@@ -109,17 +106,9 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
 def _replicated_bytes(model: PolyModel, split: tuple[str, ...]) -> float:
     """Bytes of the arrays every thread reads whole: no access moves along a loop the threads
     split (`split`; none split: every array the main nest touches)."""
-    moves: dict[str, bool] = {}
-    for statement in group_statements(model)[main_group(model)]:
-        for a in statement.accesses:
-            along = any(element_stride(model, a.access, v) != 0 for v in split)
-            moves[a.access.array] = moves.get(a.access.array, False) or along
-    total = 0.0
-    for name, moved in moves.items():
-        if not moved:
-            array = model.nest.array(name)
-            total += math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
-    return total
+    return float(sum(analytic.array_bytes(model, name)
+                     for name, along in analytic.moves_along(model, split).items()
+                     if not any(along)))
 
 
 def _microkernel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule) -> dict[str, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -302,8 +303,11 @@ def test_pinned_cores_are_the_first_of_this_process(monkeypatch: pytest.MonkeyPa
     assert threads.pinned_cores(None) == available[:1]
     with pytest.raises(cases.BenchError, match="threads must be between 1 and"):
         threads.pinned_cores(len(available) + 1)
-    forced = threads.thread_environment(8, forced=1)
-    assert forced["OMP_NUM_THREADS"] == forced["OPENBLAS_NUM_THREADS"] == "1"
+    # a forced count wins over the environment's (OMP_NUM_THREADS=1 here)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    forced = threads.thread_environment(3, forced=True)
+    assert forced["OMP_NUM_THREADS"] == forced["OPENBLAS_NUM_THREADS"] == "3"
+    assert threads.thread_environment(3)["OMP_NUM_THREADS"] == "1"
 
 
 def test_one_thread_run_at_batch_1_schedules_for_one_core(tmp_path: Path) -> None:
@@ -321,11 +325,12 @@ def test_one_thread_run_at_batch_1_schedules_for_one_core(tmp_path: Path) -> Non
     assert row["status"] == "ok" and row["shape"].startswith("N1 C2048 K512 7x7")
 
 
-def _load_scaling() -> object:
+def _load_benchmark(name: str) -> Any:
+    """The script benchmarks/NAME.py as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling.py"
-    spec = importlib.util.spec_from_file_location("scaling_benchmark", path)
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -333,9 +338,9 @@ def _load_scaling() -> object:
 
 
 def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
-    scaling = _load_scaling()
-    assert scaling.powers_of_two(16) == [1, 2, 4, 8, 16]  # type: ignore[attr-defined]
-    assert scaling.powers_of_two(6) == [1, 2, 4, 6]  # type: ignore[attr-defined]
+    scaling = _load_benchmark("scaling")
+    assert scaling.powers_of_two(16) == [1, 2, 4, 8, 16]
+    assert scaling.powers_of_two(6) == [1, 2, 4, 6]
 
     def run(polydl: float, ref: float, peak_gflops: float) -> dict[str, object]:
         return {"environment": {"peak_gflops": peak_gflops},
@@ -343,7 +348,7 @@ def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
                           "best_reference_gflops": ref, "best_reference": "torch.mkldnn",
                           "variant": "nchw16c", "status": "ok"}]}
 
-    lines, summary = scaling.scaling_table(  # type: ignore[attr-defined]
+    lines, summary = scaling.scaling_table(
         {1: run(100.0, 120.0, 150.0), 4: run(360.0, 300.0, 600.0)})
     one, four = summary["res2_3x3"]
     assert one["speedup_over_1"] == 1.0 and four["speedup_over_1"] == pytest.approx(3.6)
@@ -351,5 +356,18 @@ def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
     assert any("torch.mkldnn" in line for line in lines)
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
-    assert scaling.plot(summary, str(png), "test")  # type: ignore[attr-defined]
+    assert scaling.plot(summary, str(png), "test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_script_reports_bench_errors_as_usage_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = _load_benchmark("run")
+    for argv, message in ((["--suite", "gemm", "--batch", "4"], "has no minibatch"),
+                          (["--suite", "gemm", "--threads", "100000"], "threads must be between"),
+                          (["--suite", "gemm", "--case", "nope"], "unknown case 'nope'")):
+        with pytest.raises(SystemExit) as exit_info:
+            run.main([*argv, "--no-json"])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
