@@ -34,7 +34,10 @@ def microkernel_dtype(printer: StatementPrinter, call: MicrokernelCall) -> str:
     )
 
 
-def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None = None) -> BrgemmSpec:
+def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None = None,
+                blocks: int = 1) -> BrgemmSpec:
+    """The call's spec for one tile size: m x n cells (in `blocks` blocks of the binding's
+    blocks loop), k steps."""
     b = call.binding
     st = call.strides
     pack = call.pack
@@ -58,7 +61,18 @@ def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None
         ),
         dtype=dtype,
         beta=1.0,
+        n_blocks=blocks,
+        b_nb=st[("b", b.blocks)] if b.blocks and blocks > 1 else 0,
+        c_nb=st[("c", b.blocks)] if b.blocks and blocks > 1 else 0,
     )
+
+
+def tile_variants(call: MicrokernelCall) -> list[tuple[int, int, int, int]]:
+    """(m, n, k, blocks) of every tile size a call takes: full tiles and remainders."""
+    b = call.binding
+    blocks = call.extent_variants(b.blocks) if b.blocks else (1,)
+    return list(product(call.extent_variants(b.m), call.extent_variants(b.n),
+                        call.extent_variants(b.k), blocks))
 
 
 def _spec_variant(spec: BrgemmSpec, overwrite: bool, ops: PostOps) -> BrgemmSpec:
@@ -133,14 +147,13 @@ class CallPrinter:
             out += postop_pointers(post, call, ctype[call.c.array], scalars)
             extra = "".join(f", _pd_e{i}" for i in range(len(post.operands)))
         dtype = microkernel_dtype(p, call)
-        m_sizes = call.extent_variants(binding.m)
-        n_sizes = call.extent_variants(binding.n)
-        k_sizes = call.extent_variants(binding.k)
-        for m, n, k in product(m_sizes, n_sizes, k_sizes):
+        for m, n, k, blocks in tile_variants(call):
             b_constant = self._b_constant(call)
-            spec = brgemm_spec(call, m, n, dtype, k)
+            spec = brgemm_spec(call, m, n, dtype, k, blocks)
             conds = []
-            variants = ((binding.m, m_sizes, m), (binding.n, n_sizes, n), (binding.k, k_sizes, k))
+            variants = [(var, call.extent_variants(var), size) for var, size in
+                        ((binding.m, m), (binding.n, n), (binding.k, k), (binding.blocks, blocks))
+                        if var is not None]
             for var, sizes, size in variants:
                 if len(sizes) > 1:
                     r = call.ranges[var]
@@ -190,10 +203,10 @@ class CallPrinter:
         cases = [(first, last) for first in (True, False) for last in (True, False)
                  if (first or post.first_call is not None or post.start is None)
                  and (last or post.last_call is not None or not post.ops.steps)]
-        for m, n, k in product(*(call.extent_variants(v) for v in (binding.m, binding.n, binding.k))):
+        for m, n, k, blocks in tile_variants(call):
             for first, last in cases:
                 overwrite, ops = post.variant(first, last)
-                spec = _spec_variant(brgemm_spec(call, m, n, dtype, k), overwrite, ops)
+                spec = _spec_variant(brgemm_spec(call, m, n, dtype, k, blocks), overwrite, ops)
                 b_constant = self._b_constant(call)
                 name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
                 try:

@@ -124,11 +124,12 @@ def _box_extents(s: StatementModel) -> dict[str, int] | None:
         lo = dom.dim_min_val(d).to_python()
         hi = dom.dim_max_val(d).to_python()
         out[var] = hi - lo + 1
-        box = box.intersect(_range_set(dom.get_space(), d, lo, hi))
+        box = box.intersect(dim_range(dom.get_space(), d, lo, hi))
     return out if box.is_equal(dom) else None
 
 
-def _range_set(space: isl.Space, d: int, lo: int, hi: int) -> isl.Set:
+def dim_range(space: isl.Space, d: int, lo: int, hi: int) -> isl.Set:
+    """The points of `space` whose dimension d lies in [lo, hi]."""
     s = isl.Set.universe(space)
     s = s.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(space.get_ctx(), lo))
     return s.upper_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(space.get_ctx(), hi))
@@ -246,7 +247,7 @@ def bind_microkernel(
         raise ScheduleError(
             f"the domain of {s.name} is not a box; a microkernel needs constant loop extents"
         )
-    # The bound loops must be the innermost loops of the order, untiled except m and n.
+    # The bound loops must be the innermost loops of the order, untiled except m, n, blocks.
     inner = [name for name in order if loop_var(name) in loops and not is_tile_loop(name)]
     if tuple(order[len(order) - len(loops):]) != tuple(inner) or len(inner) != len(loops):
         raise ScheduleError(
@@ -277,6 +278,13 @@ def bind_microkernel(
         )
     if any(strides[("c", v)] != 0 for v in (binding.k, *binding.batch)):
         raise ScheduleError("C must not vary with the reduction loops k and batch")
+    if binding.blocks is not None:
+        blocks = binding.blocks
+        if strides[(a_name, blocks)] != 0 or strides[("c", blocks)] == 0 or strides[(b_name, blocks)] == 0:
+            raise ScheduleError(
+                f"the microkernel's blocks loop '{blocks}' must move C and B and not A")
+        if binding.pack_a or binding.pack_b:
+            raise ScheduleError(f"a microkernel over blocks of '{blocks}' packs neither A nor B")
     renamed = {("a" if n == a_name else "b" if n == b_name else "c", v): st for (n, v), st in strides.items()}
     ranges = {}
     for var in loops:

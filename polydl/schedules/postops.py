@@ -74,10 +74,11 @@ FMAX_FMIN = {"fmaxf": "fmax", "fmax": "fmax", "fminf": "fmin", "fmin": "fmin"}
 
 @dataclass(frozen=True)
 class OperandStrides:
-    """Element strides of one operand along the call's m and n."""
+    """Element strides of one operand along the call's m and n (and its n blocks)."""
 
     m: int
     n: int
+    nb: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class PostOps:
 
     def transposed(self) -> PostOps:
         return PostOps(tuple(OperandStrides(o.n, o.m) for o in self.operands), self.steps)
+
+    def one_block(self) -> PostOps:
+        return PostOps(tuple(OperandStrides(o.m, o.n) for o in self.operands), self.steps)
 
     def describe(self) -> str:
         return "; ".join(f"acc = {expr_text(s)}" for s in self.steps)
@@ -219,7 +223,9 @@ def postop_plan(model: PolyModel, plan: GroupPlan,
             return f"the cells of {array} read are not an affine function of the call's loops"
         d_m = producer.iterators.index(call.binding.m)
         d_n = producer.iterators.index(call.binding.n)
-        strides.append(OperandStrides(coefficient(offset, d_m), coefficient(offset, d_n)))
+        blocks = call.binding.blocks
+        nb = coefficient(offset, producer.iterators.index(blocks)) if blocks else 0
+        strides.append(OperandStrides(coefficient(offset, d_m), coefficient(offset, d_n), nb))
         offsets.append(PostOpOperand(array, offset))
     ops = PostOps(tuple(strides), tuple(steps))
     return PostOpPlan(producer.name, tuple(s.name for s in plan.epilogues), ops, tuple(offsets),

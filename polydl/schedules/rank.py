@@ -14,9 +14,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import islpy as isl
+
 from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.ir import Access
+from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules import threads
@@ -28,7 +31,7 @@ from polydl.schedules.apply import (
     loop_is_parallel,
     main_group,
 )
-from polydl.schedules.microkernel import candidate_bindings, multiply_accumulate
+from polydl.schedules.microkernel import candidate_bindings, dim_range, multiply_accumulate
 from polydl.schedules.register_blocking import PANEL_ROWS, panel_vectors, rows_step_cycles, unit_for
 from polydl.schedules.schedule import MicrokernelBinding, Schedule, loop_var, tile_loop
 from polydl.schedules.streams import dram_slowdown, open_streams
@@ -391,12 +394,20 @@ def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTar
     n = schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
-    used = min(vectors, _micro_vectors(machine))
     unit = unit_for(machine.isa)
-    cycles = (m_ext // m) * rows_step_cycles(unit, m, used)
-    if m_ext % m:
-        cycles += rows_step_cycles(unit, m_ext % m, used)
-    efficiency = lane_use * (m_ext * used / unit.fma_ports) / cycles
+    if mk.blocks and n % lanes == 0 and _native_blocks(model, mk):
+        # a register tile of whole blocks, or of part of one (`blocking.choose_outer_product`)
+        total = vectors * trip_count(model, schedule, mk.blocks)
+        widths = [v for v in range(1, min(total, _micro_vectors(machine)) + 1)
+                  if vectors % v == 0 or v % vectors == 0]
+    else:
+        widths = [min(vectors, _micro_vectors(machine))]
+    efficiency = 0.0
+    for used in widths:
+        cycles = (m_ext // m) * rows_step_cycles(unit, m, used)
+        if m_ext % m:
+            cycles += rows_step_cycles(unit, m_ext % m, used)
+        efficiency = max(efficiency, lane_use * (m_ext * used / unit.fma_ports) / cycles)
     # each call loads and stores its C tile once, over a reduction of k times the batch
     k = schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k))
     k *= math.prod(trip_count(model, schedule, b) for b in mk.batch)
@@ -407,6 +418,14 @@ def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTar
     if mk.batch:
         return efficiency  # convolutions: blockings measured without the micro-panel terms
     return efficiency * _micro_panel_factor(schedule, model, machine, k)
+
+
+def _native_blocks(model: PolyModel, mk: MicrokernelBinding) -> bool:
+    """Whether the kernel spans n blocks in one register tile: float operands (bf16 kernels
+    make one call per block, `microkernels.blocks_kernel`)."""
+    operands = _gemm_operands(model, mk)
+    return operands is not None and all(
+        model.nest.array(acc.array).dtype in ("float32", "float64") for acc in operands)
 
 
 def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget, k: int) -> float:
@@ -668,6 +687,92 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     return out
 
 
+# A call reading fewer flops per byte of A than this re-reads A from L2 for every block when
+# A outgrows half of L1: 1 x 1 convolutions (8 flops per byte) gained 1.1-1.6x over their blocks
+# on a 16-core Sapphire Rapids host, 3 x 3 ones (~22, A's window reused in the call) 0.96-1.02.
+BLOCKS_A_INTENSITY = 16.0
+
+
+def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> list[Schedule]:
+    """Variants of a microkernel schedule whose call also runs a loop along which C and B
+    move and A does not (a convolution's output-channel blocks): the loop right outside the
+    call where it is a point loop already (see `outer_tilings`), or any such loop tiled by 2
+    or 4 with its point loop moved into the call. One load of A then feeds a vector of each
+    block. Tried where one block's call is short of that: its register tile is latency-bound
+    while A serves many flops within the call (7 rows of one 16-lane block are 7 accumulators
+    for two FMA pipes of 4 cycles' latency: 66% of the peak measured, 87% over 4 blocks; 3 x 3
+    windows 1.07-1.21x), or it reads A, larger than half of L1, again for every block at few
+    flops per byte (1 x 1 layers 1.1-2x). Elsewhere more blocks only crowd L1 (a 28-row 1 x 1
+    call over 4 blocks ran at 0.67x on 16 cores)."""
+    mk = schedule.microkernel
+    if mk is None or mk.blocks or mk.pack_a or mk.pack_b:
+        return []
+    operands = _gemm_operands(model, mk)
+    lanes = accumulator_lanes(model, machine, mk)
+    if operands is None or not _native_blocks(model, mk) or trip_count(model, schedule, mk.n) % lanes:
+        return []  # no register tile over blocks: whole vectors of float accumulators only
+    c, a, b = operands
+    s = _bound_statement(model, mk)
+    a_bytes = _call_bytes(model, schedule, s, a)
+    flops = 2 * count_points(_call_cells(model, schedule, s))
+    reused = flops >= BLOCKS_A_INTENSITY * a_bytes  # A's cells serve many flops within a call
+    if not ((reused and _latency_bound(model, machine, schedule))
+            or (not reused and a_bytes > machine.l1_bytes // 2)):
+        return []
+    calls = len(mk.loops)
+    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
+
+    def moves(var: str) -> bool:
+        return (var in s.iterators and var not in mk.loops and element_stride(model, a, var) == 0
+                and element_stride(model, c, var) not in (0, None)
+                and element_stride(model, b, var) not in (0, None))
+
+    out = []
+    if outer and moves(outer[-1]) and outer[-1] in schedule.tile_sizes:
+        out.append(replace(schedule, order=tuple(outer[:-1] + [outer[-1]] + inner), parallel=(),
+                           microkernel=replace(mk, blocks=outer[-1])))
+    for var in outer:
+        if not moves(var) or var in schedule.tile_sizes:
+            continue
+        for size in (2, 4):
+            if loop_extent(model, var) <= size:
+                continue
+            order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
+            tiles = tuple(sorted(schedule.tiles + ((var, size),)))
+            out.append(replace(schedule, order=tuple(order), tiles=tiles, parallel=(),
+                               microkernel=replace(mk, blocks=var)))
+    return out
+
+
+def _latency_bound(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> bool:
+    """Whether one call's register tile has fewer accumulators than FMAs in flight."""
+    mk = schedule.microkernel
+    assert mk is not None
+    unit = unit_for(machine.isa)
+    rows = trip_count(model, schedule, mk.m)
+    vectors = math.ceil(trip_count(model, schedule, mk.n) / accumulator_lanes(model, machine, mk))
+    return rows * min(vectors, _micro_vectors(machine)) < unit.fma_ports * unit.fma_latency
+
+
+def _call_cells(model: PolyModel, schedule: Schedule, s: StatementModel) -> isl.Set:
+    """The instances of `s` one call of `schedule` runs (its first call)."""
+    mk = schedule.microkernel
+    assert mk is not None
+    dom = s.domain
+    for d, var in enumerate(s.iterators):
+        lo = dom.dim_min_val(d).to_python()
+        size = trip_count(model, schedule, var) if var in mk.loops else 1
+        dom = dom.intersect(dim_range(dom.get_space(), d, lo, lo + size - 1))
+    return dom
+
+
+def _call_bytes(model: PolyModel, schedule: Schedule, s: StatementModel, access: Access) -> int:
+    """Bytes of `access`'s array one call reads (its cells, counted exactly)."""
+    relation = next(acc.relation for acc in s.accesses if acc.access is access)
+    cells = relation.intersect_domain(_call_cells(model, schedule, s)).range()
+    return count_points(cells) * _element_bytes(model, access)
+
+
 def rank(model: PolyModel, machine: CpuTarget, limit: int = MAX_CANDIDATES) -> list[RankedSchedule]:
     ranked = []
     memo: _Memo = {}
@@ -678,7 +783,10 @@ def rank(model: PolyModel, machine: CpuTarget, limit: int = MAX_CANDIDATES) -> l
     ranked.sort(key=lambda r: r.cost)
     # refine the winner: its outer-tiled variants (a few more evaluations, not a product)
     if ranked:
-        for schedule in outer_tilings(model, ranked[0].schedule):
+        best = ranked[0].schedule
+        tiled = outer_tilings(model, best)
+        variants = tiled + [v for x in (best, *tiled) for v in block_variants(model, x, machine)]
+        for schedule in variants:
             result = evaluate(model, machine, schedule, memo)
             if result is not None:
                 ranked.append(result)

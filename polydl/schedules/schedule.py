@@ -38,7 +38,9 @@ class MicrokernelBinding:
     """Innermost loops of `statement` computed by one batch-reduce GEMM call.
 
     `m`, `n`, `k` are point loops of the GEMM `C[m][n] += A[m][k] * B[k][n]`; `batch` are the
-    reduction loops outside `k` that form the batch (outermost first)."""
+    reduction loops outside `k` that form the batch (outermost first); `blocks`, where set, a
+    loop along which C and B move and A does not (a convolution's output-channel blocks): the
+    call runs its point loop too, as n blocks at their own strides (`BrgemmSpec.n_blocks`)."""
 
     statement: str
     m: str
@@ -52,10 +54,11 @@ class MicrokernelBinding:
     # Copy each m tile x k tile block of A into panels of register-tile rows
     # (`Ap[m/mr][k][mr]`) before the calls that read it: every call streams A contiguously.
     pack_a: bool = False
+    blocks: str | None = None
 
     @property
     def loops(self) -> tuple[str, ...]:
-        return self.batch + (self.m, self.n, self.k)
+        return self.batch + ((self.blocks,) if self.blocks else ()) + (self.m, self.n, self.k)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Schedule:
         data = asdict(self)
         data["tiles"] = dict(self.tiles)
         data["notes"] = dict(self.notes)
+        if data["microkernel"] is not None and data["microkernel"]["blocks"] is None:
+            del data["microkernel"]["blocks"]  # the form of schedules stored before it existed
         return data
 
     def to_json(self) -> str:
@@ -98,6 +103,7 @@ class Schedule:
                 backend=mk.get("backend", "auto"),
                 pack_b=bool(mk.get("pack_b", False)),
                 pack_a=bool(mk.get("pack_a", False)),
+                blocks=mk.get("blocks"),
             )
             if mk
             else None,
@@ -120,6 +126,7 @@ class Schedule:
         if self.microkernel:
             mk = self.microkernel
             batch = f" batch({', '.join(mk.batch)})" if mk.batch else ""
+            batch += f" blocks({mk.blocks})" if mk.blocks else ""
             packed = ", A packed" * mk.pack_a + (", B packed" if mk.pack_b else "")
             parts.append(
                 f"microkernel brgemm(m={mk.m}, n={mk.n}, k={mk.k}){batch}{packed} [{mk.backend}]"

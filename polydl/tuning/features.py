@@ -126,11 +126,12 @@ def _microkernel_features(model: PolyModel, target: CpuTarget, ranked: RankedSch
     lanes = analytic.accumulator_lanes(model, target, mk)
     vectors = max(1, math.ceil(sizes["n"] / lanes))
     batch = math.prod(analytic.trip_count(model, s, b) for b in mk.batch)
+    blocks = analytic.trip_count(model, s, mk.blocks) if mk.blocks else 1
     return {
         "microkernel": 1.0,
         "mk_efficiency": analytic.microkernel_efficiency(s, model, target),
         "mk_m": _log2(sizes["m"]),
-        "mk_n": _log2(sizes["n"]),
+        "mk_n": _log2(sizes["n"] * blocks),
         "mk_k": _log2(sizes["k"] * batch),
         "mk_batch": _log2(batch),
         "pack_a": float(mk.pack_a),

@@ -77,6 +77,8 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
     for seed in list(evaluated.values()):
         add(analytic.outer_tilings(model, seed.schedule))
     for seed in list(evaluated.values()):
+        add(analytic.block_variants(model, seed.schedule, target))
+    for seed in list(evaluated.values()):
         add(_neighbours(model, seed.schedule))
     add_threadings()
     if not evaluated:
@@ -107,8 +109,9 @@ def _neighbours(model: PolyModel, schedule: Schedule) -> list[Schedule]:
                 out.append(replace(base, tiles=tuple(sorted({**tiles, var: new}.items()))))
     mk = schedule.microkernel
     if mk is not None:
-        out.append(replace(base, microkernel=replace(mk, pack_b=not mk.pack_b)))
-        if not mk.batch:
+        if mk.blocks is None:  # a call over n blocks packs nothing
+            out.append(replace(base, microkernel=replace(mk, pack_b=not mk.pack_b)))
+        if not mk.batch and mk.blocks is None:
             out.append(replace(base, microkernel=replace(mk, pack_a=not mk.pack_a)))
     return out
 

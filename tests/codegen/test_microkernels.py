@@ -169,16 +169,17 @@ def reference(spec: BrgemmSpec, a: Operand, b: Operand, c: Operand) -> np.ndarra
     kk_col = np.arange(spec.k)[:, None]
     av = as_float64(a.buffer, spec.dtype)
     bv = as_float64(b.buffer, spec.dtype)
-    acc = np.zeros((spec.m, spec.n))
-    for idx in itertools.product(*(range(d.extent) for d in spec.batch)):
-        a_off = sum(i * d.a_stride for i, d in zip(idx, spec.batch, strict=True))
-        b_off = sum(i * d.b_stride for i, d in zip(idx, spec.batch, strict=True))
-        a_mat = av[a.base + a_off + mm * spec.a_m + kk_row * spec.a_k]
-        b_mat = bv[b.base + b_off + kk_col * spec.b_k + nn * spec.b_n]
-        acc += a_mat @ b_mat
     want = c.buffer.astype(np.float64)
-    cells = c.base + mm * spec.c_m + nn * spec.c_n
-    want[cells] = acc + (want[cells] if spec.beta else 0.0)
+    for jb in range(spec.n_blocks):
+        acc = np.zeros((spec.m, spec.n))
+        for idx in itertools.product(*(range(d.extent) for d in spec.batch)):
+            a_off = sum(i * d.a_stride for i, d in zip(idx, spec.batch, strict=True))
+            b_off = jb * spec.b_nb + sum(i * d.b_stride for i, d in zip(idx, spec.batch, strict=True))
+            a_mat = av[a.base + a_off + mm * spec.a_m + kk_row * spec.a_k]
+            b_mat = bv[b.base + b_off + kk_col * spec.b_k + nn * spec.b_n]
+            acc += a_mat @ b_mat
+        cells = c.base + jb * spec.c_nb + mm * spec.c_m + nn * spec.c_n
+        want[cells] = acc + (want[cells] if spec.beta else 0.0)
     return want
 
 
@@ -192,8 +193,11 @@ def check(library: KernelLibrary, case: Case, seed: int = 0) -> Microkernel:
     batch_a = [(d.extent, d.a_stride) for d in spec.batch]
     batch_b = [(d.extent, d.b_stride) for d in spec.batch]
     a = make_operand(rng, [(spec.m, spec.a_m), (spec.k, spec.a_k), *batch_a], spec.dtype)
-    b = make_operand(rng, [(spec.k, spec.b_k), (spec.n, spec.b_n), *batch_b], spec.dtype)
-    c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n)], spec.compute_dtype)
+    blocks = spec.n_blocks
+    b = make_operand(rng, [(spec.k, spec.b_k), (spec.n, spec.b_n), (blocks, spec.b_nb), *batch_b],
+                     spec.dtype)
+    c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n), (blocks, spec.c_nb)],
+                     spec.compute_dtype)
     want = reference(spec, a, b, c)
     library.run(case, a, b, c)
     got = c.buffer.astype(np.float64)
@@ -313,6 +317,36 @@ BLOCK_CASES = [
     pytest.param(Case(spec, isa), id=f"{name}-{isa}")
     for name, spec in (("conv", CONV), ("gemm", GEMM)) for isa in VECTOR_ISAS
 ]
+
+
+def blocked_conv(rows: int, n: int, blocks: int, dtype: str = "float32", beta: float = 1.0,
+                 c_gap: int = 0) -> BrgemmSpec:
+    """A 3 x 3 convolution call in a blocked layout over `blocks` output-channel blocks of
+    n: B (weights) and C (output) at a block stride each, A (input) shared by every block."""
+    w = rows + 2
+    b_block = 2 * 9 * n * 16
+    return BrgemmSpec(m=rows, n=n, k=16, a_m=16, a_k=1, b_k=n, b_n=1, c_m=n, c_n=1,
+                      batch=(BatchDim(2, w * w * 16, 9 * n * 16), BatchDim(3, w * 16, 3 * n * 16),
+                             BatchDim(3, 16, n * 16)),
+                      dtype=dtype, beta=beta, n_blocks=blocks, b_nb=b_block,
+                      c_nb=rows * n + c_gap)
+
+
+# Several output-channel blocks in one call: whole vectors per block (one register tile over
+# blocks), a block width that is not whole vectors and the dtypes without their own form (one
+# call per block), C's blocks apart or adjacent (normalised into one wider n).
+N_BLOCKS_CASES = [
+    pytest.param(Case(blocked_conv(rows, n, blocks, dtype, beta, gap), isa),
+                 id=f"{rows}x{n}x{blocks}-{dtype}-beta{beta:g}-gap{gap}-{isa}")
+    for rows, n, blocks, dtype, beta, gap, isa in (
+        (7, 16, 4, "float32", 1.0, 33, "avx512"), (7, 16, 3, "float32", 0.0, 5, "avx512"),
+        (7, 16, 2, "float64", 1.0, 3, "avx512"), (14, 16, 2, "float32", 1.0, 1, "avx2"),
+        (5, 8, 4, "float32", 0.0, 3, "avx2"), (7, 12, 3, "float32", 1.0, 7, "avx512"),
+        (7, 16, 2, "float32", 1.0, 9, "scalar"), (7, 16, 4, "bfloat16", 1.0, 17, "avx512"),
+        (7, 16, 3, "bfloat16", 0.0, 2, "avx512bf16"), (6, 32, 2, "bfloat16", 1.0, 0, "avx512amx"),
+        (7, 16, 4, "float32", 1.0, -7 * 16 * 2, "avx512"),  # blocks walking backwards
+    )
+]
 LIBXSMM_CASES = [
     pytest.param(Case(spec_for(shape, lay, batch, beta=beta), "avx2", "libxsmm"),
                  id=f"{label(shape)}-{lay}-{batch}-beta{beta:g}")
@@ -328,7 +362,8 @@ LIBXSMM_CASES = [
 
 
 def all_cases() -> list[Case]:
-    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES, *BF16_DOT_CASES, *AMX_CASES]
+    params = [*LAYOUT_CASES, *BATCH_CASES, *DTYPE_CASES, *BLOCK_CASES, *BF16_DOT_CASES, *AMX_CASES,
+              *N_BLOCKS_CASES]
     if libxsmm_available():
         params += LIBXSMM_CASES
     return [p.values[0] for p in params]  # type: ignore[misc]
@@ -403,6 +438,33 @@ def test_bf16_dot_product_kernel_builds_with_mavx512bf16(tmp_path: Path) -> None
 @pytest.mark.parametrize("case", BLOCK_CASES)
 def test_conv_and_gemm_blocks(library: KernelLibrary, case: Case) -> None:
     check(library, case)
+
+
+@pytest.mark.parametrize("case", N_BLOCKS_CASES)
+def test_several_n_blocks(library: KernelLibrary, case: Case) -> None:
+    check(library, case)
+
+
+def test_n_blocks_share_one_register_tile() -> None:
+    """7 rows of one 16-lane block are 7 accumulators, too few for two FMA pipes of 4 cycles'
+    latency; over 4 blocks the register tile spans several blocks, each broadcast of A
+    feeding one FMA per block."""
+    one = choose_microkernel(blocked_conv(7, 16, 1), "avx512", "k")
+    four = choose_microkernel(blocked_conv(7, 16, 4, c_gap=33), "avx512", "k")
+    assert (one.mr, one.nr) == (7, 16)
+    assert four.form == "outer-n" and four.mr == 7 and four.nr in (32, 48, 64)
+    assert four.estimated_cycles < 4 * one.estimated_cycles
+    assert "16x4 blocks" in four.describe()
+    # no register tile across blocks: one call per block, said so
+    ragged = choose_microkernel(blocked_conv(7, 12, 3, c_gap=7), "avx512", "k")
+    assert "one call per block" in ragged.source
+    # adjacent blocks are one wider n
+    adjacent = blocked_conv(7, 16, 4)
+    wide = replace(adjacent, b_nb=16, b_k=64, c_nb=16, c_m=64,
+                   batch=tuple(replace(d, b_stride=d.b_stride * 4) for d in adjacent.batch))
+    assert wide.normalized().n == 64 and wide.normalized().n_blocks == 1
+    with pytest.raises(ValueError):
+        replace(adjacent, c_nb=16)  # blocks overlapping in C
 
 
 # --- decisions ------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
 """The ranking's blocking choices: register-tile efficiency of full and remainder calls, and
 the outer-loop tilings it tries on its winner (checked for legality and for results)."""
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 import polydl
+from polydl.errors import ScheduleError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.schedules.rank import outer_tilings, rank
@@ -94,3 +98,56 @@ def test_a_small_gemm_on_many_cores_keeps_its_microkernel() -> None:
     nest, params = builders.matmul(512, 512, 512)
     best = rank(build_model(nest, params), many)[0].schedule
     assert best.microkernel is not None and best.parallel
+
+
+# --- calls over several output-channel blocks ------------------------------------------------
+
+SPR = CpuTarget(isa="avx512", cores=16, l1_bytes=48 * 1024, l2_bytes=2 * 1024 * 1024,
+                l3_bytes=64 * 1024 * 1024)
+BLOCKS = MicrokernelBinding("S1", m="q", n="k", k="c", batch=("cb", "r", "s"), blocks="kb")
+
+
+def _blocks_schedule(tile: int, epilogues: tuple[str, ...] = (), statement: str = "S1") -> Schedule:
+    return Schedule(order=("n", "kb.t", "p", "kb", "cb", "r", "s", "q", "k", "c"),
+                    tiles=(("kb", tile),), parallel=("n", "kb.t"),
+                    microkernel=replace(BLOCKS, statement=statement), epilogues=epilogues)
+
+
+def test_a_call_over_output_channel_blocks_matches_numpy() -> None:
+    """K = 80: 5 blocks in calls of 2 (a remainder call of one block), with bias, residual and
+    ReLU applied in the kernel to the vectors of every block; 7 x 7 outputs."""
+    from tests.schedules.test_postops import _check_conv, _uses_postops
+
+    sizes = dict(N=2, C=32, K=80, H=7, W=7, R=3, S=3, stride=1, padding=1)
+    chain = ("bias", "residual", "relu")
+    kernel = polydl.conv2d(**sizes, layout="nchw16c", fuse=chain,
+                           schedule=_blocks_schedule(2, ("S2", "S3", "S4"), "S1"))
+    assert "blocks(kb)" in kernel.schedule.describe()
+    assert "n=16x2 blocks" in kernel.source and _uses_postops(kernel)
+    _check_conv(kernel, sizes, chain, blocked=True)
+
+
+def test_blocks_round_trip_and_refuse_a_loop_that_moves_a() -> None:
+    schedule = _blocks_schedule(4)
+    assert Schedule.from_json(schedule.to_json()) == schedule
+    # a schedule without blocks keeps the JSON form stored before blocks existed
+    assert "blocks" not in Schedule(microkernel=replace(BLOCKS, blocks=None)).to_json()
+    bad = replace(schedule, order=("n", "kb", "p.t", "p", "cb", "r", "s", "q", "k", "c"),
+                  tiles=(("p", 2),), parallel=("n",), microkernel=replace(BLOCKS, blocks="p"))
+    with pytest.raises(ScheduleError, match="blocks loop 'p' must move C and B and not A"):
+        polydl.conv2d(N=2, C=32, K=32, H=7, W=7, R=3, S=3, padding=1, layout="nchw16c",
+                      schedule=bad)
+
+
+def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
+    """ResNet-50's res5 3 x 3 layer (512 channels, 7 x 7): one block's call is 7 rows x one
+    16-lane vector; the ranking takes calls over several blocks on a 16-core AVX-512 host."""
+    nest, params = builders.conv2d(N=32, C=512, K=512, H=7, W=7, R=3, S=3, padding=1,
+                                   layout="nchw16c")
+    best = rank(build_model(nest, params), SPR)[0].schedule
+    assert best.microkernel is not None and best.microkernel.blocks == "kb"
+    assert best.tile_sizes["kb"] >= 2
+    one = replace(best, microkernel=replace(best.microkernel, blocks=None))
+    model = build_model(nest, params)
+    from polydl.schedules.rank import microkernel_efficiency
+    assert microkernel_efficiency(best, model, SPR) > microkernel_efficiency(one, model, SPR)

@@ -11,6 +11,8 @@ strides have no BLAS form); "auto" is polydl's own unless LIBXSMM is known to be
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from polydl.codegen.microkernels import amx, dpbf16, postops
 from polydl.codegen.microkernels.blocking import (
     VECTOR_UNITS,
@@ -52,6 +54,8 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
         raise ValueError(f"unknown ISA '{isa}'; known: {', '.join(ISAS)}")
     if backend not in BACKENDS:
         raise ScheduleError(f"unknown microkernel backend '{backend}'; known: {', '.join(BACKENDS)}")
+    if spec.normalized().n_blocks > 1 and not _blocks_native(spec.normalized(), isa, backend):
+        return blocks_kernel(spec, isa, name, backend)
     if spec.a_panel_rows:
         if backend == "libxsmm":
             raise ScheduleError("LIBXSMM takes A as a matrix, not packed in panels: pack_a needs "
@@ -64,10 +68,44 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
 
 def _headline(spec: BrgemmSpec, name: str) -> str:
     """The first words of every kernel's description: what it computes."""
+    n = f"{spec.n}x{spec.n_blocks} blocks" if spec.n_blocks > 1 else f"{spec.n}"
     return (
-        f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} batch={spec.batch_count} "
+        f"{name}: brgemm m={spec.m} n={n} k={spec.k} batch={spec.batch_count} "
         f"{spec.dtype} beta={spec.beta:g}"
     )
+
+
+def _blocks_native(spec: BrgemmSpec, isa: str, backend: str) -> bool:
+    """Whether polydl's own outer-product kernel takes `spec`'s n blocks in one register
+    tile: float vectors along a unit-stride n of whole vectors in every block."""
+    unit = VECTOR_UNITS.get(isa)
+    return (backend != "libxsmm" and unit is not None and spec.dtype in ("float32", "float64")
+            and spec.b_n == 1 and spec.c_n == 1 and spec.n % unit.lanes(spec.compute_dtype) == 0
+            and _vector_operands(spec))
+
+
+def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str) -> Microkernel:
+    """A spec of several n blocks as one call of block 0's kernel per block, where no kernel
+    takes them in one register tile (AMX, bf16 pairs, LIBXSMM, portable C, ragged vectors)."""
+    inner = choose_microkernel(spec.one_block(), isa, f"{name}_block", backend)
+    description = f"{_headline(spec, name)}; one call per block of {inner.describe()}"
+    ops = spec.postops
+    source = render(
+        "c/microkernels/blocks.c.j2",
+        name=name,
+        inner_name=inner.name,
+        inner=inner.source,
+        description=description,
+        in_t=spec.input_ctype,
+        out_t=spec.output_ctype,
+        blocks=spec.n_blocks,
+        b_nb=spec.b_nb,
+        c_nb=spec.c_nb,
+        postop_params=postops.parameters(ops, spec.output_ctype),
+        postop_args="".join(f", e{i} + jb * {o.nb}L" for i, o in enumerate(ops.operands)) if ops else "",
+    )
+    return replace(inner, name=name, source=source, spec=spec,
+                   estimated_cycles=inner.estimated_cycles * spec.n_blocks)
 
 
 def panel_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
@@ -110,14 +148,14 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
     unit = VECTOR_UNITS.get(isa)
     candidates: list[tuple[float, str, BrgemmSpec, Blocking]] = []
     if unit is not None:
-        t = s.transposed()
         if s.b_n == 1 and s.c_n == 1:
             b = choose_outer_product(s, unit)
             candidates.append((b.cycles, "outer-n", s, b))
-        if t.b_n == 1 and t.c_n == 1:
+        t = s.transposed() if s.n_blocks == 1 else None  # n blocks: outer-n only
+        if t is not None and t.b_n == 1 and t.c_n == 1:
             b = choose_outer_product(t, unit)
             candidates.append((b.cycles, "outer-m", t, b))
-        if s.a_k == 1 and s.b_k == 1:
+        if t is not None and s.a_k == 1 and s.b_k == 1:
             b = choose_dot_product(s, unit)
             candidates.append((b.cycles, "dot-k", s, b))
     # post-op operands must be broadcast or unit-stride along the vector of an outer form

@@ -82,11 +82,28 @@ class Cell:
     masked: bool
 
 
+def column(spec: BrgemmSpec, col: int, block_stride: int, unit: int = 1) -> int:
+    """Element offset of column `col` of a tile (unit stride along n): in spec's n blocks,
+    block col // n at `block_stride`. A tile lies within one block or starts at one's first
+    column (see `blocking.choose_outer_product`)."""
+    if spec.n_blocks == 1:
+        return col * unit
+    return (col // spec.n) * block_stride + (col % spec.n) * unit
+
+
+def tile_start(spec: BrgemmSpec, var: str, stride: int, block_stride: int) -> str:
+    """C text of the offset of the tile whose first column is `var`."""
+    if spec.n_blocks == 1:
+        return f"{var} * {stride}"
+    return f"({var} / {spec.n}) * {block_stride} + ({var} % {spec.n}) * {stride}"
+
+
 def outer_cells(spec: BrgemmSpec, rows: int, vectors: int, lanes: int, masked: bool) -> tuple[Cell, ...]:
     """The accumulators of an outer-product tile, `c{row}_{vector}`; with `masked` the last
     vector of each row is the ragged n edge."""
     return tuple(
-        Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + j * lanes), masked and j == vectors - 1)
+        Cell(f"c{i}_{j}", offset("cp", i * spec.c_m + column(spec, j * lanes, spec.c_nb)),
+             masked and j == vectors - 1)
         for i in range(rows) for j in range(vectors)
     )
 

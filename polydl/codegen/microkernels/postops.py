@@ -38,14 +38,17 @@ def arguments(postops: PostOps | None) -> str:
     return "".join(f", e{i}" for i in range(len(postops.operands)))
 
 
-def operand_bases(postops: PostOps, ctype: str) -> list[str]:
-    """Each operand's pointer at the tile's origin (m0, n0). The empty volatile asm keeps
+def operand_bases(postops: PostOps, ctype: str, block_n: int = 0) -> list[str]:
+    """Each operand's pointer at the tile's origin (m0, n0; with `block_n`, column n0 of
+    blocks of that many columns). The empty volatile asm keeps
     the loads here, after the reduction: an operand that does not vary along m would
     otherwise be loaded before the tile's loops and held in registers through the
     reduction, spilling an accumulator from its inner loop."""
     lines = []
     for i, o in enumerate(postops.operands):
-        lines.append(f"{ctype} const *ep{i} = e{i} + m0 * {o.m}L + n0 * {o.n}L;")
+        n0 = (f"(n0 / {block_n}) * {o.nb}L + (n0 % {block_n}) * {o.n}L" if block_n
+              else f"n0 * {o.n}L")
+        lines.append(f"{ctype} const *ep{i} = e{i} + m0 * {o.m}L + {n0};")
         lines.append(f'__asm__ volatile("" : "+r"(ep{i}));')
     return lines
 
@@ -142,10 +145,11 @@ class VectorOps:
 
 
 def vector_lines(postops: PostOps, ops: VectorOps, cells: list[tuple[str, int, int, bool]],
-                 lanes: int) -> list[str]:
+                 lanes: int, block_n: int = 0) -> list[str]:
     """Post-ops on the vector cells of an outer-product tile. `cells`: (name, row, first
-    column, masked); the vector runs along n. Each operand vector is loaded once per tile."""
-    lines = operand_bases(postops, ops.ctype)
+    column, masked); the vector runs along n (in blocks of `block_n` columns where set).
+    Each operand vector is loaded once per tile."""
+    lines = operand_bases(postops, ops.ctype, block_n)
     values = _literals(postops)
     if values:
         # literals, too, come through a pointer the compiler cannot see through: as
@@ -170,6 +174,8 @@ def vector_lines(postops: PostOps, ops: VectorOps, cells: list[tuple[str, int, i
         def operand(index: int, row: int = row, col: int = col, masked: bool = masked) -> str:
             strides = postops.operands[index]
             at = row * strides.m + col * strides.n
+            if block_n:
+                at = row * strides.m + (col // block_n) * strides.nb + (col % block_n) * strides.n
             broadcast = strides.n == 0
             key = (index, at, masked and not broadcast)
             if key not in loaded:

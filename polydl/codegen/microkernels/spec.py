@@ -31,9 +31,13 @@ class BatchDim:
 @dataclass(frozen=True)
 class BrgemmSpec:
     """For every batch index tuple (i_0, ..., i_d), with a_off = sum i_d * a_stride_d and
-    b_off likewise: `c[mm*c_m + nn*c_n] (+)= sum_kk a[a_off + mm*a_m + kk*a_k] *
-    b[b_off + kk*b_k + nn*b_n]` for mm < m, nn < n, kk < k. beta 1.0 accumulates into C,
-    beta 0.0 overwrites it."""
+    b_off likewise: `c[jb*c_nb + mm*c_m + nn*c_n] (+)= sum_kk a[a_off + mm*a_m + kk*a_k] *
+    b[b_off + jb*b_nb + kk*b_k + nn*b_n]` for mm < m, nn < n, kk < k and jb < n_blocks.
+    beta 1.0 accumulates into C, beta 0.0 overwrites it.
+
+    `n_blocks` > 1 makes the columns of C `n_blocks` blocks of n, each at its own offset in B
+    and C (a convolution's output-channel blocks in a blocked layout): one broadcast of A feeds
+    the vectors of every block, where a call per block would broadcast it again."""
 
     m: int
     n: int
@@ -54,6 +58,9 @@ class BrgemmSpec:
     # (within it row i, step kk at i * a_m + kk * a_k).
     a_panel_rows: int = 0
     a_panel_m: int = 0
+    n_blocks: int = 1
+    b_nb: int = 0
+    c_nb: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, tuple):
@@ -69,10 +76,14 @@ class BrgemmSpec:
             raise ValueError("batch extents must not be negative")
         if self.a_panel_rows < 0 or (self.a_panel_rows and self.batch):
             raise ValueError("A panels need a positive row count and no batch")
+        if self.n_blocks < 1 or (self.n_blocks > 1 and self.a_panel_rows):
+            raise ValueError("n blocks need a positive count and no A panels")
         if not _distinct_cells(self.m, self.c_m, self.n, self.c_n):
             raise ValueError(
                 f"C strides c_m={self.c_m}, c_n={self.c_n} map two (m, n) cells to one element"
             )
+        if self.n_blocks > 1 and not _distinct_blocks(self):
+            raise ValueError(f"C's block stride c_nb={self.c_nb} makes two blocks share a cell")
 
     @property
     def input_ctype(self) -> str:
@@ -92,10 +103,17 @@ class BrgemmSpec:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch_count
+        return 2 * self.m * self.n * self.n_blocks * self.k * self.batch_count
+
+    def one_block(self) -> BrgemmSpec:
+        """The spec of block 0 alone (the others are the same at their offsets)."""
+        return replace(self, n_blocks=1, b_nb=0, c_nb=0,
+                       postops=self.postops.one_block() if self.postops else None)
 
     def transposed(self) -> BrgemmSpec:
         """The same computation seen as C^T[n][m] += B^T[n][k] * A^T[k][m]: A and B swap."""
+        if self.n_blocks > 1:
+            raise ValueError("a spec of several n blocks has no transposed form")
         return replace(
             self,
             m=self.n,
@@ -114,7 +132,11 @@ class BrgemmSpec:
         """An equivalent spec with fewer loops: a stride along an extent-1 dimension is never
         used and becomes 1; extent-1 batch loops vanish; adjacent batch loops that step evenly
         merge into one; an innermost batch loop that continues k (its strides are k times
-        those of k) merges into k."""
+        those of k) merges into k; n blocks that continue n merge into n."""
+        if self.n_blocks > 1 and _blocks_continue_n(self):
+            return replace(self.one_block(), n=self.n * self.n_blocks).normalized(merge_k)
+        if self.n_blocks == 1 and self.one_block() != self:
+            return self.one_block().normalized(merge_k)
         m, n, k = self.m, self.n, self.k
         a_m = 1 if m == 1 else self.a_m
         c_m = 1 if m == 1 else self.c_m
@@ -139,6 +161,28 @@ class BrgemmSpec:
             k *= dims.pop().extent
         return replace(self, k=k, a_m=a_m, c_m=c_m, b_n=b_n, c_n=c_n, a_k=a_k, b_k=b_k,
                        batch=tuple(dims))
+
+
+def _blocks_continue_n(spec: BrgemmSpec) -> bool:
+    """Whether block jb's columns are columns n*jb.. of one wider n (in B, C and every
+    post-op operand)."""
+    n = spec.n
+    operands = spec.postops.operands if spec.postops else ()
+    return (spec.b_nb == n * spec.b_n and spec.c_nb == n * spec.c_n
+            and all(o.nb == n * o.n for o in operands))
+
+
+def _distinct_blocks(spec: BrgemmSpec) -> bool:
+    """No two blocks of C share a cell: each block's cells lie in a span shorter than the
+    block stride, or (small shapes) every cell is checked."""
+    span = (spec.m - 1) * abs(spec.c_m) + (spec.n - 1) * abs(spec.c_n) + 1
+    if abs(spec.c_nb) >= span:
+        return True
+    cells = spec.m * spec.n * spec.n_blocks
+    if cells > 1 << 16:
+        return False
+    return len({b * spec.c_nb + i * spec.c_m + j * spec.c_n for b in range(spec.n_blocks)
+                for i in range(spec.m) for j in range(spec.n)}) == cells
 
 
 def _distinct_cells(m: int, c_m: int, n: int, c_n: int) -> bool:
@@ -173,7 +217,8 @@ class Microkernel:
     def describe(self) -> str:
         """One line for `polydl explain`."""
         s = self.spec
-        shape = f"brgemm m={s.m} n={s.n} k={s.k} batch={s.batch_count} {s.dtype}"
+        n = f"{s.n}x{s.n_blocks} blocks" if s.n_blocks > 1 else f"{s.n}"
+        shape = f"brgemm m={s.m} n={n} k={s.k} batch={s.batch_count} {s.dtype}"
         if self.backend == "libxsmm":
             return f"{shape}: LIBXSMM JIT ({self.form})"
         forms = {

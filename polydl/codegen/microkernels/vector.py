@@ -21,9 +21,11 @@ from polydl.codegen.microkernels.loops import (
     BlockLoop,
     Cell,
     block_loops,
+    column,
     offset,
     outer_cells,
     spec_values,
+    tile_start,
 )
 from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
@@ -77,7 +79,8 @@ def _outer_step(spec: BrgemmSpec, rows: int, vectors: int, lanes: int, masked_la
     ops = []
     for j in range(vectors):
         kind = "masked" if masked_last and j == vectors - 1 else "load"
-        ops.append(Op(kind, name=f"b{j}", address=offset("bk", u * spec.b_k + j * lanes)))
+        ops.append(Op(kind, name=f"b{j}",
+                      address=offset("bk", u * spec.b_k + column(spec, j * lanes, spec.b_nb))))
     for i in range(rows):
         ops.append(Op("broadcast", name=f"a{i}", address=offset("ak", u * spec.a_k + i * spec.a_m)))
         ops += [Op("fma", acc=f"c{i}_{j}", x=f"a{i}", y=f"b{j}") for j in range(vectors)]
@@ -93,7 +96,7 @@ def c_tile_lines(spec: BrgemmSpec, rows: int, width: int) -> tuple[str, ...]:
     out: list[str] = []
     for i in range(rows):
         for j in sorted({*range(0, width, per_line), width - 1}):
-            out.append(offset("cp", i * spec.c_m + j))
+            out.append(offset("cp", i * spec.c_m + column(spec, j, spec.c_nb)))
     return tuple(dict.fromkeys(out))
 
 
@@ -103,7 +106,7 @@ def outer_tiles(spec: BrgemmSpec, blocking: Blocking) -> tuple[list[Tile], int, 
     unroll = unroll_factor(spec.k)
     tiles = []
     tail = spec.n % lanes
-    for n_loop, width in block_loops(spec.n, blocking.vectors * lanes):
+    for n_loop, width in block_loops(spec.n * spec.n_blocks, blocking.vectors * lanes):
         vectors = -(-width // lanes)
         masked = width % lanes != 0
         for m_loop, rows in block_loops(spec.m, blocking.rows):
@@ -180,6 +183,8 @@ def render_vector_kernel(spec: BrgemmSpec, unit: VectorUnit, blocking: Blocking,
         tail=tail,
         tail_bits=hex((1 << tail) - 1),
         tiles=tiles,
+        b_n0=tile_start(spec, "n0", spec.b_n, spec.b_nb),
+        c_n0=tile_start(spec, "n0", spec.c_n, spec.c_nb),
     )
     return source, unroll
 
@@ -196,7 +201,7 @@ def _with_postops(spec: BrgemmSpec, tile: Tile, blocking: Blocking, family: str,
     if blocking.form == "outer":
         lines = postops.vector_lines(
             spec.postops, ops, [(c.name, r, j * blocking.lanes, c.masked) for c, r, j in cells],
-            blocking.lanes)
+            blocking.lanes, spec.n if spec.n_blocks > 1 else 0)
         return replace(tile, post=tuple(lines))
     lines = postops.operand_bases(spec.postops, ops.ctype)
     at = spec.postops.operands
