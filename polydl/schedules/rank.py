@@ -672,19 +672,26 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
         return []
     _, a, _ = operands
     s = _bound_statement(model, mk)
-    calls = len(mk.loops)
-    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
     out = []
-    for var in outer:
+    for var in schedule.order[:-len(mk.loops)]:
         if var not in s.iterators or var in schedule.tile_sizes or loop_extent(model, var) < 8:
             continue
         if element_stride(model, a, var) != 0:
             continue
-        for size in (4, 8):
-            order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
-            tiles = tuple(sorted(schedule.tiles + ((var, size),)))
-            out.append(replace(schedule, order=tuple(order), tiles=tiles, parallel=()))
+        out += [tiled_next_to_call(schedule, var, size) for size in (4, 8)]
     return out
+
+
+def tiled_next_to_call(schedule: Schedule, var: str, size: int) -> Schedule:
+    """`schedule` with loop `var` (outside the call) tiled by `size`: its tile loop stays in
+    place, its point loop moves right outside the call; the parallel loops left to the model."""
+    mk = schedule.microkernel
+    assert mk is not None
+    calls = len(mk.loops)
+    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
+    order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
+    tiles = tuple(sorted(schedule.tiles + ((var, size),)))
+    return replace(schedule, order=tuple(order), tiles=tiles, parallel=())
 
 
 # A call reading fewer flops per byte of A than this re-reads A from L2 for every block when
@@ -734,13 +741,8 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     for var in outer:
         if not moves(var) or var in schedule.tile_sizes:
             continue
-        for size in (2, 4):
-            if loop_extent(model, var) <= size:
-                continue
-            order = [tile_loop(var) if v == var else v for v in outer] + [var] + inner
-            tiles = tuple(sorted(schedule.tiles + ((var, size),)))
-            out.append(replace(schedule, order=tuple(order), tiles=tiles, parallel=(),
-                               microkernel=replace(mk, blocks=var)))
+        out += [replace(tiled_next_to_call(schedule, var, size), microkernel=replace(mk, blocks=var))
+                for size in (2, 4) if loop_extent(model, var) > size]
     return out
 
 
