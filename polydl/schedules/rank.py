@@ -43,7 +43,7 @@ BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
 # Cycles an OpenMP parallel loop costs per thread of the team (waking it and joining it, ~4 us
 # for 16 threads): on many cores a small nest runs faster on one core than split over all.
 FORK_JOIN_CYCLES_PER_THREAD = 500.0
-MAX_CANDIDATES = 32
+MAX_CANDIDATES = 48
 # Cycles of one fork and join of the OpenMP threads (~5 us at 2.6 GHz, barrier included)
 FORK_CYCLES = 13000.0
 
@@ -85,6 +85,11 @@ def microkernel_candidates(
     lanes = accumulator_lanes(model, machine, binding)
     m_ext, n_ext = loop_extent(model, binding.m), loop_extent(model, binding.n)
     outer_vars = [v for v in band_vars if v not in binding.loops]
+    # calls over the whole k: where a copy of B pays, also over a packed B (one parallel
+    # region, each thread's C tiles finished in its calls)
+    bindings = [binding]
+    if not binding.batch and packing_pays(model, machine, binding):
+        bindings.insert(0, replace(binding, pack_b=True))
     out: list[Schedule] = []
     for mt in _m_tiles(m_ext):
         for nt in _n_tiles(n_ext, lanes):
@@ -98,13 +103,9 @@ def microkernel_candidates(
             # The first outer loop is the parallel one; keep the others in a few sensible orders.
             orders = _outer_orders(outer)
             for order in orders:
-                out.append(
-                    Schedule(
-                        order=tuple(order) + tuple(inner),
-                        tiles=tuple(sorted(tiles.items())),
-                        microkernel=binding,
-                    )
-                )
+                for mk in bindings:
+                    out.append(Schedule(order=tuple(order) + tuple(inner),
+                                        tiles=tuple(sorted(tiles.items())), microkernel=mk))
     return out
 
 
@@ -518,11 +519,11 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     return traffic
 
 
-def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3: int) -> int:
+def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, cache: int) -> int:
     """Bytes of the packed B (a local array the reuse model does not see) read again from
-    memory: every iteration of m's tile loop reads all of it (or all of one k block's part,
-    when k's tile loop is outside), and a part larger than the cache is evicted before the
-    next iteration reads it."""
+    beyond a cache: every iteration of m's tile loop reads all of it (or one k block's part,
+    one n block's part, when k's or n's tile loop is outside), and a part larger than the
+    cache is evicted before the next iteration reads it."""
     mk = schedule.microkernel
     assert mk is not None
     order = list(schedule.order)
@@ -530,9 +531,10 @@ def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, l3:
     if m_tile not in order:
         return 0
     part = packed_bytes
-    if k_tile in order and order.index(k_tile) < order.index(m_tile):
-        part = packed_bytes // max(trip_count(model, schedule, k_tile), 1)
-    if part <= 0.75 * l3:
+    for outside in (k_tile, tile_loop(mk.n)):  # one k block's, one n block's part
+        if outside in order and order.index(outside) < order.index(m_tile):
+            part //= max(trip_count(model, schedule, outside), 1)
+    if part <= 0.75 * cache:
         return 0
     return (trip_count(model, schedule, m_tile) - 1) * packed_bytes
 
@@ -564,8 +566,10 @@ def evaluate(
     caches = {"l1": machine.l1_bytes, "l2": machine.l2_bytes, "l3": machine.l3_bytes // max(machine.cores, 1)}
     traffic: dict[str, int] = {}
     total_lines_once = ws[0].lines if ws else 0
+    shared_levels = _shared_levels(plan.order, final.parallel)
     for name, capacity in caches.items():
-        fitting = [w for w in ws if w.bytes(machine.cache_line_bytes) <= capacity * 0.75]
+        fitting = [w for w in ws if w.bytes(machine.cache_line_bytes) <= (
+            machine.l3_bytes if name == "l3" and w.level < shared_levels else capacity) * 0.75]
         if fitting:
             w = fitting[0]
             traffic[name] = w.bytes(machine.cache_line_bytes) * w.executions
@@ -598,7 +602,9 @@ def evaluate(
         b_bytes = (strides[2] * _element_bytes(model, operands[2])) if strides and operands else 0
         memory += 2 * b_bytes / BANDWIDTH["l3"]  # read B, write the copy
         if b_bytes and not final.microkernel.batch:
-            memory += _packed_rereads(model, final, b_bytes, caches["l3"]) / BANDWIDTH["l3"]
+            memory += sum(_packed_rereads(model, final, b_bytes, caches[c]) for c in ("l2", "l3")) / BANDWIDTH["l3"]
+        if b_bytes and cores > 1:
+            memory += packed_elsewhere(model, final, cores) * b_bytes / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:
         cost += FORK_JOIN_CYCLES_PER_THREAD * cores
@@ -611,6 +617,53 @@ def evaluate(
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
+
+
+def packed_elsewhere(model: PolyModel, schedule: Schedule, cores: int) -> float:
+    """The packed B's reads from a copy another thread wrote, as a fraction of its size: the
+    copy's n blocks run on the threads in OpenMP's static split, and a block one thread wrote
+    and another reads comes from the writer's cache, a transfer on top of the shared read
+    (16 cores, GEMMs over all of k in 64 x 64 tiles: n blocks outside m blocks, each thread
+    reading the blocks it copied, ran 1.0-1.35x as fast as m blocks outside n blocks)."""
+    mk = schedule.microkernel
+    assert mk is not None
+    operands = _gemm_operands(model, mk)
+    statement = _bound_statement(model, mk)
+    if operands is None or any(element_stride(model, operands[2], var) != 0
+                               for var in statement.iterators if var not in mk.loops):
+        return 0.0  # B's slots follow outer loops: each thread copies the slots it reads
+    n_tile = tile_loop(mk.n)
+    blocks = trip_count(model, schedule, n_tile) if n_tile in schedule.order else 1
+    packers = threads.thread_runs(blocks, cores)
+    parallel = list(schedule.parallel)
+    trips = [trip_count(model, schedule, loop) for loop in parallel]
+    units = math.prod(trips)
+    if not parallel or units > threads.MAX_UNITS or blocks > threads.MAX_UNITS:
+        return 0.0
+    elsewhere = 0
+    for t, (start, count) in enumerate(threads.thread_runs(units, cores)):
+        read: set[int] = set()
+        for unit in range(start, start + count):
+            rest, index = unit, {}
+            for loop, trip in zip(reversed(parallel), reversed(trips), strict=True):
+                rest, index[loop] = divmod(rest, trip)
+            if n_tile in index:
+                read.add(index[n_tile])
+            else:
+                read.update(range(blocks))
+                break
+        first, count = packers[t] if t < len(packers) else (0, 0)
+        elsewhere += len(read - set(range(first, first + count)))
+    return elsewhere / blocks
+
+
+def _shared_levels(order: Sequence[str], parallel: Sequence[str]) -> int:
+    """How many outer levels every thread works in at once: one execution of a loop at or
+    outside the first parallel loop is all threads' work, whose data shares the whole L3
+    (an array all of them read is there once); inside it each thread has its share."""
+    if not parallel or parallel[0] not in order:
+        return 0
+    return list(order).index(parallel[0]) + 1
 
 
 def thread_balance(model: PolyModel, schedule: Schedule, cores: int) -> float:

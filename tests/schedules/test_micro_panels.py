@@ -84,8 +84,9 @@ def test_ranking_chooses_micro_panels_for_a_large_square_matmul(machine: CpuTarg
     best = rank(build_model(*builders.matmul(M=1024, N=1024, K=1024)), machine)[0].schedule
     mk = best.microkernel
     assert mk is not None and mk.pack_b
-    assert best.tile_sizes["j"] == 16 and best.tile_sizes["k"] == 256
-    assert best.tile_sizes["i"] % 6 == 0 and best.parallel
+    # calls one register tile wide over a packed B, over all of k or blocks of 256
+    assert best.tile_sizes["j"] == 16 and best.tile_sizes.get("k", 1024) in (256, 1024)
+    assert best.parallel
 
 
 def test_ranking_chooses_micro_panels_for_odd_sizes() -> None:

@@ -93,7 +93,7 @@ def test_cache_keys_include_the_target() -> None:
 def test_the_ranking_follows_the_cache_sizes_of_the_target() -> None:
     """Same ISA and cores, other caches: a blocking moves more bytes from memory with the
     smaller caches, and the ranking picks another schedule for them."""
-    model = build_model(*builders.matmul(2048, 256, 2048))
+    model = build_model(*builders.matmul(512, 2048, 2048))
     small = CpuTarget(isa="avx2", cores=2, l1_bytes=16 * 1024, l2_bytes=128 * 1024,
                       l3_bytes=2 * 1024 * 1024)
     large = replace(small, l1_bytes=64 * 1024, l2_bytes=4 * 1024 * 1024, l3_bytes=64 * 1024 * 1024)
