@@ -3,6 +3,8 @@ reference, an independent numpy formula, and PyTorch's autograd; a microkernel i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ import polydl
 from polydl import layouts
 from polydl.errors import ArgumentError
 from polydl.runtime.verify import compare
+from polydl.target.host import host_target
 
 # N, C, K, H, W, R, S, stride, padding: odd channels (partial blocks), strides that leave rows
 # of x out of every window, padding larger than R-1, rectangular windows.
@@ -93,6 +96,23 @@ def test_backward_weights_matches_numpy(shape: tuple[int, ...], layout: str) -> 
     got = kernel(*inputs)
     got = layouts.from_kcrs16c16k(got, s["K"], s["C"]) if blocked else got
     check(kernel, inputs, got, gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
+
+
+def test_a_stem_scatter_on_many_cores_runs_its_filter_rows_in_parallel() -> None:
+    """A 7 x 7 stride-2 backward-data scatters rows 2p + r: the output rows and images carry
+    its dependences or give 1 x 1 units (3 input channels: one block), so on 16 cores the
+    filter rows inside the output rows are the parallel loop; checked against numpy."""
+    shape = (1, 3, 64, 112, 112, 7, 7, 2, 3)  # ResNet-50's stem at half size
+    s = sizes(shape)
+    x, w, dy = operands(shape)
+    socket = replace(host_target(), cores=16)  # this machine's ISA, a socket's cores
+    kernel = polydl.conv2d_backward_data(**s, layout="nchw16c", target=socket)
+    assert kernel.schedule.parallel == ("r",)
+    order = kernel.schedule.order
+    assert order.index("p") < order.index("r")
+    inputs = [layouts.to_nchw16c(dy), layouts.to_kcrs16c16k(w)]
+    got = layouts.from_nchw16c(kernel(*inputs), s["C"])
+    check(kernel, inputs, got, gradients_numpy(x, w, dy, s["stride"], s["padding"])[0])
 
 
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[3]])
