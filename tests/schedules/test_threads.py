@@ -115,3 +115,12 @@ def test_a_socket_ranks_gemm_calls_over_all_of_k_by_column_blocks() -> None:
     assert best.microkernel is not None and best.microkernel.pack_b
     assert "k" not in best.tile_sizes
     assert best.order[:2] == ("j.t", "i.t") and best.parallel == ("j.t", "i.t")
+
+
+def test_b_rows_that_share_few_cache_sets_are_packed_and_others_read_in_place() -> None:
+    # 64 rows of C reuse each B row little; B rows 4000 bytes apart spread over every L1 set
+    # and are read in place, rows 4096 bytes apart fall into one set and are packed
+    spread = rank(build_model(*builders.matmul(M=64, N=1000, K=2048)), SOCKET)[0].schedule
+    aliased = rank(build_model(*builders.matmul(M=64, N=1024, K=2048)), SOCKET)[0].schedule
+    assert spread.microkernel is not None and not spread.microkernel.pack_b
+    assert aliased.microkernel is not None and aliased.microkernel.pack_b
