@@ -663,24 +663,15 @@ def packed_elsewhere(model: PolyModel, schedule: Schedule, cores: int) -> float:
         return 0.0  # B's slots follow outer loops: each thread copies the slots it reads
     n_tile = tile_loop(mk.n)
     blocks = trip_count(model, schedule, n_tile) if n_tile in schedule.order else 1
-    packers = threads.thread_runs(blocks, cores)
-    parallel = list(schedule.parallel)
-    trips = [trip_count(model, schedule, loop) for loop in parallel]
-    units = math.prod(trips)
-    if not parallel or units > threads.MAX_UNITS or blocks > threads.MAX_UNITS:
+    trips = tuple(trip_count(model, schedule, loop) for loop in schedule.parallel)
+    if not trips or math.prod(trips) > threads.MAX_UNITS or blocks > threads.MAX_UNITS:
         return 0.0
+    along = tuple(loop == n_tile for loop in schedule.parallel)
+    packers = threads.thread_runs(blocks, cores)
     elsewhere = 0
-    for t, (start, count) in enumerate(threads.thread_runs(units, cores)):
-        read: set[int] = set()
-        for unit in range(start, start + count):
-            rest, index = unit, {}
-            for loop, trip in zip(reversed(parallel), reversed(trips), strict=True):
-                rest, index[loop] = divmod(rest, trip)
-            if n_tile in index:
-                read.add(index[n_tile])
-            else:
-                read.update(range(blocks))
-                break
+    for t, parts in enumerate(threads.thread_parts(trips, along, cores)):
+        # a thread whose units do not split the n blocks reads all of them
+        read = {part[0] for part in parts} if any(along) else set(range(blocks))
         first, count = packers[t] if t < len(packers) else (0, 0)
         elsewhere += len(read - set(range(first, first + count)))
     return elsewhere / blocks

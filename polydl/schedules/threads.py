@@ -57,15 +57,24 @@ def readers(trips: tuple[int, ...], moves: tuple[bool, ...], cores: int) -> floa
         return float(threads)
     if units > MAX_UNITS:
         return float(min(threads, math.prod(t for t, m in zip(trips, moves, strict=True) if not m)))
-    pairs: set[tuple[int, tuple[int, ...]]] = set()
-    parts: set[tuple[int, ...]] = set()
-    for t, (start, count) in enumerate(thread_runs(units, threads)):
+    per_thread = thread_parts(trips, moves, cores)
+    return sum(map(len, per_thread)) / len(frozenset().union(*per_thread))
+
+
+@cache
+def thread_parts(trips: tuple[int, ...], moves: tuple[bool, ...],
+                 cores: int) -> tuple[frozenset[tuple[int, ...]], ...]:
+    """The parts of an array each thread reads under OpenMP's static split of the parallel
+    loops' units (`trips`, outer first): a part is a unit's indices along the loops the array
+    moves along (`moves`), () where it moves along none."""
+    out = []
+    for start, count in thread_runs(math.prod(trips), cores):
+        parts = set()
         for unit in range(start, start + count):
             index, rest = [], unit
             for trip in reversed(trips):
                 rest, i = divmod(rest, trip)
                 index.append(i)
-            part = tuple(i for i, m in zip(reversed(index), moves, strict=True) if m)
-            pairs.add((t, part))
-            parts.add(part)
-    return len(pairs) / len(parts)
+            parts.add(tuple(i for i, m in zip(reversed(index), moves, strict=True) if m))
+        out.append(frozenset(parts))
+    return tuple(out)
