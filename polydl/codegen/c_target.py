@@ -14,6 +14,7 @@ from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgu
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
+from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
@@ -147,7 +148,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # a nest of one statement needs no dependence analysis per dimension for it
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
-        body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums).lines()
+        body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums,
+                            row_tiles=RowTilePrinter(printer, plan.tiles)).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,
          "count": math.prod(layouts[a.name].shape), "zeroed": not a.filled}

@@ -16,6 +16,7 @@ import islpy as isl
 
 from polydl.codegen.accumulators import AccumulatorPrinter, Instance
 from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
+from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK
@@ -52,6 +53,7 @@ class LoopPrinter:
         parallel_pragma: str = "#pragma omp parallel for schedule(static)",
         simd_dims: frozenset[int] = frozenset(),
         accumulators: AccumulatorPrinter | None = None,
+        row_tiles: RowTilePrinter | None = None,
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
@@ -60,6 +62,7 @@ class LoopPrinter:
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
         self.accumulators = accumulators
+        self.row_tiles = row_tiles
         self.epilogue_names = {s.name for s in plan.epilogues}
         # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
         # (with the one after it, 2, where the mark says collapse)
@@ -115,7 +118,6 @@ class LoopPrinter:
             out += self._node(node.for_get_body(), indent + 1, in_parallel)
             return out + [f"{pad}}}"]
         cond = ast_expr_to_c(node.for_get_cond())
-        inc = ast_expr_to_c(node.for_get_inc())
         out = []
         parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
         if parallel_here:
@@ -126,8 +128,13 @@ class LoopPrinter:
             out.append(pad + pragma)
         elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
             out.append(pad + "#pragma omp simd")
-        step = f"{it}++" if inc == "1" else f"{it} += {inc}"
-        header = f"for (long {it} = {init}; {_strip(cond)}; {step}) {{"
+        header = _header(node)
+        if not out and not parallel_here and self.row_tiles is not None:
+            statements = {k: v for k, v in self.statements.items() if k not in self.plan.calls}
+            tile = self.row_tiles.match(node, statements, _header)
+            if tile is not None:
+                loops = [header, *self._node(node.for_get_body(), 1, in_parallel), "}"]
+                return [pad + line for line in self.row_tiles.lines(tile, loops)]
         if not out and not parallel_here and self.accumulators is not None:
             body = self._instances(node.for_get_body())
             sums = self.accumulators.accumulations(body, it) if body else []
@@ -218,6 +225,15 @@ class LoopPrinter:
         if kind == isl.ast_node_type.mark:
             return self._leaves_all(node.mark_get_node(), test)
         return False
+
+
+def _header(node: isl.AstNode) -> str:
+    """The `for (...) {` line of a loop node."""
+    it = node.for_get_iterator().get_id().get_name()
+    init, cond = ast_expr_to_c(node.for_get_init()), ast_expr_to_c(node.for_get_cond())
+    inc = ast_expr_to_c(node.for_get_inc())
+    step = f"{it}++" if inc == "1" else f"{it} += {inc}"
+    return f"for (long {it} = {init}; {_strip(cond)}; {step}) {{"
 
 
 def _strip(text: str) -> str:

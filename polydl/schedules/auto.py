@@ -14,6 +14,7 @@ from polydl.schedules.epilogues import choose_fusion
 from polydl.schedules.fusion import FusionDecision
 from polydl.schedules.nests import main_is_general
 from polydl.schedules.rank import RankedSchedule, rank
+from polydl.schedules.register_tiles import register_tiled
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 
@@ -53,8 +54,9 @@ def auto_schedule(model: PolyModel, target: CpuTarget) -> AutoChoice:
         chosen = resolve(model, Schedule())
     else:
         best = ranked[0]
+        resolved = resolve(model, best.schedule)
         chosen = replace(
-            resolve(model, best.schedule),
+            register_tiled(model, resolved, target) or resolved,
             notes=(("model_cost", round(best.cost)), ("candidates", len(ranked))),
         )
     fused, decisions = choose_fusion(model, chosen, target)

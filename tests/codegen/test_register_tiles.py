@@ -1,0 +1,104 @@
+"""A row of vector sums held in registers across the taps that sum into it
+(schedules/register_tiles.py chooses the tile, codegen/register_tiles.py prints it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polydl
+from polydl import layouts
+from polydl.poly.model import build_model
+from polydl.schedules.auto import auto_schedule
+from polydl.target.host import host_target
+from polydl.target.presets import CPU_PRESETS
+
+HAS_VECTORS = host_target().isa != "scalar"
+
+# A user's own nest of the same form: a 1-D filter over 8 independent lanes, the taps in the
+# middle, the lane loop innermost.
+FILTER = """
+void filter(int N, int T, const float x[N + T - 1][8], const float w[T][8], float y[N][8]) {
+  for (int i = 0; i < N; i++)
+    for (int t = 0; t < T; t++)
+      for (int l = 0; l < 8; l++)
+        y[i][l] -= x[i + t][l] * w[t][l] + 0.5f * w[t][l];
+}
+"""
+
+
+def _depthwise_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int,
+                         pads: tuple[int, int, int, int]) -> np.ndarray:
+    """ReLU6(depthwise 3 x 3 + b) in NCHW, float64."""
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    N, C, H, W = xp.shape
+    P, Q = (H - 3) // stride + 1, (W - 3) // stride + 1
+    y = np.zeros((N, C, P, Q))
+    for r in range(3):
+        for s in range(3):
+            window = xp[:, :, r:r + stride * (P - 1) + 1:stride, s:s + stride * (Q - 1) + 1:stride]
+            y += window * w[None, :, 0, r, s, None, None]
+    return np.clip(y + b[None, :, None, None], 0.0, 6.0)
+
+
+@pytest.mark.skipif(not HAS_VECTORS, reason="this machine's target has no vector ISA")
+@pytest.mark.parametrize(("N", "C", "H", "W", "stride", "pads"), [
+    (2, 32, 12, 112, 1, (1, 1, 1, 1)),   # 14 tiles of 8; the first and last miss a tap
+    (3, 48, 9, 15, 2, (1, 1, 1, 1)),     # stride 2: 8 outputs a row, one tile
+    (1, 16, 5, 14, 1, (1, 0, 2, 1)),     # ragged padding: 13 outputs in tiles of 7
+    (2, 16, 4, 3, 1, (1, 1, 1, 1)),      # a row narrower than a tile
+])
+def test_a_blocked_depthwise_convolution_sums_each_row_in_registers(
+    N: int, C: int, H: int, W: int, stride: int, pads: tuple[int, int, int, int],
+) -> None:
+    kernel = polydl.conv2d(N, C, C, H, W, 3, 3, stride=stride, padding=pads, layout="nchw16c",
+                           groups=C, fuse=("bias", "clip(0,6)"), accumulate=False)
+    order = kernel.schedule.order
+    assert order[-5:] == ("q.t", "r", "s", "q", "k"), kernel.schedule.describe()
+    Q = (W + pads[1] + pads[3] - 3) // stride + 1
+    tile = dict(kernel.schedule.tiles)["q"]
+    assert tile <= 8 and -(-Q // tile) == -(-Q // min(8, Q))  # tiles of equal width
+    assert "vector_size(64)" in kernel.source
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(C).astype(np.float32)
+    y = kernel(layouts.to_nchw16c(x), layouts.to_conv_weights(w, C), b)
+    expected = _depthwise_reference(x, w, b, stride, pads)
+    np.testing.assert_allclose(layouts.from_nchw16c(y, C), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_VECTORS, reason="this machine's target has no vector ISA")
+def test_a_user_nest_of_the_same_form_is_tiled_and_subtracts() -> None:
+    N, T = 37, 5
+    kernel = polydl.compile(FILTER, {"N": N, "T": T})
+    assert kernel.schedule.order == ("i.t", "t", "i", "l"), kernel.schedule.describe()
+    assert "vector_size(32)" in kernel.source
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((N + T - 1, 8)).astype(np.float32)
+    w = rng.standard_normal((T, 8)).astype(np.float32)
+    y0 = rng.standard_normal((N, 8)).astype(np.float32)
+    y = kernel(x=x, w=w, y=y0.copy())
+    expected = y0.astype(np.float64) - sum(
+        x[t:t + N].astype(np.float64) * w[t] + 0.5 * w[t].astype(np.float64) for t in range(T))
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def _auto(source: str, params: dict[str, int], preset: str) -> polydl.Schedule:
+    from polydl.frontends.loading import load_spec
+    nest, bound = load_spec(source, params, None, None, None)
+    return auto_schedule(build_model(nest, bound), CPU_PRESETS[preset]).schedule
+
+
+def test_the_tile_fits_the_registers_of_the_target() -> None:
+    # 8 floats a lane row: one AVX2 register, so 8 outputs fit 16 registers with the tap's
+    # operands; portable C has no vectors to hold them in
+    assert dict(_auto(FILTER, {"N": 64, "T": 3}, "x86-64-v3").tiles) == {"i": 8}
+    assert dict(_auto(FILTER, {"N": 64, "T": 3}, "x86-64-v4").tiles) == {"i": 8}
+    assert "i.t" not in _auto(FILTER, {"N": 64, "T": 3}, "generic").order
+
+
+def test_a_nest_whose_lanes_are_not_last_keeps_its_order() -> None:
+    strided = FILTER.replace("x[i + t][l]", "x[i + t][7 - l]")
+    assert "i.t" not in _auto(strided, {"N": 64, "T": 3}, "x86-64-v4").order
