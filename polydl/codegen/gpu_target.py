@@ -28,6 +28,7 @@ from polydl.dtypes import DTYPES
 from polydl.ir import Condition, Guard, Loop
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu import (
+    WARP_THREAD_TILE,
     WGMMA_STRIDES,
     GemmDim,
     GemmPlan,
@@ -429,7 +430,7 @@ def _gemm_kernel(
     value = "acc[i][j]" if t.kind == "fma" else "value"
     store_c, operand_funcs = _store(g, kernel, value)
     funcs += operand_funcs
-    pairs = t.kind in ("tma", "wgmma") and pair_stores(g)
+    pairs = t.kind in ("tma", "wgmma", "fma") and pair_stores(g)
     store_pair = _store_pair(g, kernel)[0] if pairs else ""
     staged = staged_stores(g)
     stage_pair, store_quad = _staged_code(g, kernel) if staged else ("", "")
@@ -473,7 +474,9 @@ def _gemm_kernel(
     else:
         vec_a, vec_b = fma_vectors(g)
         vector_copies = 4 in (vec_a, vec_b)
-        text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b)
+        text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b,
+                      thread_m=t.thread_m, thread_n=t.thread_n,
+                      warp_tiles=(t.thread_m, t.thread_n) == WARP_THREAD_TILE)
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),

@@ -42,6 +42,25 @@ def test_matmul_becomes_a_tiled_gemm() -> None:
     assert [d.var for d in kernel.gemm.m] == ["i"] and [d.var for d in kernel.gemm.k] == ["k"]
     t = kernel.gemm.tiling
     assert t.kind == "fma" and (t.block_m, t.block_n) == (128, 128)
+    # float4 operands and a grid of many blocks: warp tiles of 16 x 8 a thread in K steps of 16
+    assert (t.thread_m, t.thread_n, t.block_k, t.threads) == (16, 8, 16, 128)
+
+
+def test_a_gemm_too_small_for_two_blocks_a_multiprocessor_keeps_8x8_thread_tiles() -> None:
+    # 16 x 4 x 4 blocks of 128 x 128 on 132 multiprocessors: twice the warps a block
+    batched = read_c("""
+void bmm(float X[16][512][512], float Y[16][512][512], float Z[16][512][512]) {
+  for (int b = 0; b < 16; b++)
+    for (int i = 0; i < 512; i++)
+      for (int j = 0; j < 512; j++)
+        for (int k = 0; k < 512; k++)
+          Z[b][i][j] += X[b][i][k] * Y[b][k][j];
+}""", "<bmm>").nest
+    plan = gpu_schedule(build_model(batched, {}), DEFAULT_GPUS["cuda"])
+    t = plan.kernels[0].gemm.tiling
+    assert (t.thread_m, t.thread_n, t.block_k, t.threads, t.splits) == (8, 8, 8, 256, 1)
+    source = lower(batched, {}, "cuda").code.source
+    assert "PD_ROW0(g) ((g) * (BM / 2) + ty * 4)" in source
 
 
 def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
@@ -194,6 +213,7 @@ def test_cli_writes_kernels_launcher_and_header(tmp_path: Path, capsys: pytest.C
 
 COMPILE_CASES = {
     "matmul": lambda: builders.matmul(256, 192, 100),
+    "matmul_warp_tiles": lambda: builders.matmul(4096, 4096, 100),
     "matmul_bf16": lambda: (_bf16(builders.matmul(256, 256, 256)[0], {"A", "B"}), {"M": 256, "N": 256, "K": 256}),
     "conv": lambda: builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1, fuse=("bias", "relu")),
     "dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 200, "N": 136, "K": 72}),
@@ -206,7 +226,7 @@ COMPILE_CASES = {
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront", "dense_bf16_out",
+@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
@@ -242,7 +262,7 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
 
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc is not installed (apt-get install hipcc)")
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
-@pytest.mark.parametrize("case", ["matmul", "matmul_bf16", "conv", "wavefront"])
+@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront"])
 def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path) -> None:
     if not _hipcc_knows(arch, tmp_path):
         pytest.skip(f"this hipcc's clang does not know {arch} (Debian 12's clang 15 predates gfx942)")
