@@ -257,6 +257,21 @@ def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
     return values, store
 
 
+def _store_four(g: GemmPlan, kernel: str) -> str:
+    """The statement storing float accumulators `value0`..`value3` into the aligned run of 4
+    float cells at `cell` (columns n..n+3), the fused epilogue applied to each."""
+    if g.epilogue is None or g.epilogue.initial is None:  # C's stored run is read once
+        read = ["const float4 pd_old = *(const float4 *)cell;"]
+        olds = ("pd_old.x", "pd_old.y", "pd_old.z", "pd_old.w")
+    else:
+        read, olds = [], ("0", "0", "0", "0")
+    lines = []
+    for i in range(4):
+        lines += _cell_value(g, kernel, f"value{i}", f"pd_v{i}", f"n + {i}" if i else "n", olds[i])[0]
+    write = "*(float4 *)cell = make_float4(pd_v0, pd_v1, pd_v2, pd_v3);"
+    return "{ " + " ".join(read + lines + [write]) + " }"
+
+
 def _store_pair(g: GemmPlan, kernel: str) -> tuple[str, list[str]]:
     """The statement storing accumulators `value0`, `value1` into the pair at `cell`."""
     bf16 = g.dtype_c == "bfloat16"
@@ -430,7 +445,7 @@ def _gemm_kernel(
     value = "acc[i][j]" if t.kind == "fma" else "value"
     store_c, operand_funcs = _store(g, kernel, value)
     funcs += operand_funcs
-    pairs = t.kind in ("tma", "wgmma", "fma") and pair_stores(g)
+    pairs = t.kind in ("tma", "wgmma") and pair_stores(g)
     store_pair = _store_pair(g, kernel)[0] if pairs else ""
     staged = staged_stores(g)
     stage_pair, store_quad = _staged_code(g, kernel) if staged else ("", "")
@@ -474,9 +489,14 @@ def _gemm_kernel(
     else:
         vec_a, vec_b = fma_vectors(g)
         vector_copies = 4 in (vec_a, vec_b)
+        # 16-byte stores of C where its rows run in aligned fours (the operands' float4 loads
+        # already ask for 16-byte aligned arrays): 0.88 -> 0.91 of cuBLAS at 4096^3
+        quads = (vector_copies and t.splits == 1 and g.dtype_c == "float32"
+                 and contiguous_runs(g, "c", "n", 4))
         text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b,
                       thread_m=t.thread_m, thread_n=t.thread_n,
-                      warp_tiles=(t.thread_m, t.thread_n) == WARP_THREAD_TILE)
+                      warp_tiles=(t.thread_m, t.thread_n) == WARP_THREAD_TILE,
+                      store_four=_store_four(g, kernel) if quads else "")
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),
