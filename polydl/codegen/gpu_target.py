@@ -197,15 +197,18 @@ def _cell_value(g: GemmPlan, kernel: str, value: str, var: str, n: str,
     return lines, funcs
 
 
-def fma_vectors(g: GemmPlan) -> tuple[int, int]:
-    """Elements per global load of A and of B in the fp32 FMA kernel: 4 (a 16-byte float4)
-    where the operand is contiguous along A's K / B's N in aligned runs of 4, else 1."""
+def fma_vectors(g: GemmPlan) -> tuple[str, str]:
+    """Along which index one global load of A and of B moves a float4 in the fp32 FMA kernel:
+    "k" or "m" for A, "n" or "k" for B (where the operand runs there in aligned fours: a
+    GEMM's A along K, a 1 x 1 convolution's NCHW input along its output positions M), or ""
+    (element by element)."""
     if g.dtype_ab != "float32":
-        return 1, 1
+        return "", ""
     t = g.tiling
-    vec_a = 4 if contiguous_runs(g, "a", "k", 4) and (t.block_m * t.block_k) % (4 * t.threads) == 0 else 1
-    vec_b = 4 if contiguous_runs(g, "b", "n", 4) and (t.block_k * t.block_n) % (4 * t.threads) == 0 else 1
-    return vec_a, vec_b
+    a_tile, b_tile = (t.block_m * t.block_k) % (4 * t.threads) == 0, (t.block_k * t.block_n) % (4 * t.threads) == 0
+    a = next((axis for axis in ("k", "m") if a_tile and contiguous_runs(g, "a", axis, 4)), "")
+    b = next((axis for axis in ("n", "k") if b_tile and contiguous_runs(g, "b", axis, 4)), "")
+    return a, b
 
 
 def pair_stores(g: GemmPlan) -> bool:
@@ -487,13 +490,14 @@ def _gemm_kernel(
             stages=t.stages,
         )
     else:
-        vec_a, vec_b = fma_vectors(g)
+        a_along, b_along = fma_vectors(g)
+        vec_a, vec_b = 4 if a_along else 1, 4 if b_along else 1
         vector_copies = 4 in (vec_a, vec_b)
         # 16-byte stores of C where its rows run in aligned fours (the operands' float4 loads
         # already ask for 16-byte aligned arrays): 0.88 -> 0.91 of cuBLAS at 4096^3
         quads = (vector_copies and t.splits == 1 and g.dtype_c == "float32"
                  and contiguous_runs(g, "c", "n", 4))
-        text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b,
+        text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b, a_along=a_along, b_along=b_along,
                       thread_m=t.thread_m, thread_n=t.thread_n,
                       warp_tiles=(t.thread_m, t.thread_n) == WARP_THREAD_TILE,
                       store_four=_store_four(g, kernel) if quads else "")

@@ -106,6 +106,22 @@ def test_fp32_operands_contiguous_in_runs_of_4_load_as_float4() -> None:
     assert "VEC_A = 1, VEC_B = 4" in code.source
 
 
+def test_conv_operands_load_as_float4_along_whichever_index_runs_in_memory() -> None:
+    # NCHW 1 x 1: A (the input) runs along the output positions M, B (the weights) along K; a
+    # 7 x 7 image's rows continue one another, 49 positions: no aligned fours
+    nest, params = builders.conv2d(N=8, C=64, K=128, H=14, W=14, R=1, S=1, accumulate=False)
+    code = lower(nest, params, "cuda").code
+    assert "VEC_A = 4, VEC_B = 4" in code.source and "along A's M, along B's K" in code.source
+    # C runs along M too: no warp tiles, whose lanes span C's columns
+    assert "PD_ROW0(g) ((g) * (BM / 2) + ty * 4)" in code.source
+    seven, seven_params = builders.conv2d(N=8, C=64, K=128, H=7, W=7, R=1, S=1, accumulate=False)
+    assert "VEC_A = 1, VEC_B = 4" in lower(seven, seven_params, "cuda").code.source
+    # 3 x 3: the gathered windows element by element, the weights' (c, r, s) one run along K
+    window, window_params = builders.conv2d(N=8, C=64, K=64, H=14, W=14, R=3, S=3, padding=1,
+                                            accumulate=False)
+    assert "VEC_A = 1, VEC_B = 4" in lower(window, window_params, "cuda").code.source
+
+
 def test_scratch_is_allocated_per_call_on_the_stream() -> None:
     nest, params = builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1)
     launcher = lower(nest, params, "cuda").code.launcher
@@ -214,6 +230,7 @@ def test_cli_writes_kernels_launcher_and_header(tmp_path: Path, capsys: pytest.C
 COMPILE_CASES = {
     "matmul": lambda: builders.matmul(256, 192, 100),
     "matmul_warp_tiles": lambda: builders.matmul(4096, 4096, 100),
+    "conv_1x1_float4": lambda: builders.conv2d(N=8, C=64, K=128, H=14, W=14, R=1, S=1, accumulate=False),
     "matmul_bf16": lambda: (_bf16(builders.matmul(256, 256, 256)[0], {"A", "B"}), {"M": 256, "N": 256, "K": 256}),
     "conv": lambda: builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1, fuse=("bias", "relu")),
     "dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 200, "N": 136, "K": 72}),
@@ -226,7 +243,8 @@ COMPILE_CASES = {
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront", "dense_bf16_out",
+@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "conv_1x1_float4", "matmul_bf16", "conv",
+                                  "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
