@@ -275,6 +275,22 @@ def _store_four(g: GemmPlan, kernel: str) -> str:
     return "{ " + " ".join(read + lines + [write]) + " }"
 
 
+def _store_rows_four(g: GemmPlan, kernel: str) -> str:
+    """The statement storing float accumulators `value0`..`value3` of rows `pd_m`..`pd_m` + 3
+    (an aligned run of 4 float cells along M at `cell`), column n, the epilogue applied to each."""
+    if g.epilogue is None or g.epilogue.initial is None:
+        read = "const float4 pd_old = *(const float4 *)cell; "
+        olds = ("pd_old.x", "pd_old.y", "pd_old.z", "pd_old.w")
+    else:
+        read, olds = "", ("0", "0", "0", "0")
+    parts = []
+    for i in range(4):
+        lines = _cell_value(g, kernel, f"value{i}", "pd_v", "n", olds[i])[0]
+        parts.append(f"{{ const long m = pd_m + {i}; (void)m; {' '.join(lines)} pd_q{i} = pd_v; }}")
+    return ("{ " + read + "float pd_q0, pd_q1, pd_q2, pd_q3; " + " ".join(parts)
+            + " *(float4 *)cell = make_float4(pd_q0, pd_q1, pd_q2, pd_q3); }")
+
+
 def _store_pair(g: GemmPlan, kernel: str) -> tuple[str, list[str]]:
     """The statement storing accumulators `value0`, `value1` into the pair at `cell`."""
     bf16 = g.dtype_c == "bfloat16"
@@ -497,10 +513,16 @@ def _gemm_kernel(
         # already ask for 16-byte aligned arrays): 0.88 -> 0.91 of cuBLAS at 4096^3
         quads = (vector_copies and t.splits == 1 and g.dtype_c == "float32"
                  and contiguous_runs(g, "c", "n", 4))
+        warp_tiles = (t.thread_m, t.thread_n) == WARP_THREAD_TILE
+        # C running along M (an NCHW output: its columns are channels P * Q apart): a warp's
+        # lanes go along M, so each store instruction writes neighbouring cells, 16 bytes a
+        # thread where the operands' float4s already ask for aligned arrays
+        lanes_m = not warp_tiles and contiguous_runs(g, "c", "m", 4)
+        rows_four = lanes_m and vector_copies and t.splits == 1 and g.dtype_c == "float32"
         text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b, a_along=a_along, b_along=b_along,
-                      thread_m=t.thread_m, thread_n=t.thread_n,
-                      warp_tiles=(t.thread_m, t.thread_n) == WARP_THREAD_TILE,
-                      store_four=_store_four(g, kernel) if quads else "")
+                      thread_m=t.thread_m, thread_n=t.thread_n, warp_tiles=warp_tiles, lanes_m=lanes_m,
+                      store_four=_store_four(g, kernel) if quads else "",
+                      store_rows_four=_store_rows_four(g, kernel) if rows_four else "")
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),

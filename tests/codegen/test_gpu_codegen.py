@@ -112,8 +112,10 @@ def test_conv_operands_load_as_float4_along_whichever_index_runs_in_memory() -> 
     nest, params = builders.conv2d(N=8, C=64, K=128, H=14, W=14, R=1, S=1, accumulate=False)
     code = lower(nest, params, "cuda").code
     assert "VEC_A = 4, VEC_B = 4" in code.source and "along A's M, along B's K" in code.source
-    # C runs along M too: no warp tiles, whose lanes span C's columns
+    # C runs along M too: no warp tiles, whose lanes span C's columns; the lanes go along M and
+    # each thread stores 4 rows of a column as one float4
     assert "PD_ROW0(g) ((g) * (BM / 2) + ty * 4)" in code.source
+    assert "a warp's lanes along M" in code.source and "make_float4(pd_q0, pd_q1, pd_q2, pd_q3)" in code.source
     seven, seven_params = builders.conv2d(N=8, C=64, K=128, H=7, W=7, R=1, S=1, accumulate=False)
     assert "VEC_A = 1, VEC_B = 4" in lower(seven, seven_params, "cuda").code.source
     # 3 x 3: the gathered windows element by element, the weights' (c, r, s) one run along K
@@ -230,7 +232,8 @@ def test_cli_writes_kernels_launcher_and_header(tmp_path: Path, capsys: pytest.C
 COMPILE_CASES = {
     "matmul": lambda: builders.matmul(256, 192, 100),
     "matmul_warp_tiles": lambda: builders.matmul(4096, 4096, 100),
-    "conv_1x1_float4": lambda: builders.conv2d(N=8, C=64, K=128, H=14, W=14, R=1, S=1, accumulate=False),
+    "conv_1x1_float4": lambda: builders.conv2d(N=8, C=64, K=128, H=14, W=14, R=1, S=1, accumulate=False,
+                                               fuse=("bias", "residual", "relu")),
     "matmul_bf16": lambda: (_bf16(builders.matmul(256, 256, 256)[0], {"A", "B"}), {"M": 256, "N": 256, "K": 256}),
     "conv": lambda: builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1, fuse=("bias", "relu")),
     "dense_bf16_out": lambda: (_bf16(read_c(DENSE).nest, {"A", "B", "C", "bias"}), {"M": 200, "N": 136, "K": 72}),
