@@ -121,7 +121,13 @@ def test_conv_operands_load_as_float4_along_whichever_index_runs_in_memory() -> 
     # 3 x 3: the gathered windows element by element, the weights' (c, r, s) one run along K
     window, window_params = builders.conv2d(N=8, C=64, K=64, H=14, W=14, R=3, S=3, padding=1,
                                             accumulate=False)
-    assert "VEC_A = 1, VEC_B = 4" in lower(window, window_params, "cuda").code.source
+    source = lower(window, window_params, "cuda").code.source
+    assert "VEC_A = 1, VEC_B = 4" in source
+    # each load decodes its K index (c, r, s) on int; M's offsets (once a thread) stay on long
+    decode_k = next(line for line in source.splitlines() if "_ak(long idx)" in line)
+    decode_m = next(line for line in source.splitlines() if "_am(long idx)" in line)
+    assert "const int i = (int)idx;" in decode_k and "(i / 9)" in decode_k
+    assert "(int)" not in decode_m
 
 
 def test_scratch_is_allocated_per_call_on_the_stream() -> None:
