@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polydl.codegen.c_expr import StatementPrinter, ast_expr_to_c
-from polydl.ir import Binary, Const, Expr, IntVar, Load, Unary, int_vars
+from polydl.ir import Binary, Const, Expr, Load, Unary, int_vars
 from polydl.poly.model import StatementModel
 from polydl.poly.sums import addend_of, reads_own_cell
+from polydl.schedules.register_tiles import ROW_BYTES, along_lanes
 
 PREFIX = "_pd_row"
 _OPS = ("+", "-", "*", "/")
@@ -101,21 +102,14 @@ class RowTilePrinter:
             return None
         if any(self.printer.layouts[a.access.array].dtype != "float32" for a in statement.accesses):
             return None
-        target = s.target
-        if not target.indices or target.indices[-1] != IntVar(lane):
+        if not along_lanes(statement, lane):
             return None
-        moving = set().union(*(int_vars(i) for i in target.indices))
+        moving = set().union(*(int_vars(i) for i in s.target.indices))
         sums = names[:-2]
         if row not in moving or any(binds.get(v) in sums for v in moving):
             return None
-        for a in statement.accesses:
-            indices = a.access.indices
-            if any(lane in int_vars(i) for i in indices[:-1]):
-                return None
-            if indices and lane in int_vars(indices[-1]) and indices[-1] != IntVar(lane):
-                return None
         lanes = _lane_count(chain[-1])
-        if lanes * 4 not in (16, 32, 64):
+        if lanes * 4 not in ROW_BYTES:
             return None
         if _vector_expr(form[0], self.printer, lane, "v") is None:
             return None

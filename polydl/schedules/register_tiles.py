@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from polydl.errors import ScheduleError
 from polydl.ir import IntVar, int_vars
-from polydl.poly.model import PolyModel
+from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import apply_schedule, group_statements, main_group
 from polydl.schedules.rank import loop_extent
 from polydl.schedules.register_blocking import unit_for
@@ -31,25 +31,32 @@ MAX_ROW = 8  # outputs per tile: 8 x 16 lanes took 8.0 -> 4.7 ms above; edges th
 SPARE_REGISTERS = 4  # the tap's input and weight vectors, and room for the compiler
 
 
-def lane_loop_ok(model: PolyModel, lane: str) -> int:
-    """The lane count of `lane` where every access of the main statement reads or writes
-    along it with its last subscript alone (a vector) or not at all (a broadcast); 0 if not."""
+def along_lanes(s: StatementModel, lane: str) -> bool:
+    """Whether `s` writes its cell as a vector along `lane` (its target's last subscript is
+    `lane` alone) and every access reads along `lane` by its last subscript alone or not at all
+    (a broadcast): the form a row of vector sums takes (here and in code generation)."""
+    target = s.statement.target
+    if not target.indices or target.indices[-1] != IntVar(lane):
+        return False
+    for a in s.accesses:
+        indices = a.access.indices
+        if any(lane in int_vars(i) for i in indices[:-1]):
+            return False
+        if indices and lane in int_vars(indices[-1]) and indices[-1] != IntVar(lane):
+            return False
+    return True
+
+
+def lane_extent(model: PolyModel, lane: str) -> int:
+    """The lane count of `lane` where the main statement, on float32 arrays only, runs
+    `along_lanes` and the lanes make one vector of `ROW_BYTES`; 0 if not."""
     statements = group_statements(model)[main_group(model)]
     if len(statements) != 1:
         return 0
     s = statements[0]
     arrays = {a.access.array for a in s.accesses}
-    if any(model.nest.array(name).dtype != "float32" for name in arrays):
+    if any(model.nest.array(name).dtype != "float32" for name in arrays) or not along_lanes(s, lane):
         return 0
-    target = s.statement.target
-    if not target.indices or target.indices[-1] != IntVar(lane):
-        return 0
-    for a in s.accesses:
-        indices = a.access.indices
-        if any(lane in int_vars(i) for i in indices[:-1]):
-            return 0
-        if indices and lane in int_vars(indices[-1]) and indices[-1] != IntVar(lane):
-            return 0
     extent = loop_extent(model, lane)
     return extent if extent * 4 in ROW_BYTES else 0
 
@@ -69,7 +76,7 @@ def register_tiled(model: PolyModel, schedule: Schedule, target: CpuTarget) -> S
     lane = order[-1]
     if is_tile_loop(lane):
         return None
-    lanes = lane_loop_ok(model, lane)
+    lanes = lane_extent(model, lane)
     if not lanes:
         return None
     s = group_statements(model)[main_group(model)][0]
