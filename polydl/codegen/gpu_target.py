@@ -271,35 +271,25 @@ def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
     return values, store
 
 
-def _store_four(g: GemmPlan, kernel: str) -> str:
+def _store_four(g: GemmPlan, kernel: str, along: str) -> str:
     """The statement storing float accumulators `value0`..`value3` into the aligned run of 4
-    float cells at `cell` (columns n..n+3), the fused epilogue applied to each."""
+    float cells at `cell`, the fused epilogue applied to each: along "n", columns n..n+3 of row
+    m; along "m", rows `pd_m`..`pd_m` + 3 of column n (each value's epilogue at its own m)."""
     if g.epilogue is None or g.epilogue.initial is None:  # C's stored run is read once
         read = ["const float4 pd_old = *(const float4 *)cell;"]
         olds = ("pd_old.x", "pd_old.y", "pd_old.z", "pd_old.w")
     else:
         read, olds = [], ("0", "0", "0", "0")
-    lines = []
+    name = "pd_v" if along == "n" else "pd_q"
+    lines = [] if along == "n" else [f"float {name}0, {name}1, {name}2, {name}3;"]
     for i in range(4):
-        lines += _cell_value(g, kernel, f"value{i}", f"pd_v{i}", f"n + {i}" if i else "n", olds[i])[0]
-    write = "*(float4 *)cell = make_float4(pd_v0, pd_v1, pd_v2, pd_v3);"
+        if along == "n":
+            lines += _cell_value(g, kernel, f"value{i}", f"{name}{i}", f"n + {i}" if i else "n", olds[i])[0]
+        else:
+            value = _cell_value(g, kernel, f"value{i}", "pd_v", "n", olds[i])[0]
+            lines.append(f"{{ const long m = pd_m + {i}; (void)m; {' '.join(value)} {name}{i} = pd_v; }}")
+    write = f"*(float4 *)cell = make_float4({name}0, {name}1, {name}2, {name}3);"
     return "{ " + " ".join(read + lines + [write]) + " }"
-
-
-def _store_rows_four(g: GemmPlan, kernel: str) -> str:
-    """The statement storing float accumulators `value0`..`value3` of rows `pd_m`..`pd_m` + 3
-    (an aligned run of 4 float cells along M at `cell`), column n, the epilogue applied to each."""
-    if g.epilogue is None or g.epilogue.initial is None:
-        read = "const float4 pd_old = *(const float4 *)cell; "
-        olds = ("pd_old.x", "pd_old.y", "pd_old.z", "pd_old.w")
-    else:
-        read, olds = "", ("0", "0", "0", "0")
-    parts = []
-    for i in range(4):
-        lines = _cell_value(g, kernel, f"value{i}", "pd_v", "n", olds[i])[0]
-        parts.append(f"{{ const long m = pd_m + {i}; (void)m; {' '.join(lines)} pd_q{i} = pd_v; }}")
-    return ("{ " + read + "float pd_q0, pd_q1, pd_q2, pd_q3; " + " ".join(parts)
-            + " *(float4 *)cell = make_float4(pd_q0, pd_q1, pd_q2, pd_q3); }")
 
 
 def _store_pair(g: GemmPlan, kernel: str) -> tuple[str, list[str]]:
@@ -534,8 +524,8 @@ def _gemm_kernel(
         rows_four = lanes_m and vector_copies and t.splits == 1 and g.dtype_c == "float32"
         text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b, a_along=a_along, b_along=b_along,
                       thread_m=t.thread_m, thread_n=t.thread_n, warp_tiles=warp_tiles, lanes_m=lanes_m,
-                      store_four=_store_four(g, kernel) if quads else "",
-                      store_rows_four=_store_rows_four(g, kernel) if rows_four else "")
+                      store_four=_store_four(g, kernel, "n") if quads else "",
+                      store_rows_four=_store_four(g, kernel, "m") if rows_four else "")
     grid = (
         math.ceil(GemmPlan.size(g.n) / t.block_n),
         math.ceil(GemmPlan.size(g.m) / t.block_m),
