@@ -58,6 +58,8 @@ class LoopPrinter:
         self.plan = plan
         self.print_instance = print_instance
         self.statements = {s.name: s for s in plan.printed_statements}
+        # statements printed as themselves (not microkernel calls)
+        self.plain_statements = {k: v for k, v in self.statements.items() if k not in plan.calls}
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
@@ -130,8 +132,7 @@ class LoopPrinter:
             out.append(pad + "#pragma omp simd")
         header = _header(node)
         if not out and not parallel_here and self.row_tiles is not None:
-            statements = {k: v for k, v in self.statements.items() if k not in self.plan.calls}
-            tile = self.row_tiles.match(node, statements, _header)
+            tile = self.row_tiles.match(node, self.plain_statements, _header)
             if tile is not None:
                 loops = [header, *self._node(node.for_get_body(), 1, in_parallel), "}"]
                 return [pad + line for line in self.row_tiles.lines(tile, loops)]

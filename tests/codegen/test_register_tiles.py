@@ -102,3 +102,29 @@ def test_the_tile_fits_the_registers_of_the_target() -> None:
 def test_a_nest_whose_lanes_are_not_last_keeps_its_order() -> None:
     strided = FILTER.replace("x[i + t][l]", "x[i + t][7 - l]")
     assert "i.t" not in _auto(strided, {"N": 64, "T": 3}, "x86-64-v4").order
+
+
+# Each row sums the row before it: the rows cannot be tiled outside the taps.
+RECURRENCE = """
+void recurrence(int N, int T, const float w[T][8], float y[N][8]) {
+  for (int i = 1; i < N; i++)
+    for (int t = 0; t < T; t++)
+      for (int l = 0; l < 8; l++)
+        y[i][l] += y[i - 1][l] * w[t][l];
+}
+"""
+
+
+def test_a_row_tile_against_a_dependence_is_not_taken() -> None:
+    assert "i.t" not in _auto(RECURRENCE, {"N": 64, "T": 3}, "x86-64-v4").order
+    N, T = 20, 3
+    kernel = polydl.compile(RECURRENCE, {"N": N, "T": T})
+    assert "i.t" not in kernel.schedule.order and "vector_size" not in kernel.source
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-0.5, 0.5, (T, 8)).astype(np.float32)
+    y0 = rng.standard_normal((N, 8)).astype(np.float32)
+    expected = y0.astype(np.float64)
+    for i in range(1, N):
+        for t in range(T):
+            expected[i] += expected[i - 1] * w[t]
+    np.testing.assert_allclose(kernel(w=w, y=y0.copy()), expected, rtol=1e-4, atol=1e-4)
