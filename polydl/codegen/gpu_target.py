@@ -37,7 +37,7 @@ from polydl.schedules.gpu import (
     TensorMap,
     WindowMap,
     contiguous_runs,
-    mma_vector,
+    mma_vectors,
     operand_modes,
     wgmma_b_major,
 )
@@ -105,6 +105,64 @@ def _plain_kernel(
     lines += ["    " + x for x in nested]
     lines += ["  }", "}"]
     return "\n".join(lines), total
+
+
+TRANSPOSE_TILE = 32  # a warp's lanes along one side of a tile; 8 rows of threads a block
+
+
+def _transpose_kernel(
+    model: PolyModel, plan: GpuKernelPlan, kernel: str, printer: StatementPrinter
+) -> KernelLaunch:
+    """A copy into another layout by 32 x 32 tiles: each tile's values computed with the
+    lanes along u (the source's run), kept as floats in shared memory, stored with the lanes
+    along v (the target's run); the other thread loops one tile each through the grid."""
+    assert plan.transpose is not None
+    u, v = plan.transpose
+    loops = {t.var: t for t in plan.threads}
+    tile = TRANSPOSE_TILE
+    tiles = {x: math.ceil(loops[x].extent / tile) for x in (u, v)}
+    others = [t for t in plan.threads if t.var not in (u, v)]
+    stmt = plan.statement.statement
+    cell = printer.element(stmt.target)
+    bf16 = printer.layouts[stmt.target.array].dtype == "bfloat16"
+    value = printer.expr(stmt.value)
+    stored = "_pd_f32_to_bf16(pd_tile[tx][ty + j])" if bf16 else f"({printer.ctype})pd_tile[tx][ty + j]"
+
+    def bind(var: str, index: str) -> str:
+        t = loops[var]
+        return f"const long {var} = {t.lower}L + {t.step}L * ({index});"
+
+    lines = [
+        f"__global__ void __launch_bounds__({tile * 8}) {kernel}({', '.join(_kernel_parameters(model))}) {{",
+        f"  __shared__ float pd_tile[{tile}][{tile + 1}];",
+        f"  const int tx = threadIdx.x % {tile}, ty = threadIdx.x / {tile};",
+        "  long _pd_rest = blockIdx.x;",
+        f"  const long pd_u0 = (_pd_rest % {tiles[u]}L) * {tile}; _pd_rest /= {tiles[u]}L;",
+        f"  const long pd_v0 = (_pd_rest % {tiles[v]}L) * {tile}; _pd_rest /= {tiles[v]}L;",
+    ]
+    for t in reversed(others):
+        lines.append(f"  const long {t.var} = {t.lower}L + {t.step}L * (_pd_rest % {t.extent}L); _pd_rest /= {t.extent}L;")
+    lines += [
+        "  (void)_pd_rest;",
+        f"  for (int j = 0; j < {tile}; j += 8) {{",
+        f"    if (pd_u0 + tx < {loops[u].extent}L && pd_v0 + ty + j < {loops[v].extent}L) {{",
+        f"      {bind(u, 'pd_u0 + tx')}",
+        f"      {bind(v, 'pd_v0 + ty + j')}",
+        f"      pd_tile[ty + j][tx] = (float)({value});",
+        "    }",
+        "  }",
+        "  __syncthreads();",
+        f"  for (int j = 0; j < {tile}; j += 8) {{",
+        f"    if (pd_v0 + tx < {loops[v].extent}L && pd_u0 + ty + j < {loops[u].extent}L) {{",
+        f"      {bind(v, 'pd_v0 + tx')}",
+        f"      {bind(u, 'pd_u0 + ty + j')}",
+        f"      {cell} = {stored};",
+        "    }",
+        "  }",
+        "}",
+    ]
+    blocks = tiles[u] * tiles[v] * math.prod(t.extent for t in others)
+    return KernelLaunch("\n".join(lines), (str(blocks),), tile * 8, 0)
 
 
 def _nest(openers: list[str], body: list[str]) -> list[str]:
@@ -500,13 +558,13 @@ def _gemm_kernel(
             b_step="kk * 64" if b_major == "n" else "kk",
         )
     elif t.kind == "mma":
-        vec = 8 if mma_vector(g) else 1
-        vector_copies = vec == 8
-        if vec != 8:
-            t = replace(t, stages=2)  # the register-staged path double-buffers
+        vec_a, vec_b = mma_vectors(g)
+        vector_copies = 8 in (vec_a, vec_b)
+        if (vec_a, vec_b) != (8, 8):
+            t = replace(t, stages=2)  # an operand staged in registers: two buffers
         text = render(
-            "gpu/gemm_mma.j2", **values, vec=vec, warps_m=t.warps_m, warps_n=t.warps_n,
-            stages=t.stages,
+            "gpu/gemm_mma.j2", **values, vec_a=vec_a, vec_b=vec_b, warps_m=t.warps_m,
+            warps_n=t.warps_n, stages=t.stages,
         )
     else:
         a_along, b_along = fma_vectors(g)
@@ -552,6 +610,7 @@ def _arrays_read(schedule: GpuSchedule) -> set[str]:
 
 
 def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
+    model = schedule.model or model  # a staged nest's kernels read its copies
     device = schedule.device
     target = device.kind
     name = model.nest.name
@@ -569,6 +628,8 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         kernel = f"{name}_{plan.name}"
         if plan.gemm is not None:
             launch = _gemm_kernel(model, plan, kernel, device)
+        elif plan.transpose is not None:
+            launch = _transpose_kernel(model, plan, kernel, printer)
         else:
             text, total = _plain_kernel(model, plan, kernel, printer)
             launch = KernelLaunch(text, (str(max(1, min(math.ceil(total / plan.block), MAX_GRID_X))),),

@@ -19,19 +19,29 @@ device's shared-memory and register capacities.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import islpy as isl
 
 from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
-from polydl.ir import Access, Guard, Loop, eval_int, int_vars, walk_statements
+from polydl.ir import (
+    Access,
+    Guard,
+    Loop,
+    Statement,
+    eval_int,
+    expr_loads,
+    int_vars,
+    walk_statements,
+)
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
-from polydl.poly.model import PolyModel, StatementModel
+from polydl.poly.model import PolyModel, StatementModel, build_model
 from polydl.schedules.gpu_epilogues import GemmEpilogue, with_epilogues
+from polydl.schedules.gpu_staging import stage_channels_last
 from polydl.schedules.gpu_windows import WindowMap, read_through_copies, window_map
 from polydl.schedules.microkernel import (
     _only_accumulation,
@@ -142,8 +152,9 @@ class GemmTiling:
                     + 16 + self.block_m // 64 * 64 * 36 * 4)
         if self.kind == "wgmma":
             return self.stages * (self.block_m + self.block_n) * self.block_k * 2
-        if self.kind == "mma":
-            return self.stages * (self.block_m * (self.block_k + 8) + self.block_k * (self.block_n + 8)) * 2
+        if self.kind == "mma":  # rows padded by 8 elements along K, M or N, as the operand runs
+            m, n, k = self.block_m, self.block_n, self.block_k
+            return self.stages * (max(m * (k + 8), k * (m + 8)) + max(k * (n + 8), n * (k + 8))) * 2
         return 2 * self.block_k * (self.block_m + self.block_n + 8) * 4
 
     @property
@@ -222,6 +233,9 @@ class GpuKernelPlan:
     block: int  # threads per block (generic kernels)
     register_accumulator: bool  # reduction into one target kept in a register
     gemm: GemmPlan | None = None
+    # (u, v): a copy whose source runs along thread loop u and whose target runs along v,
+    # moved through 32 x 32 shared-memory tiles (`transpose_loops`)
+    transpose: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -250,7 +264,9 @@ class GpuKernelPlan:
         par = ", ".join(t.var for t in self.threads) or "none"
         seq = ", ".join(self.sequential) or "none"
         acc = " (register accumulator)" if self.register_accumulator else ""
-        return f"{self.name}: threads over ({par}); sequential ({seq}){acc}"
+        tiles = (f"; tiles of {self.transpose[0]} x {self.transpose[1]} through shared memory"
+                 if self.transpose else "")
+        return f"{self.name}: threads over ({par}); sequential ({seq}){acc}{tiles}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,6 +274,9 @@ class GpuSchedule:
     device: GpuTarget
     kernels: tuple[GpuKernelPlan, ...]
     notes: tuple[tuple[str, Any], ...] = field(default=())
+    # the model the kernels were planned on where it is not the user's nest
+    # (`gpu_staging`: windows read channels-last copies)
+    model: PolyModel | None = None
 
     def describe(self) -> str:
         return f"gpu {self.device.name}: " + " | ".join(k.describe() for k in self.kernels)
@@ -343,6 +362,41 @@ def thread_loops(
         chosen.append(d)
         out.append(ThreadLoop(loop.var, lo, extent, loop.step))
     return tuple(out)
+
+
+def _last_var(acc: Access) -> str | None:
+    """The one loop variable of an access's last subscript (`iw`, `iw + 1`), if it has one."""
+    if not acc.indices:
+        return None
+    names = int_vars(acc.indices[-1])
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def transpose_loops(
+    model: PolyModel, stmt: Statement, enclosing: tuple[Loop | Guard, ...], threads: tuple[ThreadLoop, ...]
+) -> tuple[str, str] | None:
+    """(u, v) where `stmt` is an assignment of float32/bf16 values (computed in float) whose
+    every loop runs on threads, its first load running along loop u in memory and its target
+    along another loop v (a copy into another layout: NCHW into channels-last). One thread a
+    cell reads coalesced and writes a cell per C elements, or the reverse; tiles of u x v
+    through shared memory do both in runs."""
+    if stmt.op != "=" or any(isinstance(x, Guard) for x in enclosing):
+        return None
+    if any(a.dtype not in ("float32", "bfloat16") and not DTYPES[a.dtype].is_integer for a in model.nest.arrays):
+        return None  # a double compute type: tiles of float would round
+    if any(model.nest.array(a.array).dtype not in ("float32", "bfloat16")
+           for a in (stmt.target, *expr_loads(stmt.value))):
+        return None
+    mapped = {t.var for t in threads}
+    if any(isinstance(x, Loop) and x.var not in mapped for x in enclosing):
+        return None
+    loads = expr_loads(stmt.value)
+    if not loads:
+        return None
+    u, v = _last_var(loads[0]), _last_var(stmt.target)
+    if u is None or v is None or u == v or not {u, v} <= mapped:
+        return None
+    return u, v
 
 
 def _register_accumulator(
@@ -482,11 +536,6 @@ def contiguous_runs(plan: GemmPlan, operand: str, along: str, vec: int) -> bool:
     return all(x % vec == 0 for x in [base, *others])
 
 
-def vector_operands(plan: GemmPlan, vec: int = 8) -> bool:
-    """A contiguous along K and B along N, in aligned runs of `vec`: 16-byte copies work."""
-    return contiguous_runs(plan, "a", "k", vec) and contiguous_runs(plan, "b", "n", vec)
-
-
 def wgmma_b_major(plan: GemmPlan, vec: int = 8) -> str | None:
     """How the wgmma kernel copies B in 16-byte runs: "n" (contiguous along N) or "k" (along K,
     as a channels-last convolution's weights); None where A is not contiguous along K or B
@@ -507,9 +556,17 @@ def operand_modes(plan: GemmPlan) -> tuple[str, str]:
     return a_mode, b_mode
 
 
+def mma_vectors(plan: GemmPlan) -> tuple[int, int]:
+    """Elements per copy of A and of B in the warp-level MMA kernel: 8 (16-byte runs) where the
+    operand runs in aligned eights along the index it runs in memory (`operand_modes`), else 1."""
+    a_mode, b_mode = operand_modes(plan)
+    return (8 if contiguous_runs(plan, "a", a_mode, 8) else 1,
+            8 if contiguous_runs(plan, "b", b_mode, 8) else 1)
+
+
 def mma_vector(plan: GemmPlan) -> bool:
-    """The warp-level MMA kernel copies both operands in 16-byte runs (A along K, B along N)."""
-    return operand_modes(plan) == ("k", "n") and vector_operands(plan)
+    """The warp-level MMA kernel copies both operands in 16-byte runs."""
+    return mma_vectors(plan) == (8, 8)
 
 
 def _collapsed(dims: tuple[GemmDim, ...], operand: str) -> tuple[int, int] | None:
@@ -603,7 +660,7 @@ def _loads_divide(t: GemmTiling) -> bool:
     both operand tiles, as the kernels assume (TMA copies whole boxes)."""
     if t.kind == "tma":
         return True
-    vec = 1 if t.kind == "fma" or t.block_k == 16 else 8  # BK 16: the element-wise MMA path
+    vec = 1 if t.kind == "fma" else 8  # an MMA operand may be copied in 16-byte runs
     return all(cells % (vec * t.threads) == 0
                for cells in (t.block_m * t.block_k, t.block_k * t.block_n))
 
@@ -696,6 +753,17 @@ def choose_tiling(
 
 
 def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
+    """Kernels for `model` on `device`: GEMMs tiled for its tensor cores or FMA units, the
+    other statements one thread a point of their parallel loops. Convolution windows that
+    the tensor cores cannot read in runs are planned on a staged nest (`gpu_staging`)."""
+    staged = stage_channels_last(model.nest, model.params, device)
+    if staged is not model.nest:
+        staged_model = build_model(staged, model.params)
+        return replace(_planned(staged_model, device), model=staged_model)
+    return _planned(model, device)
+
+
+def _planned(model: PolyModel, device: GpuTarget) -> GpuSchedule:
     check_distribution(model)
     chains = {stmt.name: enclosing for stmt, enclosing in walk_statements(model.nest.body)}
     kernels = []
@@ -713,6 +781,7 @@ def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
                 block=THREADS_PER_BLOCK,
                 register_accumulator=_register_accumulator(s, enclosing, threads),
                 gemm=gemm,
+                transpose=transpose_loops(model, s.statement, enclosing, threads) if gemm is None else None,
             )
         )
     return GpuSchedule(device, tuple(read_through_copies(model, with_epilogues(model, kernels))))

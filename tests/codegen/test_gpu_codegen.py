@@ -79,7 +79,7 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     ragged, ragged_params = builders.matmul(64, 36, 64)
     mma = lower(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
     assert mma.schedule.kernels[0].gemm.tiling.kind == "mma"
-    assert "mma.sync.aligned.m16n8k16" in mma.code.source and "VEC = 1" in mma.code.source
+    assert "mma.sync.aligned.m16n8k16" in mma.code.source and "VEC_A = 8, VEC_B = 1" in mma.code.source
     hip = lower(nest, params, "hip")
     assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
     assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
@@ -248,19 +248,26 @@ COMPILE_CASES = {
     "conv_nhwc_window": lambda: builders.conv2d(2, 64, 64, 12, 12, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16",
                                                 fuse=("bias", "relu"), accumulate=False),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 33}),
+    # NCHW bf16 3 x 3: channels-last copies by shared-memory tiles, then the TMA window GEMM
+    "conv_nchw_bf16_staged": lambda: builders.conv2d(2, 64, 64, 12, 12, 3, 3, 1, 1, dtype="bfloat16",
+                                                     fuse=("bias", "relu"), accumulate=False),
+    # NCHW bf16 1 x 1: the input copied along M, the weights along K, by 16-byte cp.async
+    "conv_nchw_bf16_1x1": lambda: builders.conv2d(2, 64, 64, 16, 16, 1, 1, dtype="bfloat16"),
 }
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "conv_1x1_float4", "matmul_bf16", "conv",
                                   "wavefront", "dense_bf16_out",
-                                  "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window"])
+                                  "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window", "conv_nchw_bf16_staged",
+                                  "conv_nchw_bf16_1x1"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
     library = compile_gpu_library(code, tmp_path)
     assert library.stat().st_size > 0
-    if case in ("matmul_bf16", "dense_bf16_out", "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window") \
+    if case in ("matmul_bf16", "dense_bf16_out", "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window",
+                "conv_nchw_bf16_staged") \
             and shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "--dump-sass", str(library)], capture_output=True, text=True).stdout
         assert "HGMMA" in sass

@@ -133,9 +133,13 @@ def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
     window = conv.gemm.tma.a
     assert window.element_strides == (1, 2, 2, 1)
     assert window.box[1] == 2 * dict(window.tile_m)["q"] and window.box[2] == 2 * dict(window.tile_m)["p"]
-    # NCHW gathers element by element
+    # NCHW windows: staged channels-last (`gpu_staging`), the same TMA window GEMM; without
+    # the staging (a device without wgmma) they are gathered element by element
     nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="bfloat16")
     conv = next(p for p in _plans(nest, params) if p.gemm is not None)
+    assert conv.gemm.tiling.kind == "tma" and [d.var for d in conv.gemm.k] == ["r", "s", "c"]
+    ampere = replace(HOPPER, warpgroup_mma=False, tensor_memory_accelerator=False)
+    conv = next(p for p in gpu_schedule(build_model(nest, params), ampere).kernels if p.gemm is not None)
     assert wgmma_b_major(conv.gemm) is None and conv.gemm.tiling.kind == "mma"
 
 

@@ -1,0 +1,54 @@
+"""Convolution windows staged channels-last for the Hopper tensor-core kernels: which nests
+are rewritten, the rewritten nest, and the plan made of it (results: tests/runtime)."""
+
+from __future__ import annotations
+
+import pytest
+
+from polydl.frontends import builders
+from polydl.ir import IntVar, Loop, walk_statements
+from polydl.poly.model import build_model
+from polydl.schedules.gpu import gpu_schedule
+from polydl.schedules.gpu_staging import stage_channels_last
+from polydl.target.gpu import DEFAULT_GPUS, device_for
+
+HOPPER = DEFAULT_GPUS["cuda"]
+
+
+def test_a_padded_nchw_window_reads_channels_last_copies() -> None:
+    nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16", fuse=("bias", "relu"),
+                                   accumulate=False)
+    staged = stage_channels_last(nest, params, HOPPER)
+    # the padded copy only the GEMM reads is laid out channels-last; the weights get a copy
+    assert [str(e) for e in staged.array("xp").shape][-1] == str(IntVar("C"))
+    w_cl = staged.array("w_cl")
+    assert w_cl.local and w_cl.filled and w_cl.shape[-1] == IntVar("C")
+    statements = {s.name: (s, chain) for s, chain in walk_statements(staged.body)}
+    gemm, chain = next((s, c) for s, c in statements.values() if s.op == "+=" and "w_cl" in str(s.value))
+    assert [lp.var for lp in chain if isinstance(lp, Loop)][-3:] == ["r", "s", "c"]
+    assert list(statements) == [f"S{i}" for i in range(len(statements))]
+    plan = gpu_schedule(build_model(nest, params), HOPPER)
+    text = plan.describe()
+    assert plan.model is not None and "k=(r, s, c)" in text and "gemm[tma]" in text
+    assert "tiles of iw x c through shared memory" in text  # x into the padded channels-last copy
+    assert "epilogue" in text and "C starts at 0.0" in text  # the fused start, bias and ReLU kept
+
+
+@pytest.mark.parametrize("case", ["1x1", "float32", "nhwc", "stem", "grouped", "no_wgmma"])
+def test_nests_the_tensor_cores_read_in_runs_are_left_alone(case: str) -> None:
+    device = HOPPER
+    if case == "1x1":  # the input runs along the output rows: the MMA kernel copies it in runs
+        nest, params = builders.conv2d(2, 64, 32, 14, 14, 1, 1, dtype="bfloat16")
+    elif case == "float32":
+        nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1)
+    elif case == "nhwc":
+        nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
+    elif case == "stem":  # 3 channels: no 16-byte runs either way
+        nest, params = builders.conv2d(2, 3, 32, 30, 30, 7, 7, 2, 3, dtype="bfloat16")
+    elif case == "grouped":  # the channel is g * 8 + c in x: not a dimension of its own
+        nest, params = builders.conv2d(2, 32, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16", groups=4)
+    else:
+        nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16")
+        device = device_for("cuda", warpgroup_mma=False, tensor_memory_accelerator=False)
+    assert stage_channels_last(nest, params, device) is nest
+    assert gpu_schedule(build_model(nest, params), device).model is None
