@@ -126,7 +126,7 @@ def _transpose_kernel(
     cell = printer.element(stmt.target)
     bf16 = printer.layouts[stmt.target.array].dtype == "bfloat16"
     value = printer.expr(stmt.value)
-    stored = "_pd_f32_to_bf16(pd_tile[tx][ty + j])" if bf16 else f"({printer.ctype})pd_tile[tx][ty + j]"
+    stored = "_pd_f32_to_bf16(_pd_tile[_pd_tx][_pd_ty + _pd_j])" if bf16 else f"({printer.ctype})_pd_tile[_pd_tx][_pd_ty + _pd_j]"
 
     def bind(var: str, index: str) -> str:
         t = loops[var]
@@ -134,28 +134,28 @@ def _transpose_kernel(
 
     lines = [
         f"__global__ void __launch_bounds__({tile * 8}) {kernel}({', '.join(_kernel_parameters(model))}) {{",
-        f"  __shared__ float pd_tile[{tile}][{tile + 1}];",
-        f"  const int tx = threadIdx.x % {tile}, ty = threadIdx.x / {tile};",
+        f"  __shared__ float _pd_tile[{tile}][{tile + 1}];",
+        f"  const int _pd_tx = threadIdx.x % {tile}, _pd_ty = threadIdx.x / {tile};",
         "  long _pd_rest = blockIdx.x;",
-        f"  const long pd_u0 = (_pd_rest % {tiles[u]}L) * {tile}; _pd_rest /= {tiles[u]}L;",
-        f"  const long pd_v0 = (_pd_rest % {tiles[v]}L) * {tile}; _pd_rest /= {tiles[v]}L;",
+        f"  const long _pd_u0 = (_pd_rest % {tiles[u]}L) * {tile}; _pd_rest /= {tiles[u]}L;",
+        f"  const long _pd_v0 = (_pd_rest % {tiles[v]}L) * {tile}; _pd_rest /= {tiles[v]}L;",
     ]
     for t in reversed(others):
         lines.append(f"  const long {t.var} = {t.lower}L + {t.step}L * (_pd_rest % {t.extent}L); _pd_rest /= {t.extent}L;")
     lines += [
         "  (void)_pd_rest;",
-        f"  for (int j = 0; j < {tile}; j += 8) {{",
-        f"    if (pd_u0 + tx < {loops[u].extent}L && pd_v0 + ty + j < {loops[v].extent}L) {{",
-        f"      {bind(u, 'pd_u0 + tx')}",
-        f"      {bind(v, 'pd_v0 + ty + j')}",
-        f"      pd_tile[ty + j][tx] = (float)({value});",
+        f"  for (int _pd_j = 0; _pd_j < {tile}; _pd_j += 8) {{",
+        f"    if (_pd_u0 + _pd_tx < {loops[u].extent}L && _pd_v0 + _pd_ty + _pd_j < {loops[v].extent}L) {{",
+        f"      {bind(u, '_pd_u0 + _pd_tx')}",
+        f"      {bind(v, '_pd_v0 + _pd_ty + _pd_j')}",
+        f"      _pd_tile[_pd_ty + _pd_j][_pd_tx] = (float)({value});",
         "    }",
         "  }",
         "  __syncthreads();",
-        f"  for (int j = 0; j < {tile}; j += 8) {{",
-        f"    if (pd_v0 + tx < {loops[v].extent}L && pd_u0 + ty + j < {loops[u].extent}L) {{",
-        f"      {bind(v, 'pd_v0 + tx')}",
-        f"      {bind(u, 'pd_u0 + ty + j')}",
+        f"  for (int _pd_j = 0; _pd_j < {tile}; _pd_j += 8) {{",
+        f"    if (_pd_v0 + _pd_tx < {loops[v].extent}L && _pd_u0 + _pd_ty + _pd_j < {loops[u].extent}L) {{",
+        f"      {bind(v, '_pd_v0 + _pd_tx')}",
+        f"      {bind(u, '_pd_u0 + _pd_ty + _pd_j')}",
         f"      {cell} = {stored};",
         "    }",
         "  }",
@@ -385,7 +385,7 @@ class KernelLaunch:
 def _tma_coordinates(view: TensorMap, n_offset: str) -> str:
     """The box coordinates (innermost first) of one K step of the current tile."""
     spell = {"k": "kt * BK", "m": "(int)(tm * BM)", "n": f"(int)(tn * BN{n_offset})"}
-    return ", ".join(spell.get(role, f"(int)z_{role}") for role in view.roles)
+    return ", ".join(spell.get(role, f"(int){role}") for role in view.roles)  # batch: z_<loop>
 
 
 def _tma_setup(kernel: str, name: str, view: TensorMap | WindowMap, base: str, float32: bool) -> list[str]:

@@ -96,6 +96,9 @@ MMA_SCALAR_TILES = (
     (128, 128, 16, 2, 4, 2), (128, 64, 16, 2, 2, 2), (64, 128, 16, 2, 2, 2), (64, 64, 16, 2, 2, 2),
     (32, 64, 16, 1, 2, 2), (32, 32, 16, 1, 1, 2),
 )
+# Transposing copies go through shared-memory tiles where both runs span half a tile (32) or
+# more; shorter ones go a thread a cell, the target's run along the threads.
+TRANSPOSE_MIN = 16
 # Split K over blocks (partial sums added atomically) until the grid has this many warps per SM.
 WARPS_PER_SM = 8
 MIN_K_TILES_PER_SPLIT = 8
@@ -396,6 +399,9 @@ def transpose_loops(
     u, v = _last_var(loads[0]), _last_var(stmt.target)
     if u is None or v is None or u == v or not {u, v} <= mapped:
         return None
+    extents = {t.var: t.extent for t in threads}
+    if min(extents[u], extents[v]) < TRANSPOSE_MIN:
+        return None  # a tile mostly idle (a 7 x 7 image's rows, 3 x 3 taps)
     return u, v
 
 
@@ -456,6 +462,20 @@ def _gemm_dims(
     a, b = x, y
     if not any(sc and sx and not sy for sx, sy, sc in strides.values()):
         a, b = y, x
+    # The tensor-core kernels hold C's rows in pairs along N: where C runs along a loop of A
+    # only (an NCHW output's positions), the operands trade places (C^T = B^T A^T), unless A
+    # is a window there (a K loop moving along the same dimension: the TMA window kernel
+    # reads A's windows, not B's)
+    tensor_cores = device.tensor_cores and dtypes[x.array] == "bfloat16"
+    moving = [v for v in s.iterators if highs[v] > lows[v]]
+    along = [v for v in moving if strides[v][2] == 1]
+    if tensor_cores and along:
+        i = 0 if a is x else 1
+        unit = strides[along[0]]
+        taps = {v for v in moving if strides[v][2] == 0}
+        window = any(along[0] in int_vars(e) and int_vars(e) & taps for e in a.indices)
+        if unit[i] and not unit[1 - i] and not window:
+            a, b = b, a
     groups: dict[str, list[GemmDim]] = {"m": [], "n": [], "k": [], "batch": []}
     for v in s.iterators:
         sx, sy, sc = strides[v]
@@ -472,6 +492,12 @@ def _gemm_dims(
             groups["n"].append(dim)
         else:
             groups["batch"].append(dim)
+    if tensor_cores and len(groups["n"]) > 1 and not any(d.stride_b == 0 for d in groups["batch"]):
+        # the outermost N loop where it does not continue the others in B (the images of
+        # NCHW positions): a batch loop that A ignores, so B's N runs as one strided matrix
+        outer, inner = groups["n"][0], groups["n"][1:]
+        if outer.stride_b != inner[0].stride_b * math.prod(d.extent for d in inner):
+            groups["n"], groups["batch"] = inner, [*groups["batch"], outer]
     if not groups["m"] or not groups["n"] or not groups["k"]:
         return None
     batch = math.prod(d.extent for d in groups["batch"])
@@ -598,15 +624,18 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
         return None
     ak, am = _collapsed(plan.k, "a"), _collapsed(plan.m, "a")
     bk, bn = _collapsed(plan.k, "b"), _collapsed(plan.n, "b")
-    batch_a = [d.stride_a for d in plan.batch]
-    batch_b = [d.stride_b for d in plan.batch]
-    names = tuple(d.var for d in plan.batch)
-    extents_b = tuple(d.extent for d in plan.batch)
-    ones = (1,) * len(plan.batch)
+    # a batch loop one operand ignores (stride 0: NCHW images against the weights) is no
+    # dimension of that operand's map
+    a_batch = [d for d in plan.batch if d.stride_a]
+    b_batch = [d for d in plan.batch if d.stride_b]
+    batch_a = [d.stride_a for d in a_batch]
+    batch_b = [d.stride_b for d in b_batch]
+    names_a, names_b = tuple(f"z_{d.var}" for d in a_batch), tuple(f"z_{d.var}" for d in b_batch)
+    extents_a, extents_b = tuple(d.extent for d in a_batch), tuple(d.extent for d in b_batch)
     a: TensorMap | WindowMap
     if ak and am and ak[1] == 1 and am[1] % run == 0:
-        a = TensorMap((ak[0], am[0], *extents_b), (am[1] * elem, *(s * elem for s in batch_a)),
-                      (block_k, block_m, *ones), ("k", "m", *names))
+        a = TensorMap((ak[0], am[0], *extents_a), (am[1] * elem, *(s * elem for s in batch_a)),
+                      (block_k, block_m, *(1,) * len(a_batch)), ("k", "m", *names_a))
     else:
         window = window_map(plan, shape_a, block_m, block_k, elem) if shape_a else None
         if window is None:
@@ -614,13 +643,14 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
         a = window
     if bk is None or bn is None or any(s % run or s <= 0 for s in batch_a + batch_b):
         return None
+    ones = (1,) * len(b_batch)
     if bn[1] == 1 and bk[1] % run == 0 and not tf32:
         b = TensorMap((bn[0], bk[0], *extents_b), (bk[1] * elem, *(s * elem for s in batch_b)),
-                      (64, block_k, *ones), ("n", "k", *names))
+                      (64, block_k, *ones), ("n", "k", *names_b))
         major = "n"
     elif bk[1] == 1 and bn[1] % run == 0:
         b = TensorMap((bk[0], bn[0], *extents_b), (bn[1] * elem, *(s * elem for s in batch_b)),
-                      (block_k, block_n, *ones), ("k", "n", *names))
+                      (block_k, block_n, *ones), ("k", "n", *names_b))
         major = "k"
     else:
         return None

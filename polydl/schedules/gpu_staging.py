@@ -22,6 +22,7 @@ from polydl.ir import (
     Access,
     Binary,
     IntConst,
+    IntExpr,
     IntVar,
     Load,
     Loop,
@@ -31,6 +32,7 @@ from polydl.ir import (
     eval_int,
     expr_loads,
     int_vars,
+    substitute,
     walk_statements,
 )
 from polydl.target.gpu import GpuTarget
@@ -53,6 +55,9 @@ class WindowGemm:
     channel: str
     a_dim: int
     b_dim: int
+    # A's cells as a grid of its own loops (a strided 1 x 1: x[n][c][2p][2q]): the copy takes
+    # only the cells the GEMM reads, x_cl[n][p][q][c], not the whole array
+    gathered: tuple[str, ...] = ()
 
 
 def _perfect(node: Node) -> tuple[tuple[Loop, ...], Statement] | None:
@@ -101,10 +106,54 @@ def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGem
         if a_dim is None or b_dim is None or a_dim == len(a.indices) - 1:
             continue
         extents = {lp.var: eval_int(lp.upper, params) for lp in loops}
+        if extents[channel] % RUN:
+            continue
         taps = [v for v in int_vars(a.indices[-1]) & set(reduction) if v != channel and extents[v] > 1]
-        if extents[channel] % RUN == 0 and taps:
+        if taps:
             return WindowGemm(index, loops, stmt, a, b, channel, a_dim, b_dim)
+        gathered = _grid(a, extents, nest.array(a.array).concrete_shape(params), outputs)
+        if gathered:
+            return WindowGemm(index, loops, stmt, a, b, channel, a_dim, b_dim, gathered)
     return None
+
+
+def _moving(expr: IntExpr, extents: dict[str, int]) -> list[str]:
+    return sorted(v for v in int_vars(expr) if extents.get(v, 2) > 1)
+
+
+def _grid(acc: Access, extents: dict[str, int], shape: tuple[int, ...], outputs: set[str]) -> tuple[str, ...]:
+    """The loops of `acc`'s subscripts, one each, where the cells it reads form a grid of
+    those loops that the MMA kernel cannot copy in 16-byte runs: its last subscript strides
+    (`2 * q`), or its rows of output positions run a number of cells 8 does not divide (a
+    1 x 1 over 14 x 14 or 7 x 7 images); otherwise ()."""
+    moving = [_moving(e, extents) for e in acc.indices]
+    if any(len(m) > 1 for m in moving):
+        return ()
+    names = [m[0] for m in moving if m]
+    if len(set(names)) != len(names) or not moving[-1]:
+        return ()
+    strides = []
+    for e, m in zip(acc.indices, moving, strict=True):
+        zeros = dict.fromkeys(int_vars(e), 0)
+        strides.append(eval_int(e, {**zeros, m[0]: 1}) - eval_int(e, zeros) if m else 0)
+    if strides[-1] > 1:
+        return tuple(names)
+    run = 1  # cells in a row of consecutive positions: whole trailing dimensions, then one
+    for d in reversed(range(len(shape))):
+        if strides[d] != 1 or moving[d][0] not in outputs:
+            break
+        run *= extents[moving[d][0]]
+        if extents[moving[d][0]] != shape[d]:
+            break
+    return tuple(names) if run % RUN else ()
+
+
+def _flat(expr: IntExpr, extents: dict[str, int]) -> IntExpr:
+    """`expr` with the loops of one iteration (r = s = 0 of a 1 x 1 window) set to 0."""
+    for v in int_vars(expr):
+        if extents.get(v) == 1:
+            expr = substitute(expr, v, IntConst(0))
+    return expr
 
 
 def _last(seq: tuple[T, ...], dim: int) -> tuple[T, ...]:
@@ -152,7 +201,7 @@ def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarge
         if g is None:
             index += 1
             continue
-        nest, inserted = _staged(nest, g, taken)
+        nest, inserted = _staged(nest, params, g, taken)
         staged = True
         index += inserted + 1
     if not staged:
@@ -160,19 +209,39 @@ def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarge
     return replace(nest, body=tuple(_renumbered(list(nest.body))))
 
 
-def _staged(nest: LoopNest, g: WindowGemm, taken: set[str]) -> tuple[LoopNest, int]:
+def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm, taken: set[str]) -> tuple[LoopNest, int]:
     """`nest` with window GEMM `g` staged, and the number of copy nests put before it."""
     body, arrays = list(nest.body), list(nest.arrays)
     reads: dict[str, str] = {}
+    untouched: set[str] = set()
     copies: list[tuple[Node, str]] = []  # (copy nest, the array it reads)
-    for acc, dim in ((g.a, g.a_dim), (g.b, g.b_dim)):
+    extents = {lp.var: lp.upper for lp in g.loops}
+    if g.gathered:  # A's cells as a grid: the copy reads them where the GEMM would
+        name = _fresh(taken, f"{g.a.array}_cl")
+        grid = _last(g.gathered, g.gathered.index(g.channel))
+        arrays.append(replace(nest.array(g.a.array), name=name, shape=tuple(extents[v] for v in grid),
+                              is_input=False, local=True, filled=True, position=None))
+        sizes = {lp.var: eval_int(lp.upper, params) for lp in g.loops}
+        gathered = replace(g.a, indices=tuple(_flat(e, sizes) for e in g.a.indices))
+        a_read = Access(name, tuple(IntVar(v) for v in grid))
+        grid_loops = tuple(Loop(v, IntConst(0), extents[v], 1, ()) for v in grid)
+        copies.append((_rebuilt(grid_loops, Statement("copy", a_read, "=", Load(gathered))), g.a.array))
+    operands = [(g.b, g.b_dim)] if g.gathered else [(g.a, g.a_dim), (g.b, g.b_dim)]
+    for acc, dim in operands:
         array = nest.array(acc.array)
+        if acc is g.b and all(eval_int(e, params) == 1 for e in array.shape[dim + 1:]):
+            untouched.add(acc.array)  # its channels already run along K (a 1 x 1's w[k][c][0][0])
+            continue
         moved = replace(array, shape=_last(array.shape, dim))
         writer = _only_copy(nest, acc.array, g.statement.name)
-        if writer is not None:  # the padded copy writes its cells channels-last
+        if writer is not None:  # the padded copy writes its cells channels-last, the
+            # loop along them innermost (each thread a cell: neighbours write neighbours)
             padding_loops, padding = _perfect(body[writer])  # type: ignore[misc]
-            body[writer] = _rebuilt(padding_loops, replace(padding, target=replace(
-                padding.target, indices=_last(padding.target.indices, dim))))
+            target = replace(padding.target, indices=_last(padding.target.indices, dim))
+            last = int_vars(target.indices[-1])
+            order = tuple(lp for lp in padding_loops if lp.var not in last) + tuple(
+                lp for lp in padding_loops if lp.var in last)
+            body[writer] = _rebuilt(order, replace(padding, target=target))
             arrays = [moved if a.name == array.name else a for a in arrays]
             reads[acc.array] = acc.array
             continue
@@ -183,11 +252,13 @@ def _staged(nest: LoopNest, g: WindowGemm, taken: set[str]) -> tuple[LoopNest, i
         cell = Access(acc.array, tuple(IntVar(v) for v in variables))
         loops = tuple(Loop(v, IntConst(0), extent, 1, ()) for v, extent in zip(variables, array.shape, strict=True))
         copy = Statement("copy", Access(name, _last(cell.indices, dim)), "=", Load(cell))
+        loops = _last(loops, dim)  # in the copy's order: its channels innermost
         copies.append((_rebuilt(loops, copy), acc.array))
     value = g.statement.value
     assert isinstance(value, Binary)
-    a = replace(g.a, array=reads[g.a.array], indices=_last(g.a.indices, g.a_dim))
-    b = replace(g.b, array=reads[g.b.array], indices=_last(g.b.indices, g.b_dim))
+    a = a_read if g.gathered else replace(g.a, array=reads[g.a.array], indices=_last(g.a.indices, g.a_dim))
+    b = g.b if g.b.array in untouched else replace(
+        g.b, array=reads[g.b.array], indices=_last(g.b.indices, g.b_dim))
     stmt = replace(g.statement, value=replace(value, left=Load(a), right=Load(b)))
     # the channel loop innermost: the products of one output summed in another order
     order = tuple(lp for lp in g.loops if lp.var != g.channel) + tuple(lp for lp in g.loops if lp.var == g.channel)

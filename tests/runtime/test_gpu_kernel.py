@@ -99,6 +99,14 @@ CASES = {
                                                       fuse=("bias", "relu"), accumulate=False, out_dtype="bfloat16"),
     "tma_conv_nhwc_window_unpadded": lambda: builders.conv2d(2, 64, 32, 9, 8, 3, 3, layout="nhwc", dtype="bfloat16",
                                                              accumulate=False),
+    # NCHW 1 x 1: the weights are A, the images a batch of B = x[n] (positions along N), C
+    # stored along its rows of positions; ragged tiles within each image
+    "tma_conv_nchw_1x1": lambda: builders.conv2d(2, 64, 48, 16, 16, 1, 1, dtype="bfloat16",
+                                                 fuse=("bias", "relu", "residual")),
+    "tma_conv_nchw_1x1_ragged": lambda: builders.conv2d(3, 32, 40, 12, 10, 1, 1, dtype="bfloat16",
+                                                        accumulate=False, out_dtype="bfloat16"),
+    # 7 x 7 positions (no 16-byte rows): gathered channels-last first
+    "tma_conv_nchw_1x1_gathered": lambda: builders.conv2d(2, 64, 32, 7, 7, 1, 1, dtype="bfloat16"),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 20}),
     "rowsum": lambda: (read_c(ROWSUM).nest, {"N": 50, "M": 37}),
 }
@@ -282,25 +290,24 @@ void at_bt(int M, int N, int K, bfloat16 A[K][M], bfloat16 B[N][K], float C[M][N
 # Hopper without its asynchronous units: the warp-level mma.sync kernel for every bf16 GEMM
 WARP_MMA_ONLY = {"tensor_memory_accelerator": False, "warpgroup_mma": False}
 MMA_CASES = {
-    # NCHW: the input runs along the output positions M (As[k][m], read back transposed), the
-    # weights along K (Bs[n][k]); 16-byte runs where they come in aligned eights; C (along M)
-    # with and without the fused start, bf16 and float32
+    # NCHW: C runs along the output positions, so the weights are A (along K) and the input B
+    # (along N: Bs[k][n]); 16-byte runs where the positions come in aligned eights
     "nchw_1x1": (lambda: builders.conv2d(2, 32, 40, 8, 8, 1, 1, dtype="bfloat16", fuse=("bias", "relu")),
-                 {}, "VEC_A = 8, VEC_B = 8"),
+                 WARP_MMA_ONLY, "VEC_A = 8, VEC_B = 8"),
     "nchw_1x1_bf16_out": (lambda: builders.conv2d(2, 32, 40, 16, 16, 1, 1, dtype="bfloat16", accumulate=False,
-                                                  out_dtype="bfloat16"), {}, "VEC_A = 8, VEC_B = 8"),
-    "nchw_1x1_14x14_adds": (lambda: builders.conv2d(2, 64, 24, 14, 14, 1, 1, dtype="bfloat16",
-                                                    out_dtype="bfloat16"), {}, "VEC_A = 1, VEC_B = 8"),
+                                                  out_dtype="bfloat16"), WARP_MMA_ONLY, "VEC_A = 8, VEC_B = 8"),
     "nchw_1x1_7x7": (lambda: builders.conv2d(3, 48, 24, 7, 7, 1, 1, dtype="bfloat16", accumulate=False,
-                                             out_dtype="bfloat16"), {}, "VEC_A = 1, VEC_B = 8"),
+                                             out_dtype="bfloat16"), WARP_MMA_ONLY, "VEC_A = 8, VEC_B = 1"),
+    # a window stays A (its taps move along C's rows): gathered element by element
     "nchw_3x3": (lambda: builders.conv2d(2, 24, 40, 10, 9, 3, 3, 1, 1, dtype="bfloat16", accumulate=False),
                  WARP_MMA_ONLY, "VEC_A = 1, VEC_B = 8"),
-    "nchw_stem": (lambda: builders.conv2d(2, 3, 16, 15, 15, 3, 3, 2, 1, dtype="bfloat16"), {},
+    "nchw_stem": (lambda: builders.conv2d(2, 3, 16, 15, 15, 3, 3, 2, 1, dtype="bfloat16"), WARP_MMA_ONLY,
                   "VEC_A = 1, VEC_B = 1"),
     "gemm_ragged_n": (lambda: (_bf16(builders.matmul(64, 36, 64)[0], {"A", "B"}), {"M": 64, "N": 36, "K": 64}),
                       {}, "VEC_A = 8, VEC_B = 1"),
     "gemm": (lambda: (_bf16(builders.matmul(96, 80, 72)[0], {"A", "B"}), {"M": 96, "N": 80, "K": 72}),
              WARP_MMA_ONLY, "VEC_A = 8, VEC_B = 8"),
+    # A[k][i] along M (As[k][m], read back transposed), B[j][k] along K (Bs[n][k])
     "gemm_transposed": (lambda: (read_c(TRANSPOSED_BF16).nest, {"M": 72, "N": 48, "K": 88}),
                         WARP_MMA_ONLY, "VEC_A = 8, VEC_B = 8"),
 }
@@ -338,7 +345,11 @@ STAGED_CASES = {
     "window_strided_fused": lambda: builders.conv2d(2, 64, 48, 11, 9, 3, 3, 2, 1, dtype="bfloat16",
                                                     fuse=("bias", "relu", "residual"), out_dtype="bfloat16"),
     "window_ragged_padding": lambda: builders.conv2d(3, 128, 72, 7, 13, 3, 3, 1, (0, 1, 2, 1), dtype="bfloat16"),
-    "unpadded": lambda: builders.conv2d(2, 64, 32, 9, 8, 3, 3, dtype="bfloat16", accumulate=False),
+    # rows of 20: x copied through shared-memory tiles
+    "unpadded": lambda: builders.conv2d(2, 64, 32, 18, 20, 3, 3, dtype="bfloat16", accumulate=False),
+    # a strided 1 x 1: only the cells it reads, gathered channels-last; the weights as they are
+    "gathered_1x1_strided": lambda: builders.conv2d(2, 64, 48, 14, 13, 1, 1, 2, 0, dtype="bfloat16",
+                                                    fuse=("bias", "relu"), out_dtype="bfloat16"),
 }
 
 
@@ -346,13 +357,15 @@ STAGED_CASES = {
 @needs_gpu
 @pytest.mark.parametrize("case", sorted(STAGED_CASES))
 def test_nchw_windows_read_channels_last_copies(case: str) -> None:
-    """bf16 NCHW 3 x 3 convolutions: the input (or its padded copy) and the weights copied
-    channels-last by shared-memory tiles, the window GEMM on the tensor cores; checked against
-    the reference of the user's NCHW nest."""
+    """bf16 NCHW 3 x 3 (and strided 1 x 1) convolutions: the input (or its padded copy) and
+    the weights copied channels-last by shared-memory tiles, the window GEMM on the tensor
+    cores; checked against the reference of the user's NCHW nest."""
     nest, params = STAGED_CASES[case]()
     k = build_kernel(nest, params, target="cuda")
     describe = k.schedule.describe()
-    assert "k=(r, s, c)" in describe and "through shared memory" in describe, describe
+    reduction = "k=(c)" if "1x1" in case else "k=(r, s, c)"
+    assert reduction in describe and ("gemm[tma]" in describe or "gemm[wgmma]" in describe), describe
+    assert ("through shared memory" in describe) == (case == "unpadded"), describe
     for seed in (1, 2):
         inputs = random_inputs(k.arguments, seed=seed)
         ok, err = compare(k(*inputs), k.reference(*inputs), k.outputs[0].dtype)

@@ -87,7 +87,7 @@ def test_batched_operands_gain_a_tensor_map_dimension() -> None:
     nest = _bf16(read_c(text).nest, {"X", "Y"})
     (plan,) = _plans(nest, {"B": 4, "M": 256, "N": 128, "K": 64})
     tma = plan.gemm.tma
-    assert tma is not None and tma.a.rank == 3 and tma.a.roles[2] == plan.gemm.batch[0].var
+    assert tma is not None and tma.a.rank == 3 and tma.a.roles[2] == f"z_{plan.gemm.batch[0].var}"
     assert tma.a.strides == (128, 256 * 64 * 2)
 
 

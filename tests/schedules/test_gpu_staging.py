@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polydl.frontends import builders
-from polydl.ir import IntVar, Loop, walk_statements
+from polydl.ir import IntVar, Loop, eval_int, walk_statements
 from polydl.poly.model import build_model
 from polydl.schedules.gpu import gpu_schedule
 from polydl.schedules.gpu_staging import stage_channels_last
@@ -16,7 +16,7 @@ HOPPER = DEFAULT_GPUS["cuda"]
 
 
 def test_a_padded_nchw_window_reads_channels_last_copies() -> None:
-    nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16", fuse=("bias", "relu"),
+    nest, params = builders.conv2d(2, 64, 32, 20, 20, 3, 3, 1, 1, dtype="bfloat16", fuse=("bias", "relu"),
                                    accumulate=False)
     staged = stage_channels_last(nest, params, HOPPER)
     # the padded copy only the GEMM reads is laid out channels-last; the weights get a copy
@@ -31,14 +31,33 @@ def test_a_padded_nchw_window_reads_channels_last_copies() -> None:
     text = plan.describe()
     assert plan.model is not None and "k=(r, s, c)" in text and "gemm[tma]" in text
     assert "tiles of iw x c through shared memory" in text  # x into the padded channels-last copy
+    # the weights' runs (3 x 3 taps) are too short for tiles: a thread a cell along c
+    assert "threads over (w0, w2, w3, w1); sequential (none) |" in text
     assert "epilogue" in text and "C starts at 0.0" in text  # the fused start, bias and ReLU kept
+
+
+def test_a_strided_1x1_gathers_the_cells_it_reads() -> None:
+    nest, params = builders.conv2d(2, 64, 32, 40, 40, 1, 1, 2, dtype="bfloat16")
+    staged = stage_channels_last(nest, params, HOPPER)
+    x_cl = staged.array("x_cl")  # x[n][c][2p][2q] as x_cl[n][p][q][c]: a quarter of x
+    assert [eval_int(e, params) for e in x_cl.shape] == [2, 20, 20, 64] and x_cl.filled
+    assert "w_cl" not in {a.name for a in staged.arrays}  # w[k][c][0][0] runs along c already
+    text = gpu_schedule(build_model(nest, params), HOPPER).describe()
+    assert "tiles of q x c through shared memory" in text and "gemm[tma] batch=(n); m=(k); n=(p, q); k=(c)" in text
+
+
+def test_rows_of_7x7_positions_are_gathered_channels_last() -> None:
+    # 49 positions: no 16-byte rows of x for TMA or cp.async; the copy a thread a cell
+    nest, params = builders.conv2d(2, 64, 32, 7, 7, 1, 1, dtype="bfloat16")
+    text = gpu_schedule(build_model(nest, params), HOPPER).describe()
+    assert "S0: threads over (n, p, q, c); sequential (none) |" in text and "gemm[tma]" in text
 
 
 @pytest.mark.parametrize("case", ["1x1", "float32", "nhwc", "stem", "grouped", "no_wgmma"])
 def test_nests_the_tensor_cores_read_in_runs_are_left_alone(case: str) -> None:
     device = HOPPER
-    if case == "1x1":  # the input runs along the output rows: the MMA kernel copies it in runs
-        nest, params = builders.conv2d(2, 64, 32, 14, 14, 1, 1, dtype="bfloat16")
+    if case == "1x1":  # rows of 256 positions: the input is B of a TMA GEMM as it is
+        nest, params = builders.conv2d(2, 64, 32, 16, 16, 1, 1, dtype="bfloat16")
     elif case == "float32":
         nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1)
     elif case == "nhwc":
