@@ -345,7 +345,6 @@ STAGED_CASES = {
     "window_strided_fused": lambda: builders.conv2d(2, 64, 48, 11, 9, 3, 3, 2, 1, dtype="bfloat16",
                                                     fuse=("bias", "relu", "residual"), out_dtype="bfloat16"),
     "window_ragged_padding": lambda: builders.conv2d(3, 128, 72, 7, 13, 3, 3, 1, (0, 1, 2, 1), dtype="bfloat16"),
-    # rows of 20: x copied through shared-memory tiles
     "unpadded": lambda: builders.conv2d(2, 64, 32, 18, 20, 3, 3, dtype="bfloat16", accumulate=False),
     # a strided 1 x 1: only the cells it reads, gathered channels-last; the weights as they are
     "gathered_1x1_strided": lambda: builders.conv2d(2, 64, 48, 14, 13, 1, 1, 2, 0, dtype="bfloat16",
@@ -365,7 +364,7 @@ def test_nchw_windows_read_channels_last_copies(case: str) -> None:
     describe = k.schedule.describe()
     reduction = "k=(c)" if "1x1" in case else "k=(r, s, c)"
     assert reduction in describe and ("gemm[tma]" in describe or "gemm[wgmma]" in describe), describe
-    assert ("through shared memory" in describe) == (case == "unpadded"), describe
+    assert "through shared memory" in describe, describe
     for seed in (1, 2):
         inputs = random_inputs(k.arguments, seed=seed)
         ok, err = compare(k(*inputs), k.reference(*inputs), k.outputs[0].dtype)
