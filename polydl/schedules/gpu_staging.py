@@ -1,4 +1,4 @@
-"""Convolution windows staged channels-last for the Hopper tensor-core kernels.
+"""Convolution operands staged channels-last for the Hopper tensor-core kernels.
 
 A bf16 convolution over NCHW arrays reads its windows (`x[n][c][p + r][q + s]`) along neither
 GEMM index in runs the tensor cores can take: the input runs along the output row and only
@@ -6,9 +6,13 @@ three taps along K, the weights (`w[k][c][r][s]`) run along (c, r, s). The warp-
 kernel then gathers every element on its own (a 3 x 3 layer at 0.1-0.25 of cuDNN, which
 transposes too). Staged, the window reads a copy of its array with the channels last, the
 weights a copy with the channels last, and the reduction runs with c innermost: a TMA-fed
-window GEMM, 16-byte runs along K in both operands. The copies are layout transposes
-(`transpose_loops`: 32 x 32 shared-memory tiles); a zero-padded copy that only this GEMM reads
-is itself laid out channels-last instead of copied twice.
+window GEMM, 16-byte runs along K in both operands. A zero-padded copy that only this GEMM
+reads is itself laid out channels-last instead of copied twice.
+
+A 1 x 1 whose rows of positions are no 16-byte runs (stride 2: `x[n][c][2p][2q]`; 14 x 14
+and 7 x 7 images) copies only the cells it reads, `x_cl[n][p][q][c]`; one with such rows
+reads x as it is (`gpu._gemm_dims` makes the images a batch of B). The copies are layout
+transposes (`transpose_loops`: 32 x 32 shared-memory tiles).
 
 The rewrite changes the order in which the products of one output are summed (c innermost);
 everything else is the same loop nest: the reference of the user's nest checks the kernels."""
@@ -79,11 +83,11 @@ def _alone(acc: Access, var: str) -> int | None:
 
 
 def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGemm | None:
-    """The body's node `index` as a window GEMM worth staging, or None: bf16 operands, loops
-    from 0 in steps of 1, the reduction loops innermost, a channel loop that `_alone` finds in
-    both operands over a multiple of 8 channels, and a window along A's rows (its last
-    subscript moves with another reduction loop: 3 x 3 taps), while A's channels are not its
-    last dimension already."""
+    """The body's node `index` as a GEMM worth staging, or None: bf16 operands, loops from 0
+    in steps of 1, the reduction loops innermost, a channel loop that `_alone` finds in both
+    operands over a multiple of 8 channels while A's channels are not its last dimension
+    already, and a window along A's rows (its last subscript moves with another reduction
+    loop: 3 x 3 taps) or A's cells a grid without 16-byte rows (`_grid`)."""
     found = _perfect(nest.body[index])
     if found is None:
         return None
@@ -234,8 +238,8 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm, taken: set[st
             continue
         moved = replace(array, shape=_last(array.shape, dim))
         writer = _only_copy(nest, acc.array, g.statement.name)
-        if writer is not None:  # the padded copy writes its cells channels-last, the
-            # loop along them innermost (each thread a cell: neighbours write neighbours)
+        if writer is not None:  # the padded copy writes its cells channels-last, its
+            # channel loop innermost as in the copies below
             padding_loops, padding = _perfect(body[writer])  # type: ignore[misc]
             target = replace(padding.target, indices=_last(padding.target.indices, dim))
             last = int_vars(target.indices[-1])
