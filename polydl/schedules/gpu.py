@@ -488,7 +488,7 @@ def _gemm_dims(
             groups["n"].append(dim)
         else:
             groups["batch"].append(dim)
-    if tensor_cores and len(groups["n"]) > 1 and not any(d.stride_b == 0 for d in groups["batch"]):
+    if tensor_cores and len(groups["n"]) > 1:
         # the outermost N loop where it does not continue the others in B (the images of
         # NCHW positions): a batch loop that A ignores, so B's N runs as one strided matrix
         outer, inner = groups["n"][0], groups["n"][1:]
