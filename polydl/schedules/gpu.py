@@ -785,7 +785,10 @@ def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
     staged = stage_channels_last(model.nest, model.params, device)
     if staged is not model.nest:
         staged_model = build_model(staged, model.params)
-        return replace(_planned(staged_model, device), model=staged_model)
+        writes = ", ".join(f"{s.name} writes {s.statement.target.array}" for s in staged_model.statements)
+        note = ("bf16 operands copied channels-last (schedules/gpu_staging.py); the kernels' "
+                f"statements are the staged nest's: {writes}")
+        return replace(_planned(staged_model, device), model=staged_model, notes=(("staged", note),))
     return _planned(model, device)
 
 

@@ -30,6 +30,7 @@ def test_a_padded_nchw_window_reads_channels_last_copies() -> None:
     plan = gpu_schedule(build_model(nest, params), HOPPER)
     text = plan.describe()
     assert plan.model is not None and "k=(r, s, c)" in text and "gemm[tma]" in text
+    assert "S0 writes w_cl, S1 writes xp" in dict(plan.notes)["staged"]  # explain prints it
     assert "tiles of iw x c through shared memory" in text  # x into the padded channels-last copy
     assert "tiles of w3 x w1 through shared memory" in text  # w's 3 x 3 taps: short runs, still tiles
     assert "epilogue" in text and "C starts at 0.0" in text  # the fused start, bias and ReLU kept
