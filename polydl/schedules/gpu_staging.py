@@ -99,6 +99,8 @@ def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGem
     a, b = value.left.access, value.right.access
     if any(nest.array(x.array).dtype != "bfloat16" for x in (a, b)) or a.array == b.array:
         return None
+    if stmt.target.array in (a.array, b.array):
+        return None  # a copy taken before the sum would miss what it writes
     if any(lp.step != 1 or lp.lower != IntConst(0) or int_vars(lp.upper) - set(params) for lp in loops):
         return None
     outputs = set().union(*(int_vars(e) for e in stmt.target.indices))
@@ -267,11 +269,14 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm, taken: set[st
     # the channel loop innermost: the products of one output summed in another order
     order = tuple(lp for lp in g.loops if lp.var != g.channel) + tuple(lp for lp in g.loops if lp.var == g.channel)
     body[g.index] = _rebuilt(order, stmt)
-    # each copy right after the last nest writing its source (at the start for an input)
+    # each copy right after the last nest before the GEMM writing its source (at the start
+    # for an input)
+    gemm_at = g.index
     for node, source in copies:
-        at = 1 + max((i for i, other in enumerate(body)
+        at = 1 + max((i for i, other in enumerate(body[:gemm_at])
                       if any(s.target.array == source for s, _ in walk_statements((other,)))), default=-1)
         body.insert(at, node)
+        gemm_at += 1
     return replace(nest, arrays=tuple(arrays), body=tuple(body)), len(copies)
 
 

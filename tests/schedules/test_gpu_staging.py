@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polydl.frontends import builders
+from polydl.frontends.c_loopnest import read_c
 from polydl.ir import IntVar, Loop, eval_int, walk_statements
 from polydl.poly.model import build_model
 from polydl.schedules.gpu import gpu_schedule
@@ -71,3 +72,39 @@ def test_nests_the_tensor_cores_read_in_runs_are_left_alone(case: str) -> None:
         device = device_for("cuda", warpgroup_mma=False, tensor_memory_accelerator=False)
     assert stage_channels_last(nest, params, device) is nest
     assert gpu_schedule(build_model(nest, params), device).model is None
+
+
+WRITTEN_AROUND = """
+void conv(int N, int C, int K, bfloat16 x[N][C][12][12], const bfloat16 w[K][C][3][3],
+          float y[N][K][10][10]) {
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int h = 0; h < 12; h++)
+        for (int v = 0; v < 12; v++)
+          x[n][c][h][v] = x[n][c][h][v] * 2.0;
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < K; k++)
+      for (int p = 0; p < 10; p++)
+        for (int q = 0; q < 10; q++)
+          for (int c = 0; c < C; c++)
+            for (int r = 0; r < 3; r++)
+              for (int s = 0; s < 3; s++)
+                y[n][k][p][q] += x[n][c][p + r][q + s] * w[k][c][r][s];
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int h = 0; h < 12; h++)
+        for (int v = 0; v < 12; v++)
+          x[n][c][h][v] = 0.0;
+}
+"""
+
+
+def test_a_copy_reads_its_source_as_the_gemm_would() -> None:
+    # x is scaled before the convolution and cleared after it: its copy goes between the
+    # scaling and the convolution, not after the clearing
+    nest = read_c(WRITTEN_AROUND).nest
+    staged = stage_channels_last(nest, {"N": 2, "C": 16, "K": 8}, HOPPER)
+    order = [(s.target.array, [a.array for a in s.reads]) for s, _ in walk_statements(staged.body)]
+    writes = [target for target, _ in order]
+    assert writes == ["w_cl", "x", "x_cl", "y", "x"], order  # w is never written: its copy first
+    assert order[3][1] == ["y", "x_cl", "w_cl"]
