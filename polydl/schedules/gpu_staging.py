@@ -181,7 +181,8 @@ def _only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
     if len(writers) != 1 or readers != {reader}:
         return None
     i, stmt = writers[0]
-    return i if stmt.op == "=" and isinstance(stmt.value, Load) and _perfect(nest.body[i]) else None
+    plain = stmt.op == "=" and isinstance(stmt.value, Load) and stmt.value.access.array != array
+    return i if plain and _perfect(nest.body[i]) else None  # its loops may then run in any order
 
 
 def _fresh(taken: set[str], stem: str) -> str:
