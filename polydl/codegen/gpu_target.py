@@ -171,7 +171,7 @@ def _nest(openers: list[str], body: list[str]) -> list[str]:
     return [openers[0], *("  " + x for x in _nest(openers[1:], body)), "}"]
 
 
-def _accumulate(printer: StatementPrinter, target, op: str) -> str:  # type: ignore[no-untyped-def]
+def _accumulate(printer: StatementPrinter, target, op: str) -> str:
     cell = printer.element(target)
     if printer.layouts[target.array].dtype == "bfloat16":
         return f"{cell} = _pd_f32_to_bf16({printer.load(target)} {op[0]} _pd_acc);"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import islpy as isl
 
@@ -28,6 +29,8 @@ from polydl.names import respell
 from polydl.poly.counting import count_points
 from polydl.poly.index_range import check_array_sizes, check_index_ranges
 from polydl.poly.rounding import check_index_division
+
+SetOrMap = TypeVar("SetOrMap", isl.Set, isl.Map)
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,14 +122,14 @@ class PolyModel:
         return self._accesses(False)
 
 
-def _union_map(maps) -> isl.UnionMap:  # type: ignore[no-untyped-def]
+def _union_map(maps) -> isl.UnionMap:
     out = isl.UnionMap("{ }")
     for m in maps:
         out = out.union(isl.UnionMap.from_map(m))
     return out
 
 
-def _bind(text: str, params: dict[str, int], kind: type) -> isl.Set | isl.Map:
+def _bind(text: str, params: dict[str, int], kind: type[SetOrMap]) -> SetOrMap:
     """Parse an isl object written over the size parameters and substitute their values."""
     names = list(params)
     head = f"[{', '.join(names)}] -> " if names else ""
@@ -238,8 +241,8 @@ def _statement_model(
     for acc in stmt.reads:
         accesses.append(AccessModel(acc, False, _access_map(stmt, acc, its, params, domain)))
     model = StatementModel(stmt, group, loops, positions, domain, tuple(accesses))
-    for acc in model.accesses:
-        _prove_in_bounds(nest, model, acc, extents[acc.access.array])
+    for relation in model.accesses:
+        _prove_in_bounds(nest, model, relation, extents[relation.access.array])
     return model
 
 

@@ -326,7 +326,7 @@ class _Evaluator:
 
     def value(self, e: Expr, env: dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(e, Const):
-            return np.float64(e.value)
+            return np.float64(e.value)  # type: ignore[return-value]  # a scalar broadcasts as an array
         if isinstance(e, Load):
             arr = self.arrays[e.access.array]
             if not e.access.indices:

@@ -233,9 +233,11 @@ class _OperandScaling:
 
     def _unscaled(self, s: Statement, depth: int) -> Statement:
         form = _product_loads(s.value) if is_gemm_shaped(s, depth) else None
-        if form is None or form[0] is None:
+        if form is None:
             return s
         scale, x, y, which = form
+        if scale is None:
+            return s
         operand = (x, y)[which]
         source = self.arrays[operand.access.array]
         if source.name in self.written or (

@@ -199,7 +199,7 @@ def fits_cache(machine: CpuTarget, nbytes: int) -> bool:
 # ----------------------------------------------------------------------------- isl helpers
 
 
-def _union(maps) -> isl.UnionMap:  # type: ignore[no-untyped-def]
+def _union(maps) -> isl.UnionMap:
     out = isl.UnionMap("{ }")
     for m in maps:
         out = out.union(isl.UnionMap.from_map(m))

@@ -55,7 +55,7 @@ def _constant(expr: IntExpr) -> int | None:
         a, b = _constant(expr.left), _constant(expr.right)
         if a is None or b is None:
             return None
-        return {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else None, "%": a % b if b else None}[expr.op]  # type: ignore[return-value]
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b else None, "%": a % b if b else None}[expr.op]
     return None
 
 
