@@ -30,3 +30,12 @@ def spelling(name: str) -> str:
 def respell(text: str) -> str:
     """Text written from IR names (a message, an explanation) in the spec's spelling."""
     return _INTERNAL.sub(r"\1", text)
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base` with the first number appended that makes it none of `taken`."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name

@@ -38,6 +38,7 @@ from polydl.ir import (
     Node,
     Statement,
 )
+from polydl.names import fresh_name
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel, build_model
 
@@ -244,24 +245,16 @@ class _OperandScaling:
             isinstance(scale, Load) and scale.access.array in self.written
         ):
             return s  # the copy made before the nest would miss a write inside it
-        copy = Array(_fresh(f"_pd_{source.name}_scaled", set(self.arrays)), source.dtype,
+        copy = Array(fresh_name(f"_pd_{source.name}_scaled", set(self.arrays)), source.dtype,
                      source.shape, is_input=False, position=source.position, local=True,
                      filled=True)
         self.arrays[copy.name] = copy
         self.copies.append(copy)
-        name = _fresh(f"S{len(self.names)}", self.names)
+        name = fresh_name(f"S{len(self.names)}", self.names)
         self.names.add(name)
         self.prepared.append(_scale_nest(name, copy, source, scale, s))
         scaled = Load(Access(copy.name, operand.access.indices, operand.access.position))
         return replace(s, value=Binary("*", scaled, y) if which == 0 else Binary("*", x, scaled))
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 0
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
 
 
 def _scale_nest(name: str, copy: Array, source: Array, scale: Expr, at: Statement) -> Node:

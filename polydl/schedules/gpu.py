@@ -384,14 +384,12 @@ def transpose_loops(
         return None
     if any(a.dtype not in ("float32", "bfloat16") and not DTYPES[a.dtype].is_integer for a in model.nest.arrays):
         return None  # a double compute type: tiles of float would round
-    if any(model.nest.array(a.array).dtype not in ("float32", "bfloat16")
-           for a in (stmt.target, *expr_loads(stmt.value))):
+    loads = expr_loads(stmt.value)
+    if not loads or any(model.nest.array(a.array).dtype not in ("float32", "bfloat16")
+                        for a in (stmt.target, *loads)):
         return None
     mapped = {t.var for t in threads}
     if any(isinstance(x, Loop) and x.var not in mapped for x in enclosing):
-        return None
-    loads = expr_loads(stmt.value)
-    if not loads:
         return None
     u, v = _last_var(loads[0]), _last_var(stmt.target)
     if u is None or v is None or u == v or not {u, v} <= mapped:

@@ -39,6 +39,7 @@ from polydl.ir import (
     substitute,
     walk_statements,
 )
+from polydl.names import fresh_name
 from polydl.target.gpu import GpuTarget
 
 # 16 bytes of bf16: the runs TMA boxes and cp.async copy
@@ -107,11 +108,11 @@ def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGem
     reduction = [lp.var for lp in loops if lp.var not in outputs]
     if not reduction or [lp.var for lp in loops[len(loops) - len(reduction):]] != reduction:
         return None
+    extents = {lp.var: eval_int(lp.upper, params) for lp in loops}
     for channel in reduction:
         a_dim, b_dim = _alone(a, channel), _alone(b, channel)
         if a_dim is None or b_dim is None or a_dim == len(a.indices) - 1:
             continue
-        extents = {lp.var: eval_int(lp.upper, params) for lp in loops}
         if extents[channel] % RUN:
             continue
         taps = [v for v in int_vars(a.indices[-1]) & set(reduction) if v != channel and extents[v] > 1]
@@ -185,22 +186,11 @@ def _only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
     return i if plain and _perfect(nest.body[i]) else None  # its loops may then run in any order
 
 
-def _fresh(taken: set[str], stem: str) -> str:
-    name, k = stem, 0
-    while name in taken:
-        k += 1
-        name = f"{stem}{k}"
-    taken.add(name)
-    return name
-
-
 def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarget) -> LoopNest:
     """`nest` with every window GEMM reading channels-last copies of its operands (above), for
     devices whose TMA kernels take such windows; otherwise `nest` itself."""
     if not (device.tensor_memory_accelerator and device.warpgroup_mma):
         return nest
-    taken = {a.name for a in nest.arrays} | set(nest.params) | {
-        lp.var for _, chain in walk_statements(nest.body) for lp in chain if isinstance(lp, Loop)}
     staged = False
     index = 0
     while index < len(nest.body):
@@ -208,7 +198,7 @@ def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarge
         if g is None:
             index += 1
             continue
-        nest, inserted = _staged(nest, params, g, taken)
+        nest, inserted = _staged(nest, params, g)
         staged = True
         index += inserted + 1
     if not staged:
@@ -216,15 +206,19 @@ def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarge
     return replace(nest, body=tuple(_renumbered(list(nest.body))))
 
 
-def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm, taken: set[str]) -> tuple[LoopNest, int]:
+def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[LoopNest, int]:
     """`nest` with window GEMM `g` staged, and the number of copy nests put before it."""
     body, arrays = list(nest.body), list(nest.arrays)
+
+    def copy_name(source: str) -> str:  # generated names begin with _pd_ (polydl.names)
+        return fresh_name(f"_pd_{source}_cl", {a.name for a in arrays})
+
     reads: dict[str, str] = {}
     untouched: set[str] = set()
     copies: list[tuple[Node, str]] = []  # (copy nest, the array it reads)
     extents = {lp.var: lp.upper for lp in g.loops}
     if g.gathered:  # A's cells as a grid: the copy reads them where the GEMM would
-        name = _fresh(taken, f"{g.a.array}_cl")
+        name = copy_name(g.a.array)
         grid = _last(g.gathered, g.gathered.index(g.channel))
         arrays.append(replace(nest.array(g.a.array), name=name, shape=tuple(extents[v] for v in grid),
                               is_input=False, local=True, filled=True, position=None))
@@ -252,10 +246,10 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm, taken: set[st
             arrays = [moved if a.name == array.name else a for a in arrays]
             reads[acc.array] = acc.array
             continue
-        name = _fresh(taken, f"{acc.array}_cl")
+        name = copy_name(acc.array)
         arrays.append(replace(moved, name=name, is_input=False, local=True, filled=True, position=None))
         reads[acc.array] = name
-        variables = [_fresh(taken, f"{acc.array}{d}") for d in range(len(array.shape))]
+        variables = [f"_pd_a{d}" for d in range(len(array.shape))]  # a nest of its own
         cell = Access(acc.array, tuple(IntVar(v) for v in variables))
         loops = tuple(Loop(v, IntConst(0), extent, 1, ()) for v, extent in zip(variables, array.shape, strict=True))
         copy = Statement("copy", Access(name, _last(cell.indices, dim)), "=", Load(cell))

@@ -22,27 +22,27 @@ def test_a_padded_nchw_window_reads_channels_last_copies() -> None:
     staged = stage_channels_last(nest, params, HOPPER)
     # the padded copy only the GEMM reads is laid out channels-last; the weights get a copy
     assert [str(e) for e in staged.array("xp").shape][-1] == str(IntVar("C"))
-    w_cl = staged.array("w_cl")
+    w_cl = staged.array("_pd_w_cl")  # generated names begin with _pd_
     assert w_cl.local and w_cl.filled and w_cl.shape[-1] == IntVar("C")
     statements = {s.name: (s, chain) for s, chain in walk_statements(staged.body)}
-    gemm, chain = next((s, c) for s, c in statements.values() if s.op == "+=" and "w_cl" in str(s.value))
+    gemm, chain = next((s, c) for s, c in statements.values() if s.op == "+=" and "_pd_w_cl" in str(s.value))
     assert [lp.var for lp in chain if isinstance(lp, Loop)][-3:] == ["r", "s", "c"]
     assert list(statements) == [f"S{i}" for i in range(len(statements))]
     plan = gpu_schedule(build_model(nest, params), HOPPER)
     text = plan.describe()
     assert plan.model is not None and "k=(r, s, c)" in text and "gemm[tma]" in text
-    assert "S0 writes w_cl, S1 writes xp" in dict(plan.notes)["staged"]  # explain prints it
+    assert "S0 writes _pd_w_cl, S1 writes xp" in dict(plan.notes)["staged"]  # explain prints it
     assert "tiles of iw x c through shared memory" in text  # x into the padded channels-last copy
-    assert "tiles of w3 x w1 through shared memory" in text  # w's 3 x 3 taps: short runs, still tiles
+    assert "tiles of _pd_a3 x _pd_a1 through shared memory" in text  # w's 3 x 3 taps: short runs, still tiles
     assert "epilogue" in text and "C starts at 0.0" in text  # the fused start, bias and ReLU kept
 
 
 def test_a_strided_1x1_gathers_the_cells_it_reads() -> None:
     nest, params = builders.conv2d(2, 64, 32, 40, 40, 1, 1, 2, dtype="bfloat16")
     staged = stage_channels_last(nest, params, HOPPER)
-    x_cl = staged.array("x_cl")  # x[n][c][2p][2q] as x_cl[n][p][q][c]: a quarter of x
+    x_cl = staged.array("_pd_x_cl")  # x[n][c][2p][2q] as x_cl[n][p][q][c]: a quarter of x
     assert [eval_int(e, params) for e in x_cl.shape] == [2, 20, 20, 64] and x_cl.filled
-    assert "w_cl" not in {a.name for a in staged.arrays}  # w[k][c][0][0] runs along c already
+    assert "_pd_w_cl" not in {a.name for a in staged.arrays}  # w[k][c][0][0] runs along c already
     text = gpu_schedule(build_model(nest, params), HOPPER).describe()
     assert "tiles of q x c through shared memory" in text and "gemm[tma] batch=(n); m=(k); n=(p, q); k=(c)" in text
 
@@ -106,5 +106,5 @@ def test_a_copy_reads_its_source_as_the_gemm_would() -> None:
     staged = stage_channels_last(nest, {"N": 2, "C": 16, "K": 8}, HOPPER)
     order = [(s.target.array, [a.array for a in s.reads]) for s, _ in walk_statements(staged.body)]
     writes = [target for target, _ in order]
-    assert writes == ["w_cl", "x", "x_cl", "y", "x"], order  # w is never written: its copy first
-    assert order[3][1] == ["y", "x_cl", "w_cl"]
+    assert writes == ["_pd_w_cl", "x", "_pd_x_cl", "y", "x"], order  # w is never written: its copy first
+    assert order[3][1] == ["y", "_pd_x_cl", "_pd_w_cl"]
