@@ -213,8 +213,7 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[Loop
     def copy_name(source: str) -> str:  # generated names begin with _pd_ (polydl.names)
         return fresh_name(f"_pd_{source}_cl", {a.name for a in arrays})
 
-    reads: dict[str, str] = {}
-    untouched: set[str] = set()
+    reads: dict[str, str] = {}  # operand array -> the array the GEMM reads instead
     copies: list[tuple[Node, str]] = []  # (copy nest, the array it reads)
     extents = {lp.var: lp.upper for lp in g.loops}
     if g.gathered:  # A's cells as a grid: the copy reads them where the GEMM would
@@ -231,17 +230,14 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[Loop
     for acc, dim in operands:
         array = nest.array(acc.array)
         if acc is g.b and all(eval_int(e, params) == 1 for e in array.shape[dim + 1:]):
-            untouched.add(acc.array)  # its channels already run along K (a 1 x 1's w[k][c][0][0])
-            continue
+            continue  # its channels already run along K (a 1 x 1's w[k][c][0][0])
         moved = replace(array, shape=_last(array.shape, dim))
         writer = _only_copy(nest, acc.array, g.statement.name)
         if writer is not None:  # the padded copy writes its cells channels-last, its
             # channel loop innermost as in the copies below
             padding_loops, padding = _perfect(body[writer])  # type: ignore[misc]
             target = replace(padding.target, indices=_last(padding.target.indices, dim))
-            last = int_vars(target.indices[-1])
-            order = tuple(lp for lp in padding_loops if lp.var not in last) + tuple(
-                lp for lp in padding_loops if lp.var in last)
+            order = _innermost(padding_loops, int_vars(target.indices[-1]))
             body[writer] = _rebuilt(order, replace(padding, target=target))
             arrays = [moved if a.name == array.name else a for a in arrays]
             reads[acc.array] = acc.array
@@ -258,12 +254,11 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[Loop
     value = g.statement.value
     assert isinstance(value, Binary)
     a = a_read if g.gathered else replace(g.a, array=reads[g.a.array], indices=_last(g.a.indices, g.a_dim))
-    b = g.b if g.b.array in untouched else replace(
+    b = g.b if g.b.array not in reads else replace(
         g.b, array=reads[g.b.array], indices=_last(g.b.indices, g.b_dim))
     stmt = replace(g.statement, value=replace(value, left=Load(a), right=Load(b)))
     # the channel loop innermost: the products of one output summed in another order
-    order = tuple(lp for lp in g.loops if lp.var != g.channel) + tuple(lp for lp in g.loops if lp.var == g.channel)
-    body[g.index] = _rebuilt(order, stmt)
+    body[g.index] = _rebuilt(_innermost(g.loops, {g.channel}), stmt)
     # each copy right after the last nest before the GEMM writing its source (at the start
     # for an input)
     gemm_at = g.index
@@ -273,6 +268,12 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[Loop
         body.insert(at, node)
         gemm_at += 1
     return replace(nest, arrays=tuple(arrays), body=tuple(body)), len(copies)
+
+
+def _innermost(loops: tuple[Loop, ...], names: frozenset[str] | set[str]) -> tuple[Loop, ...]:
+    """`loops` with those named in `names` moved innermost, each keeping its order."""
+    return (tuple(lp for lp in loops if lp.var not in names)
+            + tuple(lp for lp in loops if lp.var in names))
 
 
 def _rebuilt(loops: tuple[Loop, ...], stmt: Statement) -> Node:
