@@ -189,25 +189,40 @@ INT_INDEX_LIMIT = 1 << 30
 def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: str,
                     narrow: bool = False) -> str:
     """`long {kernel}_{name}(long idx)`: the element offset of flat index `idx` of `dims`.
-    `narrow`: the divisions run on `int` (where the flat indices, and a tile past their end,
-    fit 31 bits): a 64-bit division by a constant is a long sequence on a GPU."""
-    narrow = narrow and len(dims) > 1 and math.prod(d.extent for d in dims) < INT_INDEX_LIMIT
+    Loops that continue one another in this operand (a position's p and q in an image's rows)
+    are one index: no division between them. `narrow`: the divisions left run on `int` (where
+    the flat indices, and a tile past their end, fit 31 bits): a 64-bit division by a constant
+    is a long sequence on a GPU."""
+    runs = _runs(dims, operand)
+    narrow = narrow and len(runs) > 1 and math.prod(e for e, _ in runs) < INT_INDEX_LIMIT
     var, suffix = ("i", "") if narrow else ("idx", "L")
     terms, inner = [], 1
-    for d in reversed(dims):
-        stride = {"a": d.stride_a, "b": d.stride_b, "c": d.stride_c}[operand]
+    for position, (extent, stride) in enumerate(reversed(runs)):
         rel = f"({var} / {inner}{suffix})" if inner != 1 else var
-        if d is not dims[0]:
-            rel = f"({rel} % {d.extent}{suffix})"
+        if position != len(runs) - 1:
+            rel = f"({rel} % {extent}{suffix})"
         if stride:
             terms.append(f"(long){rel} * {stride}L" if narrow else f"{rel} * {stride}L")
-        inner *= d.extent
+        inner *= extent
     body = " + ".join(reversed(terms)) or "0L"
     start = "const int i = (int)idx; " if narrow and terms else ""
     return (
         f"static __device__ __forceinline__ long {kernel}_{name}(long idx) "
         f"{{ (void)idx; {start}return {body}; }}"
     )
+
+
+def _runs(dims: tuple[GemmDim, ...], operand: str) -> list[tuple[int, int]]:
+    """(extent, stride) of `dims` for one operand, outermost first, a loop merged into the one
+    inside it where its stride is the inner one's run (both 0 where the operand ignores them)."""
+    runs: list[tuple[int, int]] = []
+    for d in reversed(dims):
+        stride = {"a": d.stride_a, "b": d.stride_b, "c": d.stride_c}[operand]
+        if runs and stride == runs[-1][1] * runs[-1][0]:
+            runs[-1] = (runs[-1][0] * d.extent, runs[-1][1])
+        else:
+            runs.append((d.extent, stride))
+    return list(reversed(runs))
 
 
 def _wgmma_function(kernel: str, bn: int, b_transposed: bool = True, tf32: bool = False) -> str:
@@ -301,9 +316,15 @@ def staged_stores(g: GemmPlan) -> bool:
     return contiguous_runs(g, "c", "n", 4)
 
 
+def staged_width(g: GemmPlan) -> int:
+    """Cells of C one thread stores at a time from the staged tile: 8 bf16 (16 bytes) where C
+    runs in aligned eights along n, else 4."""
+    return 8 if g.dtype_c == "bfloat16" and contiguous_runs(g, "c", "n", 8) else 4
+
+
 def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
-    """(the lines computing the final pd_v0, pd_v1 of a pair, the statement storing float4 `v`
-    into the run of 4 cells at `cell`)."""
+    """(the lines computing the final pd_v0, pd_v1 of a pair, the statement storing the float4s
+    `v` (and `w`, for 8 cells) into the run of cells at `cell`)."""
     if g.epilogue is None:
         values = "const float pd_v0 = value0, pd_v1 = value1;"
     else:
@@ -312,15 +333,18 @@ def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
         values = " ".join(lines0 + lines1)
     add = g.epilogue is None  # C += A B: the stored run is read and added
     if g.dtype_c == "bfloat16":
-        old = ("const uint2 o = *(const uint2 *)cell; "
-               "const float o0 = _pd_bf16_to_f32((uint16_t)(o.x & 0xffffu)), o1 = _pd_bf16_to_f32((uint16_t)(o.x >> 16)), "
-               "o2 = _pd_bf16_to_f32((uint16_t)(o.y & 0xffffu)), o3 = _pd_bf16_to_f32((uint16_t)(o.y >> 16)); "
-               if add else "")
-        plus = [" + o0", " + o1", " + o2", " + o3"] if add else [""] * 4
-        store = (f"{{ {old}uint2 q; "
-                 f"q.x = (unsigned)_pd_f32_to_bf16(v.x{plus[0]}) | ((unsigned)_pd_f32_to_bf16(v.y{plus[1]}) << 16); "
-                 f"q.y = (unsigned)_pd_f32_to_bf16(v.z{plus[2]}) | ((unsigned)_pd_f32_to_bf16(v.w{plus[3]}) << 16); "
-                 "*(uint2 *)cell = q; }")
+        cells = ["v.x", "v.y", "v.z", "v.w"] + (["w.x", "w.y", "w.z", "w.w"] if staged_width(g) == 8 else [])
+        words = ("x", "y", "z", "w")[:len(cells) // 2]
+        vector = "uint4" if len(cells) == 8 else "uint2"
+        old = ""
+        if add:
+            old = f"const {vector} o = *(const {vector} *)cell; "
+            cells = [f"{c} + _pd_bf16_to_f32((uint16_t)(o.{words[i // 2]}{' >> 16' if i % 2 else ' & 0xffffu'}))"
+                     for i, c in enumerate(cells)]
+        packed = " ".join(f"q.{word} = (unsigned)_pd_f32_to_bf16({cells[2 * i]}) | "
+                          f"((unsigned)_pd_f32_to_bf16({cells[2 * i + 1]}) << 16);"
+                          for i, word in enumerate(words))
+        store = f"{{ {old}{vector} q; {packed} *({vector} *)cell = q; }}"
     elif add:
         store = ("{ float4 o = *(const float4 *)cell; o.x += v.x; o.y += v.y; o.z += v.z; o.w += v.w; "
                  "*(float4 *)cell = o; }")
@@ -389,18 +413,27 @@ def _tma_coordinates(view: TensorMap, n_offset: str) -> str:
 
 
 def _tma_setup(kernel: str, name: str, view: TensorMap | WindowMap, base: str, float32: bool) -> list[str]:
-    """Launcher lines encoding the tensor map `{kernel}_{name}` of the operand at `base`."""
+    """Launcher lines giving the tensor map `{kernel}_{name}` of the operand at `base`. The map
+    depends on nothing else, so each thread keeps the last one it encoded and encodes again only
+    for another address (encoding costs about as much host time as the launch)."""
     values = lambda xs: ", ".join(f"{x}u" for x in xs)  # noqa: E731
     return [
         f"CUtensorMap {kernel}_{name};",
         "{",
-        f"  const cuuint64_t extents[] = {{{values(view.extents)}}};",
-        f"  const cuuint64_t strides[] = {{{values(view.strides)}}};",
-        f"  const cuuint32_t box[] = {{{values(view.box)}}};",
-        f"  const cuuint32_t steps[] = {{{values(view.element_strides)}}};",
-        f"  status = pd_tensor_map(&{kernel}_{name}, {base}, {view.rank}, extents, strides, box, steps, "
+        "  static thread_local CUtensorMap encoded;",
+        "  static thread_local const void *encoded_base = 0;",
+        f"  const void *base = (const void *)({base});",
+        "  if (base != encoded_base) {",
+        f"    const cuuint64_t extents[] = {{{values(view.extents)}}};",
+        f"    const cuuint64_t strides[] = {{{values(view.strides)}}};",
+        f"    const cuuint32_t box[] = {{{values(view.box)}}};",
+        f"    const cuuint32_t steps[] = {{{values(view.element_strides)}}};",
+        f"    status = pd_tensor_map(&encoded, base, {view.rank}, extents, strides, box, steps, "
         f"CU_TENSOR_MAP_DATA_TYPE_{'FLOAT32' if float32 else 'BFLOAT16'});",
-        "  if (status != pdSuccess) return (int)status;",
+        "    if (status != pdSuccess) return (int)status;",
+        "    encoded_base = base;",
+        "  }",
+        f"  {kernel}_{name} = encoded;",
         "}",
     ]
 
@@ -528,7 +561,7 @@ def _gemm_kernel(
     pairs = t.kind in ("tma", "wgmma") and pair_stores(g)
     store_pair = _store_pair(g, kernel)[0] if pairs else ""
     staged = staged_stores(g)
-    stage_pair, store_quad = _staged_code(g, kernel) if staged else ("", "")
+    stage_pair, store_run = _staged_code(g, kernel) if staged else ("", "")
     values = dict(
         kernel=kernel,
         index_functions="\n".join(funcs),
@@ -538,7 +571,8 @@ def _gemm_kernel(
         a_name=g.a.array, b_name=g.b.array, c_name=g.c.array,
         base_a=g.base_a, base_b=g.base_b, base_c=g.base_c,
         a_mode=a_mode, b_mode=b_mode, c_type=c_type, ab_type=ab_type, store_c=store_c,
-        store_pair=store_pair, staged=staged, stage_pair=stage_pair, store_quad=store_quad,
+        store_pair=store_pair, staged=staged, stage_pair=stage_pair, store_run=store_run,
+        run=staged_width(g) if staged else 4,
         load_a=f"{convert}(a_base[a_row[i] + {kernel}_ak(kk)])",
         load_b=f"{convert}(b_base[b_col[i] + {kernel}_bk(kk)])",
         splits=t.splits,

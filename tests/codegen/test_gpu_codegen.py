@@ -88,8 +88,10 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
 def test_tma_kernel_is_persistent_and_warp_specialised() -> None:
     nest, params = builders.matmul(1000, 2048, 520)
     code = lower(_bf16(nest, {"A", "B"}), params, "cuda").code
-    # one tensor map per operand, encoded by the launcher through the driver's entry point
-    assert code.launcher.count("pd_tensor_map(&matmul_S0_") == 2
+    # one tensor map per operand, encoded by the launcher through the driver's entry point,
+    # again only when the operand's address changes
+    assert code.launcher.count("CUtensorMap matmul_S0_") == 2
+    assert code.launcher.count("if (base != encoded_base)") == 2
     assert "cudaGetDriverEntryPoint" in code.launcher and "-lcuda" not in " ".join(code.compile_flags)
     # as many blocks as multiprocessors (or tiles), a producer warpgroup giving up registers
     assert "pd_sms < 128 ? pd_sms : 128" in code.launcher  # 8 x 16 tiles of 128 x 128
@@ -128,6 +130,27 @@ def test_conv_operands_load_as_float4_along_whichever_index_runs_in_memory() -> 
     decode_m = next(line for line in source.splitlines() if "_am(long idx)" in line)
     assert "const int i = (int)idx;" in decode_k and "(i / 9)" in decode_k
     assert "(int)" not in decode_m
+
+
+def test_loops_that_continue_one_another_index_without_division() -> None:
+    # a bf16 NCHW 1 x 1 at 56 x 56: C's positions (p, q) are one run of 3136, stored as `n`;
+    # channels-last, the images and positions (n, p, q) are one run of rows, stored as `m * K`
+    def index_line(source: str, name: str) -> str:
+        return next(line for line in source.splitlines() if f"_{name}(long idx)" in line)
+
+    for layout, name, body in (("nchw", "cn", "idx * 1L"), ("nhwc", "cm", "idx * 256L")):
+        nest, params = builders.conv2d(N=4, C=64, K=256, H=56, W=56, R=1, S=1, dtype="bfloat16",
+                                       out_dtype="bfloat16", layout=layout, accumulate=False)
+        source = lower(nest, params, "cuda").code.source
+        line = index_line(source, name)
+        assert "/" not in line and "%" not in line and f"return {body};" in line
+        # the staged tile goes out 8 bf16 (16 bytes) a thread at a time
+        assert "uint4 q;" in source and "*(uint4 *)cell = q;" in source
+    # rows of 36 output channels are runs of 4, not of 8: 4 cells (8 bytes) a store
+    narrow, narrow_params = builders.conv2d(N=4, C=64, K=36, H=56, W=56, R=1, S=1, dtype="bfloat16",
+                                            out_dtype="bfloat16", layout="nhwc", accumulate=False)
+    source = lower(narrow, narrow_params, "cuda").code.source
+    assert "uint2 q;" in source and "uint4 q;" not in source
 
 
 def test_scratch_is_allocated_per_call_on_the_stream() -> None:
