@@ -25,6 +25,7 @@ from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.dtypes import DTYPES
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
+from polydl.names import spelling
 from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, _result, bind_host
 
 # DLPack device types (dlpack.h); the type codes are in the dtype table
@@ -217,6 +218,7 @@ class GpuKernel(CompiledKernel):
         self._ffi, self._lib = _load(library_path, code)
         self._nbytes = {a.name: int(np.prod(a.shape)) * DTYPES[a.dtype].bytes for a in code.arguments}
         self._entry = getattr(self._lib, code.function)
+        self._torch: _TorchCall | None = None
 
     @property
     def launcher(self) -> str:
@@ -232,6 +234,12 @@ class GpuKernel(CompiledKernel):
             raise PolyDLError(f"kernel {self.name}: {what} failed: {message} (error {status})")
 
     def __call__(self, *args: Any, **named: Any) -> Any:
+        if args and type(args[0]).__module__ == "torch":
+            if self._torch is None:
+                self._torch = _TorchCall(self)
+            done, result = self._torch(args, named)
+            if done:
+                return result
         given = self._gather(args, named)
         device = [n for n, v in given.items() if is_device_array(v)]
         if device and len(device) != len(given):
@@ -306,6 +314,70 @@ class GpuKernel(CompiledKernel):
     def synchronize(self) -> None:
         """Wait for the kernel's launches on the default stream."""
         self._check(self._fn("_synchronize")(self._ffi.NULL), "synchronize")
+
+
+class _TorchCall:
+    """The common call with PyTorch tensors, checked in one pass over them: inputs by
+    position, outputs by name or allocated. A host call costs about as much as the kernel
+    on small layers, so this path reads each tensor's facts once. Anything it does not
+    accept (another form of call, a check that fails) goes to the general path, which names
+    the problem."""
+
+    def __init__(self, kernel: GpuKernel) -> None:
+        import torch
+
+        self.torch = torch
+        self.tensor = torch.Tensor
+        self.entry = kernel._entry
+        self.status = kernel._check
+        arguments = kernel.arguments
+        dtypes = {"float32": (torch.float32,), "float64": (torch.float64,),
+                  "bfloat16": (torch.bfloat16, *((torch.uint16,) if hasattr(torch, "uint16") else ()))}
+        self.accepts = {a.name: (dtypes.get(a.dtype, ()), torch.Size(a.shape)) for a in arguments}
+        self.inputs = [a.name for a in kernel.inputs]
+        self.outputs = {spelling(a.name): a.name for a in kernel.outputs}
+        self.order = [a.name for a in arguments]
+        self.alignment = kernel.code.pointer_alignment
+        self.nbytes = kernel._nbytes
+        self.allocate = {a.name: (dtypes[a.dtype][0], a.shape) for a in kernel.outputs if a.dtype in dtypes}
+        self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+    def __call__(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[bool, Any]:
+        if len(args) != len(self.inputs) or self.raw_stream is None:
+            return False, None
+        values = dict(zip(self.inputs, args, strict=True))
+        for spelled, value in named.items():
+            name = self.outputs.get(spelled)
+            if name is None:
+                return False, None
+            values[name] = value
+        tensor = self.tensor
+        for name, value in values.items():
+            dtypes, shape = self.accepts[name]
+            if (type(value) is not tensor or value.dtype not in dtypes or value.shape != shape
+                    or not value.is_cuda or not value.is_contiguous()):
+                return False, None
+        device = args[0].get_device()
+        for name in self.outputs.values():
+            if name not in values:
+                if name not in self.allocate:
+                    return False, None
+                dtype, shape = self.allocate[name]
+                values[name] = self.torch.zeros(shape, dtype=dtype, device=args[0].device)
+        pointers = {name: value.data_ptr() for name, value in values.items()}
+        for name, value in values.items():
+            if pointers[name] % self.alignment or value.get_device() != device:
+                return False, None
+        for name in self.outputs.values():
+            lo, hi = pointers[name], pointers[name] + self.nbytes[name]
+            for other, start in pointers.items():
+                if other != name and lo < start + self.nbytes[other] and start < hi:
+                    return False, None
+        status = self.entry(*[pointers[name] for name in self.order], self.raw_stream(device))
+        if status != 0:
+            self.status(status, "launch")
+        results = [values[name] for name in self.outputs.values()]
+        return True, results[0] if len(results) == 1 else tuple(results)
 
 
 def _current_stream(given: dict[str, Any]) -> int:

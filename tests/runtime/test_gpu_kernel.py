@@ -177,6 +177,17 @@ def test_torch_tensors_are_used_without_copies() -> None:
         k(torch.randn(48, 96, device="cuda").t(), b)
     with pytest.raises(ShapeError, match="mixes host and device"):
         k(a, b.cpu().numpy())
+    # the checks of the short path for tensors: each refusal is the general path's error
+    with pytest.raises(ShapeError, match="'C'.*wrong dtype"):
+        k(a, b, C=torch.zeros(96, 80, device="cuda", dtype=torch.float64))
+    shared = torch.zeros(96 * 48 + 96 * 80, device="cuda")
+    with pytest.raises(ShapeError, match="'C'.*overlaps argument 'A'"):
+        k(shared[:96 * 48].view(96, 48), b, C=shared[96 * 48 - 16:-16].view(96, 80))
+    with pytest.raises(ShapeError, match="has no argument 'D'"):
+        k(a, b, D=c)
+    c.zero_()
+    assert k(a, B=b, C=c) is c  # an input by name: the general path
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
 @gpu
