@@ -356,7 +356,10 @@ def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
 def _store_four(g: GemmPlan, kernel: str, along: str) -> str:
     """The statement storing float accumulators `value0`..`value3` into the aligned run of 4
     float cells at `cell`, the fused epilogue applied to each: along "n", columns n..n+3 of row
-    m; along "m", rows `pd_m`..`pd_m` + 3 of column n (each value's epilogue at its own m)."""
+    m; along "m", rows `pd_m`..`pd_m` + 3 of column n (each value's epilogue at its own m).
+    K slices of one tile add their values into the run (one vector atomic on Hopper)."""
+    if g.tiling.splits > 1:  # no epilogue on a split GEMM (see gpu_epilogues)
+        return "PD_ATOMIC_ADD4(cell, value0, value1, value2, value3);"
     if g.epilogue is None or g.epilogue.initial is None:  # C's stored run is read once
         read = ["const float4 pd_old = *(const float4 *)cell;"]
         olds = ("pd_old.x", "pd_old.y", "pd_old.z", "pd_old.w")
@@ -606,14 +609,13 @@ def _gemm_kernel(
         vector_copies = 4 in (vec_a, vec_b)
         # 16-byte stores of C where its rows run in aligned fours (the operands' float4 loads
         # already ask for 16-byte aligned arrays): 0.88 -> 0.91 of cuBLAS at 4096^3
-        quads = (vector_copies and t.splits == 1 and g.dtype_c == "float32"
-                 and contiguous_runs(g, "c", "n", 4))
+        quads = vector_copies and g.dtype_c == "float32" and contiguous_runs(g, "c", "n", 4)
         warp_tiles = (t.thread_m, t.thread_n) == WARP_THREAD_TILE
         # C running along M (an NCHW output: its columns are channels P * Q apart): a warp's
         # lanes go along M, so each store instruction writes neighbouring cells, 16 bytes a
         # thread where the operands' float4s already ask for aligned arrays
         lanes_m = not warp_tiles and contiguous_runs(g, "c", "m", 4)
-        rows_four = lanes_m and vector_copies and t.splits == 1 and g.dtype_c == "float32"
+        rows_four = lanes_m and vector_copies and g.dtype_c == "float32"
         text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b, a_along=a_along, b_along=b_along,
                       thread_m=t.thread_m, thread_n=t.thread_n, warp_tiles=warp_tiles, lanes_m=lanes_m,
                       store_four=_store_four(g, kernel, "n") if quads else "",

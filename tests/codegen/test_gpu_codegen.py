@@ -153,6 +153,23 @@ def test_loops_that_continue_one_another_index_without_division() -> None:
     assert "uint2 q;" in source and "uint4 q;" not in source
 
 
+def test_k_is_split_only_where_the_grid_leaves_multiprocessors_idle() -> None:
+    # fp32 NCHW 1 x 1s: 32 images at 14 x 14 into 256 channels make 98 tiles of 128 x 128 on
+    # 132 multiprocessors: whole (split in two it ran 1.6x slower on an H100); two images make
+    # 8 tiles: K split, the slices adding 4 neighbouring cells at once (one Hopper atomic)
+    def gemm(n: int) -> str:
+        nest, params = builders.conv2d(N=n, C=1024, K=256, H=14, W=14, R=1, S=1, accumulate=False)
+        low = lower(nest, params, "cuda")
+        return low.schedule.describe(), low.code.source
+
+    whole, _ = gemm(32)
+    assert "K split" not in whole and "C starts at 0.0" in whole
+    split, source = gemm(2)
+    assert "K split 16 ways" in split
+    assert "PD_ATOMIC_ADD4(cell, value0, value1, value2, value3);" in source
+    assert "atomicAdd((float4 *)(cell)" in source  # the dialect's spelling on CUDA
+
+
 def test_scratch_is_allocated_per_call_on_the_stream() -> None:
     nest, params = builders.conv2d(2, 16, 32, 14, 14, 3, 3, 2, 1)
     launcher = lower(nest, params, "cuda").code.launcher
@@ -276,6 +293,8 @@ COMPILE_CASES = {
                                                      fuse=("bias", "relu"), accumulate=False),
     # NCHW bf16 1 x 1: the input copied along M, the weights along K, by 16-byte cp.async
     "conv_nchw_bf16_1x1": lambda: builders.conv2d(2, 64, 64, 16, 16, 1, 1, dtype="bfloat16"),
+    # fp32 1 x 1 on two images, K split over blocks: slices add 4 cells at a time into C
+    "conv_split": lambda: builders.conv2d(2, 1024, 256, 14, 14, 1, 1, accumulate=False),
 }
 
 
@@ -283,7 +302,7 @@ COMPILE_CASES = {
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "conv_1x1_float4", "matmul_bf16", "conv",
                                   "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window", "conv_nchw_bf16_staged",
-                                  "conv_nchw_bf16_1x1"])
+                                  "conv_nchw_bf16_1x1", "conv_split"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
@@ -319,7 +338,8 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
 
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc is not installed (apt-get install hipcc)")
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
-@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront"])
+@pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront",
+                                  "conv_split"])
 def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path) -> None:
     if not _hipcc_knows(arch, tmp_path):
         pytest.skip(f"this hipcc's clang does not know {arch} (Debian 12's clang 15 predates gfx942)")
