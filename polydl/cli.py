@@ -97,7 +97,7 @@ def _network_options(args: argparse.Namespace) -> dict[str, object]:
         raise PolyDLError("-p, -D, -I and --function apply to loop-nest specs, not to an ONNX "
                           "network (its shapes are in the model; --batch fixes a symbolic batch)")
     return {"machine": args.machine, "batch": args.batch, "name": args.name,
-            "winograd": not args.no_winograd}
+            "winograd": not args.no_winograd, "images_per_pass": args.images_per_pass}
 
 
 def cmd_compile_network(args: argparse.Namespace) -> int:
@@ -295,6 +295,9 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--batch", type=int, default=None, help="ONNX: fix a symbolic batch size")
         c.add_argument("--name", default=None,
                        help="ONNX: the C name of the network's function (default: the graph's)")
+        c.add_argument("--images-per-pass", type=int, default=None, metavar="N",
+                       help="ONNX: run every layer on N images, then on the next N (a divisor "
+                            "of the batch; default: chosen from the cache and the weights' size)")
         c.add_argument("--no-winograd", action="store_true",
                        help="ONNX: direct 3x3 convolutions only (Winograd's algorithm does 2.25-4x "
                             "fewer multiplications and rounds differently: errors near 1e-5 "

@@ -77,6 +77,9 @@ class NetworkPlan:
     outputs: list[str]
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # constant buffer -> data
     notes: list[str] = field(default_factory=list)  # what the graph optimisation did
+    # The steps are for one pass over batch / passes images; the network runs them `passes`
+    # times, the inputs' and outputs' pointers advanced by a pass's images each time.
+    passes: int = 1
     arena_bytes: int = 0
     weights_bytes: int = 0
 

@@ -72,10 +72,24 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
                           "source": _pointer(plan, step.source, False),
                           "destination": _pointer(plan, step.destination, True),
                           "nbytes": plan.buffers[step.destination].nbytes})
-    parameters = [f"const float *in{plan.buffers[n].index}" for n in plan.inputs]
-    parameters += [f"float *out{plan.buffers[n].index}" for n in plan.outputs]
-    doc = [f"in{plan.buffers[n].index}: float32{list(plan.buffers[n].shape)}" for n in plan.inputs]
-    doc += [f"out{plan.buffers[n].index}: float32{list(plan.buffers[n].shape)}" for n in plan.outputs]
+    # several passes: the steps read `in0`, `out0`, .. as one pass's part of the caller's arrays
+    suffix = "_all" if plan.passes > 1 else ""
+    parameters = [f"const float *in{plan.buffers[n].index}{suffix}" for n in plan.inputs]
+    parameters += [f"float *out{plan.buffers[n].index}{suffix}" for n in plan.outputs]
+    pass_pointers = []
+    if plan.passes > 1:
+        for prefix, names, const in (("in", plan.inputs, "const "), ("out", plan.outputs, "")):
+            for n in names:
+                index, count = plan.buffers[n].index, plan.buffers[n].nbytes // 4
+                pass_pointers.append(f"{const}float *{prefix}{index} = {prefix}{index}_all + "
+                                     f"pass * {count}L;")
+
+    def whole(n: str) -> list[int]:
+        shape = list(plan.buffers[n].shape)
+        return [shape[0] * plan.passes, *shape[1:]] if shape else shape
+
+    doc = [f"in{plan.buffers[n].index}: float32{whole(n)}" for n in plan.inputs]
+    doc += [f"out{plan.buffers[n].index}: float32{whole(n)}" for n in plan.outputs]
     used = sorted({s.function for s in plan.steps if isinstance(s, KernelStep)})
     values = {
         "name": plan.name, "version": __version__, "target": target, "steps": steps,
@@ -84,7 +98,8 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
         "weights_bytes": plan.weights_bytes,
         "weights_alloc": max(64, -(-plan.weights_bytes // 64) * 64),
         "embedded": bool(embedded_weights), "weights_file": embedded_weights,
-        "parameters": parameters, "signature_doc": doc,
+        "parameters": parameters, "signature_doc": doc, "passes": plan.passes,
+        "pass_pointers": pass_pointers,
     }
     return NetworkSource(plan.name, render("c/network.c.j2", **values),
                          render("c/network.h.j2", **values))

@@ -31,8 +31,9 @@ from polydl.driver.pipeline import generated_code
 from polydl.errors import ShapeError, TargetError, UnsupportedOperator
 from polydl.ir import LoopNest, fingerprint
 from polydl.network import KernelStep, NetworkPlan, assign_offsets, weights_blob
+from polydl.onnx import batching
 from polydl.onnx.constants import fold_constants
-from polydl.onnx.graph import load_model, read_graph
+from polydl.onnx.graph import Graph, load_model, read_graph
 from polydl.onnx.lowering import SUPPORTED, Lowering
 from polydl.runtime.cache import (
     compiler_revision,
@@ -138,6 +139,10 @@ class _Progress:
 def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
     lines = [f"network {plan.name}: {len(plan.steps)} steps, {len(codes)} distinct kernels, "
              f"arena {plan.arena_bytes / 2**20:.1f} MiB, weights {plan.weights_bytes / 2**20:.1f} MiB"]
+    if plan.passes > 1:
+        images = plan.buffers[plan.inputs[0]].shape[0]
+        lines.append(f"      every step in {plan.passes} passes of {images} images "
+                     "(each pass's activations stay in cache)")
     for index, step in enumerate(plan.steps):
         if isinstance(step, KernelStep):
             schedule = next((line.split("schedule:", 1)[1].strip()
@@ -149,16 +154,60 @@ def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
     return "\n".join(lines)
 
 
+def _images(graph: Graph, target: Target, asked: int | None) -> int:
+    """The images of one pass: `asked` (checked), or `batching.images_per_pass`."""
+    batch = graph.shapes[graph.inputs[0]][0] if graph.inputs and graph.shapes[graph.inputs[0]] else 1
+    if asked is None:
+        return batching.images_per_pass(graph, target)  # type: ignore[arg-type]
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1 or batch % asked:
+        raise ShapeError("images_per_pass", f"must divide the batch of {batch}",
+                         expected=f"a divisor of {batch}", given=asked)
+    if asked < batch and (reason := batching.images_apart(graph)) is not None:
+        raise ShapeError("images_per_pass", f"the network mixes its images: {reason}",
+                         expected=f"{batch} (the whole batch)", given=asked)
+    return asked
+
+
+def _part(model: Any, batch: int | None, images: int, graph: Graph, passes: int) -> Graph | None:
+    """The graph of one pass over `images` images, or None where its inputs' and outputs'
+    shapes are not the whole graph's with axis 0 divided by `passes`."""
+    try:
+        part = fold_constants(read_graph(model, batch, images=images))
+    except ShapeError:
+        return None
+    ends = [*graph.inputs, *graph.outputs]
+    if [part.shapes.get(n) for n in ends] != [(graph.shapes[n][0] // passes, *graph.shapes[n][1:])
+                                              if graph.shapes.get(n) else None for n in ends]:
+        return None
+    return part
+
+
 def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
              jobs: int, progress: bool | None = None, winograd: bool = True,
+             images_per_pass: int | None = None,
              ) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
                         list[tuple[str, tuple[int, ...]]]]:
     graph = fold_constants(read_graph(model, batch))
+    images = _images(graph, target, images_per_pass)
+    passes = graph.shapes[graph.inputs[0]][0] // images if graph.inputs else 1
+    if passes > 1:  # the same network over fewer images
+        part = _part(model, batch, images, graph, passes)
+        if part is None and images_per_pass is not None:
+            raise ShapeError("images_per_pass", "the network's shapes do not follow its batch "
+                             "(a Reshape to a fixed batch?)",
+                             expected=f"{graph.shapes[graph.inputs[0]][0]} (the whole batch)",
+                             given=images)
+        graph, passes = (part, passes) if part is not None else (graph, 1)
     plan = Lowering(graph, _c_name(name, graph.name), target, winograd).lower()  # type: ignore[arg-type]
+    plan.passes = passes
     codes = _kernels(plan, target, jobs, progress)
     assign_offsets(plan)
-    inputs = [(n, graph.shapes[n]) for n in graph.inputs]
-    outputs = [(n, plan.buffers[b].shape) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
+
+    def whole(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[0] * passes, *shape[1:]) if shape else shape
+
+    inputs = [(n, whole(graph.shapes[n])) for n in graph.inputs]
+    outputs = [(n, whole(plan.buffers[b].shape)) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
     return plan, codes, inputs, outputs
 
 
@@ -172,19 +221,23 @@ def _target(target: TargetArg, machine: MachineArg) -> Target:
 def compile(  # noqa: A001 - the public name the contract gives
     model: Any, *, target: TargetArg = "c", machine: MachineArg = None, batch: int | None = None,
     name: str | None = None, jobs: int | None = None, progress: bool | None = None,
-    winograd: bool = True,
+    winograd: bool = True, images_per_pass: int | None = None,
 ) -> Network:
     """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
     `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
     `jobs` processes lower the layers' kernels (default: the CPU count); `progress` shows a
     progress bar (default: when stderr is a terminal); `winograd=False` keeps every 3 x 3
-    convolution direct (Winograd's F(m x m, 3 x 3) rounds differently: ~1e-5 relative)."""
+    convolution direct (Winograd's F(m x m, 3 x 3) rounds differently: ~1e-5 relative);
+    `images_per_pass` runs every layer on that many images, then on the next ones (a divisor
+    of the batch, for a network that keeps its images apart; default: chosen from the cache
+    sizes and the weights' size, `onnx.batching`)."""
     resolved = _target(target, machine)
     proto = load_model(model)
     data = proto.SerializeToString()
     toolchain = current_toolchain()  # the entry points at a library that compiler built
     key = content_key([__version__, compiler_revision(), hashlib.sha256(data).hexdigest(),
-                       repr(batch), repr(name), repr(winograd), resolved.key(), toolchain.identity,
+                       repr(batch), repr(name), repr(winograd), repr(images_per_pass), resolved.key(),
+                       toolchain.identity,
                        " ".join(toolchain.flags), "network"])
     entry = entry_dir(key)
     meta_path, weights_path = entry / "network.json", entry / "network.weights"
@@ -194,7 +247,7 @@ def compile(  # noqa: A001 - the public name the contract gives
             if not entry_is_complete(entry, files):
                 plan, codes, inputs, outputs = _lowered(proto, batch, name, resolved,
                                                         jobs or os.cpu_count() or 1, progress,
-                                                        winograd)
+                                                        winograd, images_per_pass)
                 source = network_source(plan, codes, resolved.describe())
                 library = cached_network_library(
                     source, [codes[f] for f in sorted(codes)])
@@ -210,7 +263,7 @@ def compile(  # noqa: A001 - the public name the contract gives
         for path in files:
             path.unlink(missing_ok=True)
         return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs,
-                       progress=progress, winograd=winograd)
+                       progress=progress, winograd=winograd, images_per_pass=images_per_pass)
     return Network(library, meta["function"], [(n, tuple(s)) for n, s in meta["inputs"]],
                    [(n, tuple(s)) for n, s in meta["outputs"]], weights_path.read_bytes(),
                    meta["explain"])
@@ -219,14 +272,14 @@ def compile(  # noqa: A001 - the public name the contract gives
 def write_library(model: Any, directory: str | os.PathLike[str], *, target: TargetArg = "c",
                   machine: MachineArg = None, batch: int | None = None, name: str | None = None,
                   embed_weights: bool = False, jobs: int | None = None,
-                  winograd: bool = True) -> dict[str, Path]:
+                  winograd: bool = True, images_per_pass: int | None = None) -> dict[str, Path]:
     """Write the network as an ahead-of-time library into `directory`: NAME.c (and one source
     per kernel), NAME.h, libNAME.so exporting `int NAME(const float *in0, ..., float *out0,
     ...)`, and NAME.weights beside it unless `embed_weights`."""
     resolved = _target(target, machine)
     folder = Path(directory)
     plan, codes, _, _ = _lowered(load_model(model), batch, name, resolved, jobs or os.cpu_count() or 1,
-                                 winograd=winograd)
+                                 winograd=winograd, images_per_pass=images_per_pass)
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / f"{plan.name}.weights"
     write_atomic(weights, weights_blob(plan))

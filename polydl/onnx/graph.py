@@ -133,8 +133,23 @@ def _fix_batch(onnx: Any, model: Any, batch: int | None, constants: set[str]) ->
     return model
 
 
-def read_graph(model: Any, batch: int | None = None) -> Graph:
-    """The static-shaped graph of `model` (path, bytes or ModelProto)."""
+def _images(model: Any, images: int, constants: set[str]) -> Any:
+    """`model` (its inputs static) with `images` at axis 0 of every input: one pass over part
+    of the batch, for a graph that keeps its images apart (`batching.images_apart`)."""
+    for value in model.graph.input:
+        if value.name not in constants:
+            value.type.tensor_type.shape.dim[0].dim_value = images
+    for value in model.graph.output:  # every output holds the images: inferred anew
+        dims = value.type.tensor_type.shape.dim
+        if dims:
+            dims[0].Clear()
+    del model.graph.value_info[:]  # the exporter's shapes are the whole batch's
+    return model
+
+
+def read_graph(model: Any, batch: int | None = None, images: int | None = None) -> Graph:
+    """The static-shaped graph of `model` (path, bytes or ModelProto); `images` (a divisor
+    of the batch) gives the graph of one pass over that many images."""
     onnx = _onnx()
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ShapeError("batch", "must be a positive integer", expected="int >= 1", given=batch)
@@ -142,6 +157,8 @@ def read_graph(model: Any, batch: int | None = None) -> Graph:
     graph = proto.graph
     constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     proto = _fix_batch(onnx, proto, batch, set(constants))
+    if images is not None:
+        proto = _images(proto, images, set(constants))
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception as exc:  # onnx's InferenceError and checker errors
