@@ -76,6 +76,8 @@ def _mixing(node: Node, graph: Graph, batched: set[str]) -> str | None:
         if before[:1] == after[:1] and math.prod(before[1:]) == math.prod(after[1:]):
             return None
         return "reshapes across images"
+    if node.op in ("Squeeze", "Unsqueeze"):  # axis 0 kept: the output check below sees to it
+        return None
     if node.op == "Transpose":
         perm = node.attr("perm")
         return None if perm is not None and int(perm[0]) == 0 else "moves the batch axis"

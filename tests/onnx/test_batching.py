@@ -91,8 +91,10 @@ def test_a_graph_that_mixes_its_images_runs_whole(tail: list, inits: dict, culpr
 
 def test_per_image_tails_keep_the_images_apart() -> None:
     tail = [helper.make_node("Softmax", ["logits"], ["sm"], name="/softmax", axis=1),
-            helper.make_node("ReduceMean", ["sm"], ["y"], name="/mean", axes=[1], keepdims=1)]
-    model, x = _net(tail)
+            helper.make_node("Unsqueeze", ["sm", "two"], ["u"], name="/unsqueeze"),
+            helper.make_node("ReduceMean", ["u"], ["m"], name="/mean", axes=[1], keepdims=1),
+            helper.make_node("Squeeze", ["m", "two"], ["y"], name="/squeeze")]
+    model, x = _net(tail, {"two": np.array([2], np.int64)})
     assert batching.images_apart(_graph(model)) is None
     check(model, {"x": x}, images_per_pass=4)
 
