@@ -37,6 +37,8 @@ def _mixing(node: Node, graph: Graph, batched: set[str]) -> str | None:
     image i of its batched inputs only."""
     shapes = graph.shapes
     ins = [i for i in node.inputs if i]
+    if any(v not in shapes for v in (*ins, *node.outputs) if v):
+        return "has a value without a static shape"  # (the lowering names what it cannot do)
     rank = len(shapes[node.outputs[0]])
     if node.op in _PER_IMAGE:
         if any(i in batched for i in ins[1:]):

@@ -89,6 +89,13 @@ def test_a_graph_that_mixes_its_images_runs_whole(tail: list, inits: dict, culpr
     assert "passes" not in net.explain()
 
 
+def test_a_value_without_a_static_shape_keeps_the_batch_whole() -> None:
+    model, _ = _net()
+    graph = _graph(model)
+    del graph.shapes["y"]  # as an older ONNX infers no shape for an operator it does not know
+    assert batching.images_apart(graph) == "Gemm '/fc' has a value without a static shape"
+
+
 def test_per_image_tails_keep_the_images_apart() -> None:
     tail = [helper.make_node("Softmax", ["logits"], ["sm"], name="/softmax", axis=1),
             helper.make_node("Unsqueeze", ["sm", "two"], ["u"], name="/unsqueeze"),
