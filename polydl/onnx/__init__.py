@@ -156,7 +156,7 @@ def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
 
 def _images(graph: Graph, target: Target, asked: int | None) -> int:
     """The images of one pass: `asked` (checked), or `batching.images_per_pass`."""
-    batch = graph.shapes[graph.inputs[0]][0] if graph.inputs and graph.shapes[graph.inputs[0]] else 1
+    batch = batching.batch_of(graph)
     if asked is None:
         return batching.images_per_pass(graph, target)  # type: ignore[arg-type]
     if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1 or batch % asked:
@@ -189,13 +189,13 @@ def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
                         list[tuple[str, tuple[int, ...]]]]:
     graph = fold_constants(read_graph(model, batch))
     images = _images(graph, target, images_per_pass)
-    passes = graph.shapes[graph.inputs[0]][0] // images if graph.inputs else 1
+    passes = batching.batch_of(graph) // images
     if passes > 1:  # the same network over fewer images
         part = _part(model, batch, images, graph, passes)
         if part is None and images_per_pass is not None:
             raise ShapeError("images_per_pass", "the network's shapes do not follow its batch "
                              "(a Reshape to a fixed batch?)",
-                             expected=f"{graph.shapes[graph.inputs[0]][0]} (the whole batch)",
+                             expected=f"{batching.batch_of(graph)} (the whole batch)",
                              given=images)
         graph, passes = (part, passes) if part is not None else (graph, 1)
     plan = Lowering(graph, _c_name(name, graph.name), target, winograd).lower()  # type: ignore[arg-type]

@@ -28,6 +28,12 @@ _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Sum"})
 _LAYERS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm", "MatMul", "Concat"})
 
 
+def batch_of(graph: Graph) -> int:
+    """The batch: axis 0 of the graph's first input (1 for a graph without one)."""
+    shape = graph.shapes.get(graph.inputs[0], ()) if graph.inputs else ()
+    return shape[0] if shape else 1
+
+
 def _axis(value: int, rank: int) -> int:
     return value + rank if value < 0 else value
 
@@ -105,8 +111,8 @@ def images_apart(graph: Graph) -> str | None:
     """None where every node of `graph` maps image i (axis 0 of the graph's inputs) to image i
     of its outputs and every output holds all the images; else the first node that does not,
     and why."""
-    batch = graph.shapes[graph.inputs[0]][0] if graph.inputs and graph.shapes[graph.inputs[0]] else 0
-    if batch < 1 or any(graph.shapes[i][:1] != (batch,) for i in graph.inputs):
+    batch = batch_of(graph)
+    if not graph.inputs or any(graph.shapes.get(i, ())[:1] != (batch,) for i in graph.inputs):
         return "the inputs do not share a batch axis"
     batched = set(graph.inputs)
     for node in graph.nodes:
@@ -130,7 +136,7 @@ def _weight_bytes(graph: Graph) -> int:
 def _image_bytes(graph: Graph) -> int:
     """The most bytes of activations one layer (a convolution, pooling, product or join: the
     activations and elementwise nodes after it run in place, fused) reads and writes, per image."""
-    batch = graph.shapes[graph.inputs[0]][0]
+    batch = batch_of(graph)
     layers = [n for n in graph.nodes if n.op in _LAYERS] or graph.nodes
     most = 0
     for node in layers:
@@ -147,7 +153,7 @@ def images_per_pass(graph: Graph, target: CpuTarget) -> int:
     dividing the batch whose activations at the widest layer fit the other half. mobilenet_v2 at
     batch 32 on two Zen 4 cores (32 MiB of L3; 13 MiB of weights, 5.7 MiB an image at its
     widest layer): passes of 2 images 1.17x one pass, of 4 1.12x, of 8 1.05x."""
-    batch = graph.shapes[graph.inputs[0]][0] if graph.inputs else 1
+    batch = batch_of(graph)
     half = target.l3_bytes // 2
     if batch < 2 or _weight_bytes(graph) > half or images_apart(graph) is not None:
         return batch
