@@ -49,6 +49,8 @@ def _mixing(node: Node, graph: Graph, batched: set[str]) -> str | None:
     if node.op in _PER_IMAGE:
         if any(i in batched for i in ins[1:]):
             return "takes a batched tensor as weights"
+        if node.op == "MaxPool" and len([o for o in node.outputs if o]) > 1:
+            return "gives indices counted over the whole batch"
         return None
     if node.op in _ELEMENTWISE:
         for i in ins:
@@ -59,6 +61,8 @@ def _mixing(node: Node, graph: Graph, batched: set[str]) -> str | None:
                 return "combines the images with a tensor of the batch's size"
         return None
     if node.op == "Pad":
+        if len(ins) > 3:
+            return "pads the axes an input names"
         pads = node.attr("pads")
         if pads is None and len(ins) > 1:
             pads = graph.constants.get(ins[1])

@@ -89,6 +89,16 @@ def test_a_graph_that_mixes_its_images_runs_whole(tail: list, inits: dict, culpr
     assert "passes" not in net.explain()
 
 
+def test_max_pool_indices_and_pads_of_the_batch_axis_mix_images() -> None:
+    x = random((BATCH, 4, 6, 6))
+    pool = make_model([helper.make_node("MaxPool", ["x"], ["y", "where"], name="/pool", kernel_shape=[2, 2])],
+                      {"x": x}, ["y"])
+    assert batching.images_apart(_graph(pool)) == "MaxPool '/pool' gives indices counted over the whole batch"
+    pad = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="/pad")], {"x": x}, ["y"],
+                     {"pads": np.array([1, 0, 0, 0, 0, 0, 0, 0], np.int64)})
+    assert batching.images_apart(_graph(pad)) == "Pad '/pad' pads the batch axis"
+
+
 def test_a_value_without_a_static_shape_keeps_the_batch_whole() -> None:
     model, _ = _net()
     graph = _graph(model)
