@@ -157,10 +157,15 @@ def device_view(value: Any) -> DeviceArray:
     return _from_dlpack(value)
 
 
+def _dtype_ok(expected: str, given: str | None) -> bool:
+    """Whether an array of polydl dtype `given` serves an argument of `expected` (16-bit
+    integers stand for bfloat16 bits)."""
+    return given == expected or (expected == "bfloat16" and given == "uint16")
+
+
 def _check_device(arg: KernelArgument, view: DeviceArray, alignment: int = 1) -> None:
     role = "input" if arg.is_input else "output"
-    dtype_ok = view.dtype == arg.dtype or (arg.dtype == "bfloat16" and view.dtype == "uint16")
-    if not dtype_ok:
+    if not _dtype_ok(arg.dtype, view.dtype):
         raise ShapeError(arg.name, f"{role} has the wrong dtype", expected=arg.dtype, given=view.given_dtype)
     if view.shape != arg.shape:
         raise ShapeError(arg.name, f"{role} has the wrong shape", expected=arg.shape, given=view.shape)
@@ -302,18 +307,27 @@ class GpuKernel(CompiledKernel):
         return _result(outputs)
 
     def _check_overlap(self, views: dict[str, DeviceArray]) -> None:
-        spans = {a.name: (views[a.name].pointer, views[a.name].pointer + self._nbytes[a.name])
-                 for a in self.arguments}
-        for out in self.outputs:
-            lo, hi = spans[out.name]
-            for other, (olo, ohi) in spans.items():
-                if other != out.name and lo < ohi and olo < hi:
-                    raise ShapeError(out.name, f"output overlaps argument '{other}'",
-                                     expected="separate memory", given=f"shares memory with '{other}'")
+        shared = _overlap({a.name: views[a.name].pointer for a in self.arguments}, self._nbytes,
+                          [a.name for a in self.outputs])
+        if shared is not None:
+            out, other = shared
+            raise ShapeError(out, f"output overlaps argument '{other}'",
+                             expected="separate memory", given=f"shares memory with '{other}'")
 
     def synchronize(self) -> None:
         """Wait for the kernel's launches on the default stream."""
         self._check(self._fn("_synchronize")(self._ffi.NULL), "synchronize")
+
+
+def _overlap(pointers: Mapping[str, int], nbytes: Mapping[str, int],
+             outputs: list[str]) -> tuple[str, str] | None:
+    """(an output, an argument whose memory it shares), or None."""
+    for out in outputs:
+        lo, hi = pointers[out], pointers[out] + nbytes[out]
+        for other, start in pointers.items():
+            if other != out and lo < start + nbytes[other] and start < hi:
+                return out, other
+    return None
 
 
 class _TorchCall:
@@ -326,20 +340,19 @@ class _TorchCall:
     def __init__(self, kernel: GpuKernel) -> None:
         import torch
 
-        self.torch = torch
         self.tensor = torch.Tensor
         self.entry = kernel._entry
         self.status = kernel._check
         arguments = kernel.arguments
-        dtypes = {"float32": (torch.float32,), "float64": (torch.float64,),
-                  "bfloat16": (torch.bfloat16, *((torch.uint16,) if hasattr(torch, "uint16") else ()))}
-        self.accepts = {a.name: (dtypes.get(a.dtype, ()), torch.Size(a.shape)) for a in arguments}
+        known = {getattr(torch, name.split(".")[1]): dtype for name, dtype in _TORCH_DTYPES.items()
+                 if hasattr(torch, name.split(".")[1])}
+        self.accepts = {a.name: (tuple(t for t, d in known.items() if _dtype_ok(a.dtype, d)),
+                                 torch.Size(a.shape)) for a in arguments}
         self.inputs = [a.name for a in kernel.inputs]
-        self.outputs = {spelling(a.name): a.name for a in kernel.outputs}
+        self.outputs = {spelling(a.name): a for a in kernel.outputs}
         self.order = [a.name for a in arguments]
         self.alignment = kernel.code.pointer_alignment
         self.nbytes = kernel._nbytes
-        self.allocate = {a.name: (dtypes[a.dtype][0], a.shape) for a in kernel.outputs if a.dtype in dtypes}
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def __call__(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[bool, Any]:
@@ -347,10 +360,10 @@ class _TorchCall:
             return False, None
         values = dict(zip(self.inputs, args, strict=True))
         for spelled, value in named.items():
-            name = self.outputs.get(spelled)
-            if name is None:
+            output = self.outputs.get(spelled)
+            if output is None:
                 return False, None
-            values[name] = value
+            values[output.name] = value
         tensor = self.tensor
         for name, value in values.items():
             dtypes, shape = self.accepts[name]
@@ -358,26 +371,20 @@ class _TorchCall:
                     or not value.is_cuda or not value.is_contiguous()):
                 return False, None
         device = args[0].get_device()
-        for name in self.outputs.values():
-            if name not in values:
-                if name not in self.allocate:
-                    return False, None
-                dtype, shape = self.allocate[name]
-                values[name] = self.torch.zeros(shape, dtype=dtype, device=args[0].device)
+        outputs = [a.name for a in self.outputs.values()]
+        for output in self.outputs.values():
+            if output.name not in values:
+                values[output.name] = _zeros_like_library(args[0], output)
         pointers = {name: value.data_ptr() for name, value in values.items()}
         for name, value in values.items():
             if pointers[name] % self.alignment or value.get_device() != device:
                 return False, None
-        for name in self.outputs.values():
-            lo, hi = pointers[name], pointers[name] + self.nbytes[name]
-            for other, start in pointers.items():
-                if other != name and lo < start + self.nbytes[other] and start < hi:
-                    return False, None
+        if _overlap(pointers, self.nbytes, outputs) is not None:
+            return False, None
         status = self.entry(*[pointers[name] for name in self.order], self.raw_stream(device))
         if status != 0:
             self.status(status, "launch")
-        results = [values[name] for name in self.outputs.values()]
-        return True, results[0] if len(results) == 1 else tuple(results)
+        return True, _result([values[name] for name in outputs])
 
 
 def _current_stream(given: dict[str, Any]) -> int:
