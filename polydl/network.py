@@ -83,6 +83,12 @@ class NetworkPlan:
     arena_bytes: int = 0
     weights_bytes: int = 0
 
+    def whole_shape(self, name: str) -> tuple[int, ...]:
+        """The shape of a graph input's or output's buffer as the caller passes it: all the
+        passes' images (`passes`) at axis 0."""
+        shape = self.buffers[name].shape
+        return (shape[0] * self.passes, *shape[1:]) if shape else shape
+
     def root(self, name: str) -> Buffer:
         buffer = self.buffers[name]
         while buffer.alias:

@@ -83,13 +83,8 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
                 index, count = plan.buffers[n].index, plan.buffers[n].nbytes // 4
                 pass_pointers.append(f"{const}float *{prefix}{index} = {prefix}{index}_all + "
                                      f"pass * {count}L;")
-
-    def whole(n: str) -> list[int]:
-        shape = list(plan.buffers[n].shape)
-        return [shape[0] * plan.passes, *shape[1:]] if shape else shape
-
-    doc = [f"in{plan.buffers[n].index}: float32{whole(n)}" for n in plan.inputs]
-    doc += [f"out{plan.buffers[n].index}: float32{whole(n)}" for n in plan.outputs]
+    doc = [f"in{plan.buffers[n].index}: float32{list(plan.whole_shape(n))}" for n in plan.inputs]
+    doc += [f"out{plan.buffers[n].index}: float32{list(plan.whole_shape(n))}" for n in plan.outputs]
     used = sorted({s.function for s in plan.steps if isinstance(s, KernelStep)})
     values = {
         "name": plan.name, "version": __version__, "target": target, "steps": steps,

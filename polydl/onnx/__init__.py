@@ -202,12 +202,8 @@ def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
     plan.passes = passes
     codes = _kernels(plan, target, jobs, progress)
     assign_offsets(plan)
-
-    def whole(shape: tuple[int, ...]) -> tuple[int, ...]:
-        return (shape[0] * passes, *shape[1:]) if shape else shape
-
-    inputs = [(n, whole(graph.shapes[n])) for n in graph.inputs]
-    outputs = [(n, whole(plan.buffers[b].shape)) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
+    inputs = [(n, plan.whole_shape(b)) for n, b in zip(graph.inputs, plan.inputs, strict=True)]
+    outputs = [(n, plan.whole_shape(b)) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
     return plan, codes, inputs, outputs
 
 
