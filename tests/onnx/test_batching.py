@@ -16,7 +16,7 @@ from onnx import helper  # noqa: E402
 import polydl.onnx  # noqa: E402
 from polydl.cli import main  # noqa: E402
 from polydl.errors import ShapeError  # noqa: E402
-from polydl.onnx import batching  # noqa: E402
+from polydl.onnx import _lowered, batching  # noqa: E402
 from polydl.onnx.constants import fold_constants  # noqa: E402
 from polydl.onnx.graph import read_graph  # noqa: E402
 from polydl.target.cpu import CpuTarget  # noqa: E402
@@ -122,6 +122,22 @@ def test_the_command_line_asks_for_passes(tmp_path, capsys) -> None:  # type: ig
     path.write_bytes(model.SerializeToString())
     assert main(["compile", str(path), "--images-per-pass", "2"]) == 0
     assert "every step in 4 passes of 2 images" in capsys.readouterr().out
+
+
+def test_a_reshape_to_the_fixed_batch_keeps_the_batch_whole() -> None:
+    # per image on the whole batch, but its shape constant names the batch: a pass of 2
+    # images cannot take it
+    tail = [helper.make_node("Reshape", ["logits", "shape"], ["y"], name="/same")]
+    model, x = _net(tail, {"shape": np.array([BATCH, 10], np.int64)})
+    assert batching.images_apart(_graph(model)) is None
+    with pytest.raises(ShapeError, match="shapes do not follow its batch"):
+        polydl.onnx.compile(model, images_per_pass=2)
+    # where the rule would take passes of 2, the network is lowered whole instead
+    small = _cpu(80000)
+    assert batching.images_per_pass(_graph(model), small) == 2
+    plan, _, inputs, outputs = _lowered(model, None, None, small, 1)
+    assert plan.passes == 1 and inputs == [("x", (BATCH, 8, 12, 12))] and outputs == [("y", (BATCH, 10))]
+    check(model, {"x": x})
 
 
 def test_images_per_pass_must_divide_the_batch() -> None:
