@@ -39,6 +39,7 @@ from polydl.schedules.gpu import (
     contiguous_runs,
     mma_vectors,
     operand_modes,
+    tma_registers,
     wgmma_b_major,
 )
 from polydl.target.gpu import GpuTarget
@@ -407,6 +408,8 @@ class KernelLaunch:
     setup: tuple[str, ...] = ()  # launcher lines before the launch
     extra_args: tuple[str, ...] = ()  # arguments after the arrays
     alignment: int = 1  # bytes the operands' device addresses must be a multiple of
+    # the whole L1 as shared memory, for several blocks' worth of it on a multiprocessor
+    shared_carveout: bool = False
 
 
 def _tma_coordinates(view: TensorMap, n_offset: str) -> str:
@@ -506,6 +509,7 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
         tiles_m, a_step_lines, coords_a, row_to_m = _window_code(g, window, lines)
     (lbo_a, sbo_a) = WGMMA_STRIDES["a"]
     lbo_b, sbo_b = (t.block_k * 128, 1024) if transposed else WGMMA_STRIDES["a"]
+    producer, consumer = tma_registers(t)
     text = render(
         "gpu/gemm_tma.j2",
         **{**values, "index_functions": f"{values['index_functions']}\n"
@@ -519,6 +523,7 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
         rank_a=tma.a.rank, rank_b=tma.b.rank,
         b_step="kk * 64" if transposed else "kk",
         lbo_a=lbo_a, sbo_a=sbo_a, lbo_b=lbo_b, sbo_b=sbo_b,
+        blocks_per_sm=t.blocks_per_sm, producer_registers=producer, consumer_registers=consumer,
     )
     source = g.copy_source.source if g.copy_source is not None else None
     m_tiles = (math.prod(window.tile_counts(g).values()) if window is not None
@@ -531,8 +536,10 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
         "status = pd_multiprocessors(&pd_sms);",
         "if (status != pdSuccess) return (int)status;",
     ]
-    return KernelLaunch(text, (f"pd_sms < {tiles} ? pd_sms : {tiles}",), t.threads, t.shared_bytes,
-                      tuple(setup), (f"{kernel}_a", f"{kernel}_b"), alignment=16)
+    slots = f"pd_sms * {t.blocks_per_sm}" if t.blocks_per_sm > 1 else "pd_sms"
+    return KernelLaunch(text, (f"{slots} < {tiles} ? {slots} : {tiles}",), t.threads, t.shared_bytes,
+                        tuple(setup), (f"{kernel}_a", f"{kernel}_b"), alignment=16,
+                        shared_carveout=t.blocks_per_sm > 1)
 
 
 def _gemm_kernel(
@@ -674,7 +681,7 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         alignment = max(alignment, launch.alignment)
         launches.append({"kernel": kernel, "grid": list(launch.grid), "block": launch.block,
                          "args": all_arrays + list(launch.extra_args), "smem": launch.shared_bytes,
-                         "setup": list(launch.setup)})
+                         "setup": list(launch.setup), "carveout": launch.shared_carveout})
     suffix = SOURCE_SUFFIX[target]
     parameters = device_parameters(arguments)
     values = dict(

@@ -81,6 +81,11 @@ WGMMA_STRIDES = {"a": (16, 1024), "b": (8192, 1024)}
 # moves operand tiles with the tensor-memory accelerator, BM / 64 consumer warpgroups issue
 # wgmma on them; 4 stages of 128x256 fill 192 KiB of shared memory.
 TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (64, 256, 64, 6), (64, 128, 64, 8), (128, 64, 64, 8))
+# TMA tiles of one consumer warpgroup run two blocks a multiprocessor (half the registers and
+# under half the shared memory each): while one block's consumers store a tile, the other's
+# issue products. Where K is a few steps (a 1 x 1 layer of 64-256 channels) the store is as
+# long as the products, and one block a multiprocessor leaves the tensor cores idle during it.
+TMA_PAIRED_TILES = ((64, 128, 64, 4), (64, 64, 64, 6))
 TMA_MAX_RANK = 5
 TF32_BLOCK_K = 32  # float32 operands: a 128-byte swizzled row is 32 elements
 MMA_TILES = (
@@ -104,6 +109,9 @@ WARPS_PER_SM = 8
 # splitting to 4, up to 1.6x where a 98-tile grid was split in two.
 SPLIT_WARPS_PER_SM = 4
 MIN_K_TILES_PER_SPLIT = 8
+# The TMA kernel's store of a tile (through shared memory, or pairs from registers) costs
+# about this many K steps of products, which one block a multiprocessor waits for.
+TMA_STORE_STEPS = 1.0
 MAX_GRID_Z = 65535
 
 
@@ -148,6 +156,7 @@ class GemmTiling:
     splits: int = 1  # blocks sharing one output tile, each over a slice of K
     stages: int = 2  # shared-memory buffers in flight
     operand_bytes: int = 2  # tma: 2 (bf16) or 4 (float32 read as TF32)
+    blocks_per_sm: int = 1  # tma: blocks resident on a multiprocessor at once (1 or 2)
 
     @property
     def shared_bytes(self) -> int:
@@ -261,6 +270,7 @@ class GpuKernelPlan:
             return (
                 f"{self.name}: gemm[{t.kind}] {dims}; block tile {t.block_m}x{t.block_n}x{t.block_k}, "
                 f"{t.threads} threads" + (f", K split {t.splits} ways" if t.splits > 1 else "")
+                + (f", {t.blocks_per_sm} blocks a multiprocessor" if t.blocks_per_sm > 1 else "")
                 + (", float32 operands as TF32" if t.operand_bytes == 4 else "")
                 + (f"; {g.epilogue.describe()}" if g.epilogue is not None else "")
                 + (f"; reads {w.source} through TMA boxes zero-filled at its edges "
@@ -659,12 +669,14 @@ def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: 
 
 
 def _candidates(plan: GemmPlan, device: GpuTarget, shape_a: tuple[int, ...]) -> list[GemmTiling]:
+    tma_tiles = [(*tile, 1) for tile in TMA_TILES] + [(*tile, 2) for tile in TMA_PAIRED_TILES]
     if device.tensor_memory_accelerator and plan.dtype_ab == "bfloat16" and tma_operands(plan, shape_a=shape_a):
-        return [GemmTiling("tma", bm, bn, bk, stages=st) for bm, bn, bk, st in TMA_TILES]
+        return [GemmTiling("tma", bm, bn, bk, stages=st, blocks_per_sm=pair) for bm, bn, bk, st, pair in tma_tiles]
     if (device.tensor_memory_accelerator and device.allow_tf32 and plan.dtype_ab == "float32"
             and tma_operands(plan, block_k=TF32_BLOCK_K, shape_a=shape_a)):
         # the same tiles with 128-byte rows of 32 floats: K steps of 32
-        return [GemmTiling("tma", bm, bn, TF32_BLOCK_K, stages=st, operand_bytes=4) for bm, bn, _, st in TMA_TILES]
+        return [GemmTiling("tma", bm, bn, TF32_BLOCK_K, stages=st, operand_bytes=4, blocks_per_sm=pair)
+                for bm, bn, _, st, pair in tma_tiles]
     if device.warpgroup_mma and plan.dtype_ab == "bfloat16" and wgmma_b_major(plan):
         return [GemmTiling("wgmma", bm, bn, bk, stages=st) for bm, bn, bk, st in WGMMA_TILES]
     if device.tensor_cores and plan.dtype_ab == "bfloat16":
@@ -703,6 +715,28 @@ def _registers(t: GemmTiling) -> int:
     return t.thread_m * t.thread_n + t.thread_m + t.thread_n
 
 
+def blocks_fit(t: GemmTiling, device: GpuTarget) -> bool:
+    """Whether `blocks_per_sm` blocks of `t` fit a multiprocessor's shared memory (each block
+    also holds 1 KiB the hardware reserves) and register file: ptxas compiles every thread,
+    consumers too, within the launch bound's share of it (64 Ki / threads / blocks), whatever
+    `setmaxnreg` moves later (a 64 x 256 tile's consumer needs 154 of the 128 two blocks leave)."""
+    if t.blocks_per_sm == 1:
+        return True
+    return (t.kind == "tma" and t.block_m == 64
+            and t.blocks_per_sm * (t.shared_bytes + 1024) <= device.shared_memory_optin_bytes + 1024
+            and _registers(t) <= 65536 // (t.blocks_per_sm * t.threads))
+
+
+def tma_registers(t: GemmTiling) -> tuple[int, int]:
+    """(producer, consumer) registers a thread of the TMA kernel keeps after `setmaxnreg`:
+    the register file (64 Ki) shared by the blocks of a multiprocessor, the producer warpgroup
+    down to 40, the consumers up to what is left, in steps of 8 (at most 232 with one block)."""
+    producer = 40
+    per_block = 65536 // t.blocks_per_sm
+    consumers = t.threads - 128
+    return producer, min(232, (per_block - 128 * producer) // consumers // 8 * 8)
+
+
 def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuTarget) -> int:
     """K slices per output tile: enough warps in flight, each slice still a long K loop.
     Slices add into C with atomics, so only float32 outputs are split."""
@@ -717,22 +751,22 @@ def _splits(t: GemmTiling, tiles: int, size_k: int, dtype_c: str, device: GpuTar
     return splits
 
 
-def choose_tiling(
+def scored_tilings(
     model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuTarget
-) -> GemmPlan:
-    """The block tile with the most multiply-adds per byte of footprint that fits the shared
-    memory, keeps its register tile within the register file, wastes little on ragged edges
-    and keeps every multiprocessor busy (splitting K where the output alone is too small)."""
+) -> list[tuple[float, GemmTiling, int, TmaOperands | None]]:
+    """Every candidate tile of `plan` that fits `device`, in candidate order, with its score
+    (multiply-adds per byte of footprint, times the fraction of the work that is useful and
+    of the device kept busy), its footprint in bytes and its TMA views."""
     size_m, size_n, size_k = plan.size(plan.m), plan.size(plan.n), plan.size(plan.k)
     batch = plan.size(plan.batch)
-    best: tuple[float, GemmTiling, int, TmaOperands | None] | None = None
+    scored = []
     shape_a = model.nest.array(plan.a.array).concrete_shape(model.params)
     for tiling in _candidates(plan, device, shape_a):
         bm, bn, bk = tiling.block_m, tiling.block_n, tiling.block_k
         # The tensor-core kernel takes dynamic shared memory (opted in above the default);
         # the FMA kernel's is static and stays within the default.
         limit = device.shared_memory_bytes if tiling.kind == "fma" else device.shared_memory_optin_bytes
-        if tiling.shared_bytes > limit:
+        if tiling.shared_bytes > limit or not blocks_fit(tiling, device):
             continue
         if _registers(tiling) > device.registers_per_thread * 3 // 4:
             continue
@@ -760,8 +794,11 @@ def choose_tiling(
             if isinstance(operands.a, WindowMap):  # a 2-D tile of output positions
                 useful = operands.a.useful(plan) * size_n / (math.ceil(size_n / bn) * bn)
                 blocks = math.prod(operands.a.tile_counts(plan).values()) * math.ceil(size_n / bn)
-            waves = math.ceil(blocks / device.multiprocessors)
-            useful *= blocks / (waves * device.multiprocessors)
+            slots = device.multiprocessors * tiling.blocks_per_sm
+            useful *= blocks / (math.ceil(blocks / slots) * slots)
+            if tiling.blocks_per_sm == 1:  # the tile's store does not overlap products
+                steps = math.ceil(size_k / bk)
+                useful *= steps / (steps + TMA_STORE_STEPS)
         fill = min(1.0, blocks / device.multiprocessors)
         warps = min(1.0, blocks * tiling.threads / 32 / (device.multiprocessors * WARPS_PER_SM))
         cells_a, cells_b = tile_footprint(s, plan, bm, bn, bk)
@@ -769,9 +806,21 @@ def choose_tiling(
         # the footprint counts cells that exist (isl clamps the tile to the domain): so does
         # the work it feeds; what a tile larger than the GEMM wastes is in `useful`
         intensity = min(bm, size_m) * min(bn, size_n) * min(bk, size_k) / max(footprint, 1)
-        score = intensity * useful * fill * (0.5 + 0.5 * warps)
-        if best is None or score > best[0] * 1.0001:
-            best = (score, tiling, footprint, operands)
+        scored.append((intensity * useful * fill * (0.5 + 0.5 * warps), tiling, footprint, operands))
+    return scored
+
+
+def choose_tiling(
+    model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuTarget
+) -> GemmPlan:
+    """The block tile with the best score (`scored_tilings`): the most multiply-adds per byte
+    of footprint that fits the shared memory, keeps its register tile within the register
+    file, wastes little on ragged edges and keeps every multiprocessor busy (splitting K where
+    the output alone is too small); the first of near-equal scores."""
+    best: tuple[float, GemmTiling, int, TmaOperands | None] | None = None
+    for candidate in scored_tilings(model, s, plan, device):
+        if best is None or candidate[0] > best[0] * 1.0001:
+            best = candidate
     if best is None:
         raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
     _, tiling, footprint, tma = best

@@ -16,7 +16,7 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
 from polydl.runtime.gpu_toolchain import compile_gpu_library
-from polydl.schedules.gpu import gpu_schedule
+from polydl.schedules.gpu import GemmTiling, blocks_fit, gpu_schedule, tma_registers
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
@@ -97,6 +97,39 @@ def test_tma_kernel_is_persistent_and_warp_specialised() -> None:
     assert "pd_sms < 128 ? pd_sms : 128" in code.launcher  # 8 x 16 tiles of 128 x 128
     assert "setmaxnreg.dec" in code.source and "setmaxnreg.inc" in code.source
     assert "mbarrier.try_wait.parity" in code.source
+
+
+def test_tma_tiles_of_a_short_reduction_run_two_blocks_a_multiprocessor() -> None:
+    # a 1 x 1 layer of 64 channels: one K step a tile, so a tile's store is as long as its
+    # products; two blocks of one consumer warpgroup share a multiprocessor and overlap them
+    nest, params = builders.conv2d(32, 64, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16", accumulate=False)
+    short = lower(nest, params, "cuda")
+    t = short.schedule.kernels[0].gemm.tiling
+    assert (t.kind, t.block_m, t.blocks_per_sm) == ("tma", 64, 2)
+    assert "__launch_bounds__(256, 2)" in short.code.source
+    # ptxas fits every thread in half the register file; the consumer may take 216 of it
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in short.code.source
+    assert "setmaxnreg.inc.sync.aligned.u32 216" in short.code.source
+    assert "pd_sms * 2 < " in short.code.launcher and "PreferredSharedMemoryCarveout" in short.code.launcher
+    assert "256 threads, 2 blocks a multiprocessor" in short.schedule.describe()
+    # 64 K steps a tile: one block of two consumer warpgroups, as before
+    nest, params = builders.matmul(4096, 4096, 4096)
+    long = lower(_bf16(nest, {"A", "B"}), params, "cuda")
+    t = long.schedule.kernels[0].gemm.tiling
+    assert (t.kind, t.blocks_per_sm) == ("tma", 1) and t.block_m == 128
+    assert "__launch_bounds__(384, 1)" in long.code.source and "u32 232" in long.code.source
+    assert "PreferredSharedMemoryCarveout" not in long.code.launcher
+
+
+def test_two_blocks_a_multiprocessor_only_where_both_fit() -> None:
+    hopper = DEFAULT_GPUS["cuda"]
+    assert blocks_fit(GemmTiling("tma", 64, 128, 64, stages=4, blocks_per_sm=2), hopper)
+    assert blocks_fit(GemmTiling("tma", 64, 64, 64, stages=6, blocks_per_sm=2), hopper)
+    # 64 x 256: 160 registers a consumer thread, over the 128 of two 256-thread blocks
+    assert not blocks_fit(GemmTiling("tma", 64, 256, 64, stages=2, blocks_per_sm=2), hopper)
+    # two 64 x 128 blocks of 8 stages: over the multiprocessor's 228 KiB of shared memory
+    assert not blocks_fit(GemmTiling("tma", 64, 128, 64, stages=8, blocks_per_sm=2), hopper)
+    assert tma_registers(GemmTiling("tma", 128, 128, 64, stages=6)) == (40, 232)
 
 
 def test_fp32_operands_contiguous_in_runs_of_4_load_as_float4() -> None:
@@ -293,6 +326,9 @@ COMPILE_CASES = {
                                                      fuse=("bias", "relu"), accumulate=False),
     # NCHW bf16 1 x 1: the input copied along M, the weights along K, by 16-byte cp.async
     "conv_nchw_bf16_1x1": lambda: builders.conv2d(2, 64, 64, 16, 16, 1, 1, dtype="bfloat16"),
+    # bf16 1 x 1 of one K step a tile: TMA blocks two a multiprocessor, within 128 registers
+    "conv_nhwc_bf16_paired": lambda: builders.conv2d(32, 64, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16",
+                                                     accumulate=False),
     # fp32 1 x 1 on two images, K split over blocks: slices add 4 cells at a time into C
     "conv_split": lambda: builders.conv2d(2, 1024, 256, 14, 14, 1, 1, accumulate=False),
 }
@@ -302,7 +338,7 @@ COMPILE_CASES = {
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "conv_1x1_float4", "matmul_bf16", "conv",
                                   "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window", "conv_nchw_bf16_staged",
-                                  "conv_nchw_bf16_1x1", "conv_split"])
+                                  "conv_nchw_bf16_1x1", "conv_nhwc_bf16_paired", "conv_split"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
