@@ -335,15 +335,11 @@ def padded_input(x_shape: Sequence[int], pads: Sequence[int]) -> tuple[tuple[int
 
 
 def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
-                      dilation: int, activation: str, gathered: bool) -> Text:
+                      dilation: int, activation: str) -> Text:
     """A convolution of an input with few channels (a network's stem: 3 colours) into the
     blocked layout, from the zero-padded input `xp`, then the bias and `activation` ("{0}" is y).
-
-    `gathered`: a GEMM over the gathered windows: `col[n][p][q][c*R*S + r*S + s]` holds the input
-    under each output position, and `y[n][kb][p][q][k] += col[..][j] * w[kb][j][k]` reduces
-    C*R*S contiguous values. Otherwise the calls read the padded input under each window
-    directly (`xp[n][c][p*sh + r][q*sw + s]`, a row of S values per call, (c, r) batched), with
-    `w[kb][c][r][s][k]`: the same floats as the gathered form's `w[kb][j][k]`."""
+    The calls read the padded input under each window directly (`xp[n][c][p*sh + r][q*sw + s]`,
+    a row of S values per call, (c, r) batched) with the weights as `w[kb][c][r][s][k]`."""
     N, C, H, W = x_shape
     (R, S), (sh, sw) = window.size, window.stride
     P, Q = window.out
@@ -351,31 +347,17 @@ def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
     padded, nests = padded_input(x_shape, window.pads)
     under = f"xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}]"
     y = "y[n][kb][p][q][k]"
-    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False)]
-    start = loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];")
-    if gathered:
-        arrays.append(array("col", (N, P, Q, C * R * S), False))
-        w_shape: tuple[int, ...] = (KB, C * R * S, BLOCK)
-        nests += [
-            loops([("n", N), ("p", P), ("q", Q), ("c", C), ("r", R), ("s", S)],
-                  f"col[n][p][q][c * {R * S} + r * {S} + s] = {under};"),
-            start,
-            loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("j", C * R * S), ("k", BLOCK)],
-                  f"{y} += col[n][p][q][j] * w[kb][j][k];"),
-        ]
-    else:
-        w_shape = (KB, C, R, S, BLOCK)
-        nests += [
-            start,
-            loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
-                  f"{y} += {under} * w[kb][c][r][s][k];"),
-        ]
+    nests += [
+        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
+        loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
+              f"{y} += {under} * w[kb][c][r][s][k];"),
+    ]
     if activation:
         nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
                            f"{y} = {activation.format(y)};"))
-    arrays += [array("x", x_shape, True), array("w", w_shape, True), array("b", (KB * BLOCK,), True)]
-    scratch = ("xp", "col") if gathered else ("xp",)
-    return function(name, arrays, nests, local=scratch, filled=scratch)  # both written in full
+    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False), array("x", x_shape, True),
+              array("w", (KB, C, R, S, BLOCK), True), array("b", (KB * BLOCK,), True)]
+    return function(name, arrays, nests, local=("xp",), filled=("xp",))  # written in full
 
 
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
