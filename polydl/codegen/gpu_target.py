@@ -342,8 +342,7 @@ def _staged_code(g: GemmPlan, kernel: str) -> tuple[str, str]:
             old = f"const {vector} o = *(const {vector} *)cell; "
             cells = [f"{c} + _pd_bf16_to_f32((uint16_t)(o.{words[i // 2]}{' >> 16' if i % 2 else ' & 0xffffu'}))"
                      for i, c in enumerate(cells)]
-        packed = " ".join(f"q.{word} = (unsigned)_pd_f32_to_bf16({cells[2 * i]}) | "
-                          f"((unsigned)_pd_f32_to_bf16({cells[2 * i + 1]}) << 16);"
+        packed = " ".join(f"q.{word} = _pd_pack_bf16x2({cells[2 * i]}, {cells[2 * i + 1]});"
                           for i, word in enumerate(words))
         store = f"{{ {old}{vector} q; {packed} *({vector} *)cell = q; }}"
     elif add:
@@ -390,8 +389,7 @@ def _store_pair(g: GemmPlan, kernel: str) -> tuple[str, list[str]]:
     lines0, funcs = _cell_value(g, kernel, "value0", "pd_v0", "n", olds[0])
     lines1, _ = _cell_value(g, kernel, "value1", "pd_v1", "n + 1", olds[1])
     if bf16:
-        write = ("*(unsigned *)cell = (unsigned)_pd_f32_to_bf16(pd_v0) | "
-                 "((unsigned)_pd_f32_to_bf16(pd_v1) << 16);")
+        write = "*(unsigned *)cell = _pd_pack_bf16x2(pd_v0, pd_v1);"
     else:
         write = "*(float2 *)cell = make_float2(pd_v0, pd_v1);"
     return "{ " + " ".join(read + lines0 + lines1 + [write]) + " }", funcs
@@ -488,12 +486,15 @@ def _tma_kernel(values: dict[str, object], g: GemmPlan, kernel: str) -> KernelLa
     assert tma is not None
     transposed = tma.b_major == "n"
     tf32 = g.dtype_ab == "float32"
+    # Divisions by constants are multiplications; the one by a group's rows (fewer in the
+    # last group) is on 32 bits, and by GROUP_M (a shift) in every other group.
     lines = [
         "const long z = tile / (TILES_M * TILES_N), rest = tile % (TILES_M * TILES_N);",
         "const long first_m = rest / (GROUP_M * TILES_N) * GROUP_M;",
-        "const long rows = TILES_M - first_m < GROUP_M ? TILES_M - first_m : GROUP_M;",
-        "const long tm = first_m + rest % (GROUP_M * TILES_N) % rows;",
-        "const long tn = rest % (GROUP_M * TILES_N) / rows;",
+        "const int in_group = (int)(rest % (GROUP_M * TILES_N));",
+        "const int rows = TILES_M - first_m < GROUP_M ? (int)(TILES_M - first_m) : GROUP_M;",
+        "const long tm = first_m + (rows == GROUP_M ? in_group % GROUP_M : in_group % rows);",
+        "const long tn = rows == GROUP_M ? in_group / GROUP_M : in_group / rows;",
     ]
     inner = 1
     for d in reversed(g.batch):  # the batch loops' coordinates, innermost fastest
