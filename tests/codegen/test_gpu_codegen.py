@@ -121,6 +121,19 @@ def test_tma_tiles_of_a_short_reduction_run_two_blocks_a_multiprocessor() -> Non
     assert "PreferredSharedMemoryCarveout" not in long.code.launcher
 
 
+def test_an_operand_of_one_tile_is_counted_once() -> None:
+    # NCHW 1 x 1, 64 -> 64 channels: the weights (A, 64 rows) are one tile along M and come
+    # from memory once, so only the input's tile counts and 64 x 64 tiles (twice the grid of
+    # 64 x 128, the same bytes moved) win
+    nest, params = builders.conv2d(32, 64, 64, 56, 56, 1, 1, dtype="bfloat16", accumulate=False)
+    (gemm,) = [k.gemm for k in lower(nest, params, "cuda").schedule.kernels if k.gemm is not None]
+    assert (gemm.size(gemm.m), gemm.tiling.block_m, gemm.tiling.block_n) == (64, 64, 64)
+    # 256 output channels: four M tiles, both operands re-read, the wider tile again
+    nest, params = builders.conv2d(32, 64, 256, 56, 56, 1, 1, dtype="bfloat16", accumulate=False)
+    (gemm,) = [k.gemm for k in lower(nest, params, "cuda").schedule.kernels if k.gemm is not None]
+    assert (gemm.size(gemm.m), gemm.tiling.block_m, gemm.tiling.block_n) == (256, 64, 128)
+
+
 def test_two_blocks_a_multiprocessor_only_where_both_fit() -> None:
     hopper = DEFAULT_GPUS["cuda"]
     assert blocks_fit(GemmTiling("tma", 64, 128, 64, stages=4, blocks_per_sm=2), hopper)
