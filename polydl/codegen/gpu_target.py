@@ -39,6 +39,7 @@ from polydl.schedules.gpu import (
     contiguous_runs,
     mma_vectors,
     operand_modes,
+    operand_runs,
     tma_registers,
     wgmma_b_major,
 )
@@ -194,7 +195,7 @@ def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: 
     are one index: no division between them. `narrow`: the divisions left run on `int` (where
     the flat indices, and a tile past their end, fit 31 bits): a 64-bit division by a constant
     is a long sequence on a GPU."""
-    runs = _runs(dims, operand)
+    runs = operand_runs(dims, operand)
     narrow = narrow and len(runs) > 1 and math.prod(e for e, _ in runs) < INT_INDEX_LIMIT
     var, suffix = ("i", "") if narrow else ("idx", "L")
     terms, inner = [], 1
@@ -211,19 +212,6 @@ def _index_function(kernel: str, name: str, dims: tuple[GemmDim, ...], operand: 
         f"static __device__ __forceinline__ long {kernel}_{name}(long idx) "
         f"{{ (void)idx; {start}return {body}; }}"
     )
-
-
-def _runs(dims: tuple[GemmDim, ...], operand: str) -> list[tuple[int, int]]:
-    """(extent, stride) of `dims` for one operand, outermost first, a loop merged into the one
-    inside it where its stride is the inner one's run (both 0 where the operand ignores them)."""
-    runs: list[tuple[int, int]] = []
-    for d in reversed(dims):
-        stride = {"a": d.stride_a, "b": d.stride_b, "c": d.stride_c}[operand]
-        if runs and stride == runs[-1][1] * runs[-1][0]:
-            runs[-1] = (runs[-1][0] * d.extent, runs[-1][1])
-        else:
-            runs.append((d.extent, stride))
-    return list(reversed(runs))
 
 
 def _wgmma_function(kernel: str, bn: int, b_transposed: bool = True, tf32: bool = False) -> str:

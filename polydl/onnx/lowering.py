@@ -519,7 +519,7 @@ def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
     text = ctext.conv_stem_blocked("conv_stem", (N, C, H, W), K, window, geometry.dilation[0], activation)
     w_blocked = w_padded.reshape(KB, BLOCK, C, R, S).transpose(0, 2, 3, 4, 1)
     low.kernel(f"{label} [padded input -> nchw16c]", text,
-               {"y": out.buffer, "x": x.buffer, "w": low.constant(np.ascontiguousarray(w_blocked), "w"),
+               {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
                 "b": low.constant(b_padded, "b")})
     low.values[current] = out
 

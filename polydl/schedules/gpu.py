@@ -115,6 +115,7 @@ TMA_STORE_STEPS = 1.0
 # An operand this small stays in the L2 between the tiles that read it (Hopper's holds 50 MB).
 L2_RESIDENT_BYTES = 8 << 20
 MAX_GRID_Z = 65535
+REGISTER_FILE = 65536  # 32-bit registers of a multiprocessor (every CUDA architecture since sm_50)
 
 
 @dataclass(frozen=True)
@@ -606,16 +607,25 @@ def mma_vector(plan: GemmPlan) -> bool:
     return mma_vectors(plan) == (8, 8)
 
 
+def operand_runs(dims: tuple[GemmDim, ...], operand: str) -> list[tuple[int, int]]:
+    """(extent, element stride) of `dims` for one operand, outermost first, a loop merged into
+    the one inside it where its stride is the inner one's run (both 0 where the operand ignores
+    them): loops that continue one another in memory (an image's p and q) are one run."""
+    runs: list[tuple[int, int]] = []
+    for d in reversed(dims):
+        stride = d.stride(operand)
+        if runs and stride == runs[-1][1] * runs[-1][0]:
+            runs[-1] = (runs[-1][0] * d.extent, runs[-1][1])
+        else:
+            runs.append((d.extent, stride))
+    return list(reversed(runs))
+
+
 def _collapsed(dims: tuple[GemmDim, ...], operand: str) -> tuple[int, int] | None:
     """(extent, element stride) of `dims` read as one dimension of the operand: each loop's
     stride is the next inner one's stride times its extent."""
-    if not dims:
-        return None
-    strides = [d.stride(operand) for d in dims]
-    for i in range(len(dims) - 1):
-        if strides[i] != strides[i + 1] * dims[i + 1].extent:
-            return None
-    return math.prod(d.extent for d in dims), strides[-1]
+    runs = operand_runs(dims, operand)
+    return runs[0] if len(runs) == 1 else None
 
 
 def tma_operands(plan: GemmPlan, block_m: int = 64, block_n: int = 64, block_k: int = 64,
@@ -726,7 +736,7 @@ def blocks_fit(t: GemmTiling, device: GpuTarget) -> bool:
         return True
     return (t.kind == "tma" and t.block_m == 64
             and t.blocks_per_sm * (t.shared_bytes + 1024) <= device.shared_memory_optin_bytes + 1024
-            and _registers(t) <= 65536 // (t.blocks_per_sm * t.threads))
+            and _registers(t) <= REGISTER_FILE // (t.blocks_per_sm * t.threads))
 
 
 def tma_registers(t: GemmTiling) -> tuple[int, int]:
@@ -734,7 +744,7 @@ def tma_registers(t: GemmTiling) -> tuple[int, int]:
     the register file (64 Ki) shared by the blocks of a multiprocessor, the producer warpgroup
     down to 40, the consumers up to what is left, in steps of 8 (at most 232 with one block)."""
     producer = 40
-    per_block = 65536 // t.blocks_per_sm
+    per_block = REGISTER_FILE // t.blocks_per_sm
     consumers = t.threads - 128
     return producer, min(232, (per_block - 128 * producer) // consumers // 8 * 8)
 
