@@ -69,6 +69,7 @@ class LoopPrinter:
         # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
+        self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
 
     def lines(self) -> list[str]:
         if self.plan.schedule_map.is_empty():
@@ -121,12 +122,16 @@ class LoopPrinter:
             return out + [f"{pad}}}"]
         cond = ast_expr_to_c(node.for_get_cond())
         out = []
+        if self.collapsed_left:  # a loop of a collapsed parallel nest: no pragma may come between
+            self.collapsed_left -= 1
+            return [pad + _header(node), *self._node(node.for_get_body(), indent + 1, in_parallel), f"{pad}}}"]
         parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
         if parallel_here:
             depth = self._collapsible(node, marked)
             pragma = self.parallel_pragma
             if depth > 1:
                 pragma = pragma.replace("parallel for", f"parallel for collapse({depth})", 1)
+                self.collapsed_left = depth - 1
             out.append(pad + pragma)
         elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
             out.append(pad + "#pragma omp simd")

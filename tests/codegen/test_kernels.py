@@ -161,3 +161,29 @@ def test_two_parallel_loops_run_as_one_on_many_cores() -> None:
                       fuse=("bias", "relu"), target=socket)
     assert "collapse(2)" in k.source, k.source.splitlines()[2]
     run_and_check(k)
+
+
+SIBLINGS = """
+void siblings(float a[8][4096], float b[8][4096], const float x[8][4096]) {
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 4096; j++) {
+      a[i][j] = x[i][j] * 2.0f;
+      b[i][j] = x[i][j] + 1.0f;
+    }
+}
+"""
+
+
+def test_no_pragma_comes_between_the_loops_of_a_collapse() -> None:
+    """Loops collapsed into one parallel loop must nest perfectly: the inner one, which would
+    get `omp simd` on its own, is printed bare (gcc rejects a pragma between them)."""
+    from dataclasses import replace
+
+    from polydl.api import target_of
+
+    socket = replace(target_of("c"), cores=16)  # 8 rows alone would leave threads idle
+    k = polydl.compile(SIBLINGS, target=socket)
+    lines = [line.strip() for line in k.source.splitlines()]
+    at = next(i for i, line in enumerate(lines) if "collapse(2)" in line)
+    assert lines[at + 1].startswith("for") and lines[at + 2].startswith("for"), lines[at:at + 3]
+    run_and_check(k, lambda x: (x * 2.0, x + 1.0))
