@@ -87,8 +87,25 @@ def _plain_kernel(
     lines.append("    (void)_pd_rest;")
     mapped = {t.var for t in plan.threads}
     stmt = plan.statement.statement
+    openers = _openers(plan.enclosing, mapped)
+    inner = [f"_pd_acc += {printer.expr(stmt.value)};"] if plan.register_accumulator else [
+        printer.statement(stmt)
+    ]
+    nested = _nest(openers, inner)
+    if plan.register_accumulator:
+        nested = ["{", f"  {printer.ctype} _pd_acc = 0;", *("  " + x for x in nested),
+                  "  " + _accumulate(printer, stmt.target, stmt.op), "}"]
+    for sibling, enclosing in plan.siblings:  # every loop on threads: only guards open
+        nested += _nest(_openers(enclosing, mapped), [printer.statement(sibling.statement)])
+    lines += ["    " + x for x in nested]
+    lines += ["  }", "}"]
+    return "\n".join(lines), total
+
+
+def _openers(enclosing: tuple[Loop | Guard, ...], mapped: set[str]) -> list[str]:
+    """The `for` and `if` lines around a statement, less the loops mapped to threads."""
     openers: list[str] = []
-    for node in plan.enclosing:
+    for node in enclosing:
         if isinstance(node, Loop) and node.var not in mapped:
             openers.append(
                 f"for (long {node.var} = {node.lower.to_c()}; {node.var} < {node.upper.to_c()}; "
@@ -97,16 +114,7 @@ def _plain_kernel(
         elif isinstance(node, Guard):
             conds = " && ".join(f"({_condition(c)})" for c in node.conditions) or "1"
             openers.append(f"if ({conds}) {{")
-    inner = [f"_pd_acc += {printer.expr(stmt.value)};"] if plan.register_accumulator else [
-        printer.statement(stmt)
-    ]
-    nested = _nest(openers, inner)
-    if plan.register_accumulator:
-        nested = ["{", f"  {printer.ctype} _pd_acc = 0;", *("  " + x for x in nested),
-                  "  " + _accumulate(printer, stmt.target, stmt.op), "}"]
-    lines += ["    " + x for x in nested]
-    lines += ["  }", "}"]
-    return "\n".join(lines), total
+    return openers
 
 
 TRANSPOSE_TILE = 32  # a warp's lanes along one side of a tile; 8 rows of threads a block
@@ -632,7 +640,7 @@ def _arrays_read(schedule: GpuSchedule) -> set[str]:
     """The arrays the launches touch (a TMA window over a copy reads the copy's source)."""
     out: set[str] = set()
     for plan in schedule.kernels:
-        arrays = {acc.access.array for acc in plan.statement.accesses}
+        arrays = {acc.access.array for s in plan.statements for acc in s.accesses}
         g = plan.gemm
         window = g.copy_source if g is not None else None
         if g is not None and window is not None and window.source is not None:

@@ -1,10 +1,7 @@
 """Winograd convolution F(m x m, 3 x 3) as three polydl loop nests, for the blocked layout.
 
-A 3 x 3 convolution of stride 1 computes each m x m tile of outputs from an (m+2) x (m+2) tile
-of inputs with (m+2)^2 multiplications per input/output channel pair instead of 9 m^2
-(Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks"): F(2x2) does 2.25 times
-fewer, F(4x4) 4 times fewer. With the weights constant, their transform `G g G^T` happens once
-here, in float64; a call then runs
+The matrices are `schedules.winograd`'s. With the weights constant, their transform `G g G^T`
+happens once here, in float64; a call then runs
 1. the input transform `V = B^T d B` of every tile (a stream, vectorised over the 16 lanes),
 2. (m+2)^2 independent GEMMs `M[xi] = V[xi] . U[xi]` over the channels: a 1 x 1 convolution
    with (m+2)^2 "images", which the scheduler maps onto the brgemm microkernel,
@@ -24,32 +21,10 @@ import numpy as np
 
 from polydl.frontends.spec_writing import padded_copy
 from polydl.onnx import ctext
+from polydl.schedules.winograd import MATRICES
 from polydl.target.cpu import CpuTarget
 
 BLOCK = ctext.BLOCK
-F = Fraction
-
-# Lavin & Gray's matrices for the interpolation points 0, 1, -1 (F(2)) and 0, 1, -1, 2, -2 (F(4)),
-# with the point at infinity last.
-MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
-    2: (
-        [[F(1), F(0), F(-1), F(0)], [F(0), F(1), F(1), F(0)], [F(0), F(-1), F(1), F(0)],
-         [F(0), F(1), F(0), F(-1)]],
-        [[F(1), F(0), F(0)], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)],
-         [F(0), F(0), F(1)]],
-        [[F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(-1)]],
-    ),
-    4: (
-        [[F(4), F(0), F(-5), F(0), F(1), F(0)], [F(0), F(-4), F(-4), F(1), F(1), F(0)],
-         [F(0), F(4), F(-4), F(-1), F(1), F(0)], [F(0), F(-2), F(-1), F(2), F(1), F(0)],
-         [F(0), F(2), F(-1), F(-2), F(1), F(0)], [F(0), F(4), F(0), F(-5), F(0), F(1)]],
-        [[F(1, 4), F(0), F(0)], [F(-1, 6), F(-1, 6), F(-1, 6)], [F(-1, 6), F(1, 6), F(-1, 6)],
-         [F(1, 24), F(1, 12), F(1, 6)], [F(1, 24), F(-1, 12), F(1, 6)], [F(0), F(0), F(1)]],
-        [[F(1), F(1), F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(2), F(-2), F(0)],
-         [F(0), F(1), F(1), F(4), F(4), F(0)], [F(0), F(1), F(-1), F(8), F(-8), F(1)]],
-    ),
-}
-TILES = tuple(MATRICES)
 # The transformed weights ((m+2)^2 / 9 times the direct ones) are read once per call, for T/2
 # flops per byte of them (T tiles). Below ~40 tiles that is under the machine's balance (~20
 # flops per byte of memory traffic) and the direct convolution, which reads fewer weight bytes,

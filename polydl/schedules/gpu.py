@@ -19,6 +19,7 @@ device's shared-memory and register capacities.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +44,7 @@ from polydl.poly.model import PolyModel, StatementModel, build_model
 from polydl.schedules.gpu_epilogues import GemmEpilogue, with_epilogues
 from polydl.schedules.gpu_staging import stage_channels_last
 from polydl.schedules.gpu_windows import WindowMap, read_through_copies, window_map
+from polydl.schedules.gpu_winograd import winograd_convolutions
 from polydl.schedules.microkernel import (
     _only_accumulation,
     candidate_bindings,
@@ -253,6 +255,9 @@ class GpuKernelPlan:
     # (u, v): a copy whose source runs along thread loop u and whose target runs along v,
     # moved through 32 x 32 shared-memory tiles (`transpose_loops`)
     transpose: tuple[str, str] | None = None
+    # statements after `statement` that the same threads run, each under its own guards
+    # (`sibling_groups`: the same loops, every one on threads, no dependence between threads)
+    siblings: tuple[tuple[StatementModel, tuple[Loop | Guard, ...]], ...] = ()
 
     @property
     def name(self) -> str:
@@ -284,7 +289,12 @@ class GpuKernelPlan:
         acc = " (register accumulator)" if self.register_accumulator else ""
         tiles = (f"; tiles of {self.transpose[0]} x {self.transpose[1]} through shared memory"
                  if self.transpose else "")
-        return f"{self.name}: threads over ({par}); sequential ({seq}){acc}{tiles}"
+        name = self.name if not self.siblings else f"{self.name}-{self.siblings[-1][0].name}"
+        return f"{name}: threads over ({par}); sequential ({seq}){acc}{tiles}"
+
+    @property
+    def statements(self) -> tuple[StatementModel, ...]:
+        return (self.statement, *(s for s, _ in self.siblings))
 
 
 @dataclass(frozen=True, eq=False)
@@ -448,7 +458,7 @@ def _flat_offset(model: PolyModel, access: Access, env: dict[str, int]) -> int:
 
 
 def _gemm_dims(
-    model: PolyModel, s: StatementModel, device: GpuTarget
+    model: PolyModel, s: StatementModel, device: GpuTarget, rank: int = 0
 ) -> GemmPlan | None:
     if not candidate_bindings(model, s, s.iterators):
         return None
@@ -526,7 +536,7 @@ def _gemm_dims(
         dtype_ab=dtype_ab, dtype_c=dtypes[c.array],
         tiling=GemmTiling("fma", 0, 0, 0), footprint_bytes=0,
     )
-    return choose_tiling(model, s, plan, device)
+    return choose_tiling(model, s, plan, device, rank)
 
 
 def _flat_constraint(dims: tuple[GemmDim, ...], limit: int) -> str:
@@ -835,41 +845,87 @@ def scored_tilings(
     return scored
 
 
-def choose_tiling(
+def ranked_tilings(
     model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuTarget
+) -> list[tuple[float, GemmTiling, int, TmaOperands | None]]:
+    """`scored_tilings` best first; of near-equal scores the earlier candidate first."""
+    left = scored_tilings(model, s, plan, device)
+    ranked = []
+    while left:
+        best = 0
+        for i, candidate in enumerate(left):
+            if candidate[0] > left[best][0] * 1.0001:
+                best = i
+        ranked.append(left.pop(best))
+    return ranked
+
+
+def choose_tiling(
+    model: PolyModel, s: StatementModel, plan: GemmPlan, device: GpuTarget, rank: int = 0
 ) -> GemmPlan:
     """The block tile with the best score (`scored_tilings`): the most multiply-adds per byte
     of footprint that fits the shared memory, keeps its register tile within the register
     file, wastes little on ragged edges and keeps every multiprocessor busy (splitting K where
-    the output alone is too small); the first of near-equal scores."""
-    best: tuple[float, GemmTiling, int, TmaOperands | None] | None = None
-    for candidate in scored_tilings(model, s, plan, device):
-        if best is None or candidate[0] > best[0] * 1.0001:
-            best = candidate
-    if best is None:
+    the output alone is too small); the first of near-equal scores. `rank` > 0 takes the
+    tile that many places down the ranking (a timed alternative: `driver.gpu_timing`)."""
+    ranked = ranked_tilings(model, s, plan, device)
+    if not ranked:
         raise ScheduleError(f"no GEMM tile of {s.name} fits the shared memory of {device.name}")
-    _, tiling, footprint, tma = best
+    _, tiling, footprint, tma = ranked[min(rank, len(ranked) - 1)]
     return GemmPlan(**{**plan.__dict__, "tiling": tiling, "footprint_bytes": footprint, "tma": tma})
 
 
 # ----------------------------------------------------------------------------- the schedule
 
 
-def gpu_schedule(model: PolyModel, device: GpuTarget) -> GpuSchedule:
+def gpu_schedule(model: PolyModel, device: GpuTarget, ranks: Mapping[str, int] | None = None) -> GpuSchedule:
     """Kernels for `model` on `device`: GEMMs tiled for its tensor cores or FMA units, the
     other statements one thread a point of their parallel loops. Convolution windows that
-    the tensor cores cannot read in runs are planned on a staged nest (`gpu_staging`)."""
-    staged = stage_channels_last(model.nest, model.params, device)
+    the tensor cores cannot read in runs are planned on a staged nest (`gpu_staging`).
+    `ranks` takes a GEMM statement's tile that many places down its ranking (by the name of
+    the statement in the planned nest; absent: the best)."""
+    winograd = winograd_convolutions(model.nest, model.params, device)
+    staged = stage_channels_last(winograd, model.params, device)
     if staged is not model.nest:
         staged_model = build_model(staged, model.params)
-        writes = ", ".join(f"{s.name} writes {s.statement.target.array}" for s in staged_model.statements)
-        note = ("bf16 operands copied channels-last (schedules/gpu_staging.py); the kernels' "
-                f"statements are the staged nest's: {writes}")
-        return replace(_planned(staged_model, device), model=staged_model, notes=(("staged", note),))
-    return _planned(model, device)
+        writes = _writes(staged_model)
+        how = []
+        if winograd is not model.nest:
+            how.append("3 x 3 convolutions by Winograd's F(m x m, 3 x 3) (schedules/gpu_winograd.py)")
+        if staged is not winograd:
+            how.append("bf16 operands copied channels-last (schedules/gpu_staging.py)")
+        note = f"{'; '.join(how)}; the kernels' statements are the rewritten nest's: {writes}"
+        return replace(_planned(staged_model, device, ranks or {}), model=staged_model, notes=(("staged", note),))
+    return _planned(model, device, ranks or {})
 
 
-def _planned(model: PolyModel, device: GpuTarget) -> GpuSchedule:
+def replanned(model: PolyModel, schedule: GpuSchedule, ranks: Mapping[str, int]) -> GpuSchedule:
+    """`schedule` planned again with the GEMM tiles `ranks` names (as `gpu_schedule` takes it)."""
+    planned = _planned(schedule.model or model, schedule.device, ranks)
+    return replace(planned, model=schedule.model, notes=schedule.notes)
+
+
+def tile_counts(model: PolyModel, schedule: GpuSchedule) -> dict[str, int]:
+    """How many tiles each GEMM statement of `schedule` has in its ranking."""
+    planned = schedule.model or model
+    return {k.name: len(ranked_tilings(planned, k.statement, k.gemm, schedule.device))
+            for k in schedule.kernels if k.gemm is not None}
+
+
+def _writes(model: PolyModel) -> str:
+    """"S0 writes xp, S1-S36 write u, ...": the statements in runs writing one array."""
+    runs: list[list[str]] = []  # [first, last, array]
+    for s in model.statements:
+        array = s.statement.target.array
+        if runs and runs[-1][2] == array:
+            runs[-1][1] = s.name
+        else:
+            runs.append([s.name, s.name, array])
+    return ", ".join(f"{first} writes {array}" if first == last else f"{first}-{last} write {array}"
+                     for first, last, array in runs)
+
+
+def _planned(model: PolyModel, device: GpuTarget, ranks: Mapping[str, int]) -> GpuSchedule:
     check_distribution(model)
     chains = {stmt.name: enclosing for stmt, enclosing in walk_statements(model.nest.body)}
     kernels = []
@@ -877,7 +933,7 @@ def _planned(model: PolyModel, device: GpuTarget) -> GpuSchedule:
         enclosing = chains[s.name]
         gemm = None
         if not any(isinstance(x, Guard) for x in enclosing):
-            gemm = _gemm_dims(model, s, device)
+            gemm = _gemm_dims(model, s, device, ranks.get(s.name, 0))
         threads = thread_loops(model, s, enclosing)
         kernels.append(
             GpuKernelPlan(
@@ -890,4 +946,52 @@ def _planned(model: PolyModel, device: GpuTarget) -> GpuSchedule:
                 transpose=transpose_loops(model, s.statement, enclosing, threads) if gemm is None else None,
             )
         )
-    return GpuSchedule(device, tuple(read_through_copies(model, with_epilogues(model, kernels))))
+    planned = read_through_copies(model, with_epilogues(model, kernels))
+    return GpuSchedule(device, tuple(sibling_groups(model, planned)))
+
+
+def _plain(plan: GpuKernelPlan) -> bool:
+    """A kernel of one statement whose every loop runs on threads (a point a thread)."""
+    return (plan.gemm is None and plan.transpose is None and not plan.register_accumulator
+            and not plan.sequential)
+
+
+def _loops_of(plan: GpuKernelPlan) -> tuple[int, ...]:
+    return tuple(id(x) for x in plan.enclosing if isinstance(x, Loop))
+
+
+def sibling_groups(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[GpuKernelPlan]:
+    """Consecutive plain kernels of statements in the same loops, on the same thread loops,
+    as one kernel whose threads run each statement of their point in source order: legal
+    where every dependence between two of them stays on one thread (the same values of the
+    thread loops). A Winograd transform's (m+2)^2 statements read the same tile: one launch
+    reads it once, and the compiler shares the sums its statements have in common."""
+    deps = dependences_of(model).all
+    out: list[GpuKernelPlan] = []
+    for plan in kernels:
+        head = out[-1] if out else None
+        if (head is not None and _plain(head) and _plain(plan) and _loops_of(head) == _loops_of(plan)
+                and head.threads == plan.threads
+                and all(_same_thread(deps, model, early, plan.statement, plan.threads)
+                        for early in head.statements)):
+            out[-1] = replace(head, siblings=(*head.siblings, (plan.statement, plan.enclosing)))
+        else:
+            out.append(plan)
+    return out
+
+
+def _same_thread(deps: isl.UnionMap, model: PolyModel, early: StatementModel, late: StatementModel,
+                 threads: tuple[ThreadLoop, ...]) -> bool:
+    """Whether every dependence from `early` to `late` joins instances of one thread."""
+    maps = _between(deps, early.name, late.name)
+    if not maps:
+        return True
+    dims_in = [[lp.var for lp in early.loops].index(t.var) for t in threads]
+    dims_out = [[lp.var for lp in late.loops].index(t.var) for t in threads]
+    for dep in maps:
+        eq = isl.Map.universe(dep.get_space())
+        for a, b in zip(dims_in, dims_out, strict=True):
+            eq = eq.equate(isl.dim_type.in_, a, isl.dim_type.out, b)
+        if not dep.is_subset(eq):
+            return False
+    return True

@@ -344,6 +344,9 @@ COMPILE_CASES = {
                                                      accumulate=False),
     # fp32 1 x 1 on two images, K split over blocks: slices add 4 cells at a time into C
     "conv_split": lambda: builders.conv2d(2, 1024, 256, 14, 14, 1, 1, accumulate=False),
+    # fp32 3 x 3 by Winograd F(4x4): transforms of 36 statements a launch, batched GEMMs
+    "conv_winograd": lambda: builders.conv2d(16, 32, 32, 28, 28, 3, 3, 1, 1, fuse=("bias", "relu"),
+                                             accumulate=False),
 }
 
 
@@ -351,7 +354,7 @@ COMPILE_CASES = {
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "conv_1x1_float4", "matmul_bf16", "conv",
                                   "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window", "conv_nchw_bf16_staged",
-                                  "conv_nchw_bf16_1x1", "conv_nhwc_bf16_paired", "conv_split"])
+                                  "conv_nchw_bf16_1x1", "conv_nhwc_bf16_paired", "conv_split", "conv_winograd"])
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
@@ -388,7 +391,7 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc is not installed (apt-get install hipcc)")
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront",
-                                  "conv_split"])
+                                  "conv_split", "conv_winograd"])
 def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path) -> None:
     if not _hipcc_knows(arch, tmp_path):
         pytest.skip(f"this hipcc's clang does not know {arch} (Debian 12's clang 15 predates gfx942)")

@@ -1,6 +1,7 @@
-"""Winograd's F(m x m, 3 x 3) for a network's 3 x 3 convolutions: the transforms against a direct
-correlation, the choice of tile and images per call, and compiled convolutions (ragged tiles,
-channel padding, pads, residual, activations, several images per call) against onnxruntime."""
+"""Winograd's F(m x m, 3 x 3) for a network's 3 x 3 convolutions: the transformed weights'
+layout, the choice of tile and images per call, and compiled convolutions (ragged tiles,
+channel padding, pads, residual, activations, several images per call) against onnxruntime.
+The transforms themselves are checked in tests/schedules/test_gpu_winograd.py."""
 
 from __future__ import annotations
 
@@ -24,21 +25,6 @@ from tests.onnx.reference import make_model, random, run_onnxruntime  # noqa: E4
 # has the error of its neighbours. So the error is taken relative to the largest output, as the
 # network benchmark takes it.
 TOLERANCE = 1e-4
-
-
-def _correlate(d: np.ndarray, g: np.ndarray, m: int) -> np.ndarray:
-    return np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(m)] for i in range(m)])
-
-
-@pytest.mark.parametrize("m", winograd.TILES)
-def test_transforms_compute_a_correlation(m: int) -> None:
-    """A^T [(G g G^T) . (B^T d B)] A is the m x m correlation of the (m+2) x (m+2) tile d with
-    the 3 x 3 filter g, in exact arithmetic (float64 here)."""
-    BT, G, AT = (np.array(matrix, dtype=np.float64) for matrix in winograd.MATRICES[m])
-    rng = np.random.default_rng(m)
-    d, g = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3))
-    got = AT @ ((G @ g @ G.T) * (BT @ d @ BT.T)) @ AT.T
-    np.testing.assert_allclose(got, _correlate(d, g, m), rtol=1e-12, atol=1e-12)
 
 
 def test_transformed_weights_are_laid_out_per_point_and_block() -> None:

@@ -184,8 +184,8 @@ def test_conv_bias_relu_is_one_kernel_at_batch_32() -> None:
 
 def test_split_reduction_keeps_its_neighbours() -> None:
     # a 7x7 output with 4608-long reductions: K is split over blocks meeting in atomics, so no
-    # block sees a final cell
-    nest, params = builders.conv2d(32, 512, 512, 7, 7, 3, 3, 1, 1, fuse=("bias", "relu"))
+    # block sees a final cell (stride 2: a stride-1 3 x 3 here would run as Winograd)
+    nest, params = builders.conv2d(32, 512, 512, 14, 14, 3, 3, 2, 1, fuse=("bias", "relu"))
     plans = _plans(nest, params)
     conv = next(p for p in plans if p.gemm is not None)
     assert conv.gemm.tiling.splits > 1 and conv.gemm.epilogue is None
