@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.driver.compilation import ScheduleDecision
+from polydl.driver.compilation import Compilation, ScheduleDecision
 from polydl.driver.reference import LazyReference
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
@@ -43,3 +43,8 @@ class Backend(Protocol):
     ) -> CompiledKernel: ...
 
     def schedule_from_dict(self, data: dict[str, Any]) -> Any: ...
+
+    def checked(self, compilation: Compilation) -> Compilation:
+        """`compilation` with the choices this machine can time made by timing (the GPU's
+        tiles where a device is present); the same compilation where there are none."""
+        ...

@@ -12,7 +12,8 @@ from typing import Any
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.gpu_target import generate_gpu
 from polydl.driver.backend import Plan
-from polydl.driver.compilation import ScheduleDecision
+from polydl.driver.compilation import Compilation, ScheduleDecision
+from polydl.driver.gpu_checks import timed
 from polydl.driver.reference import LazyReference
 from polydl.errors import PolyDLError
 from polydl.ir import LoopNest
@@ -59,6 +60,19 @@ class GpuBackend:
 
     def schedule_from_dict(self, data: dict[str, Any]) -> StoredGpuSchedule:
         return StoredGpuSchedule.from_dict(data)
+
+    def checked(self, compilation: Compilation) -> Compilation:
+        if self.kind != "cuda":
+            return compilation
+        model = compilation.model
+        reference = LazyReference(model.nest, model.params, model)
+
+        def build(code: GeneratedCode, schedule: GpuSchedule) -> GpuKernel:
+            return GpuKernel(code=code, nest=model.nest, params=model.params, schedule=schedule,
+                             flops=compilation.flops, reference_impl=reference,
+                             library_path=build_gpu_library(code))
+
+        return timed(compilation, build)
 
 
 CUDA = GpuBackend("cuda")

@@ -107,10 +107,14 @@ def stored_lowering(
 
 
 def lower_and_store(
-    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto"
+    nest: LoopNest, params: Mapping[str, int], target: Target, schedule: Any = "auto",
+    timed: bool = False,
 ) -> Compilation:
-    """`lower`, then store the lowering where the schedule allows."""
+    """`lower` (with the choices this machine can time made by timing, where `timed`), then
+    store the lowering where the schedule allows."""
     compilation = lower(nest, params, target, schedule)
+    if timed:
+        compilation = backend_for(target).checked(compilation)
     key = lowering_key(nest, params, target, schedule)
     if key:
         write_lowering(key, {
@@ -140,4 +144,4 @@ def build_kernel(
         code, chosen, flops = stored
         return backend_for(target).load(code, nest, params, chosen, flops,
                                         LazyReference(nest, params), target)
-    return kernel_from(lower_and_store(nest, params, target, schedule))
+    return kernel_from(lower_and_store(nest, params, target, schedule, timed=True))

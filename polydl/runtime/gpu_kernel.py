@@ -200,6 +200,8 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
                 f"int {name}_to_host(void *dst, const void *src, long bytes);\n"
                 f"int {name}_synchronize(void *stream);\n"
                 f"int {name}_device_count(void);\n"
+                f"int {name}_graph_time({', '.join(['uintptr_t'] * len(code.arguments))}, int count, "
+                "float *milliseconds);\n"
                 f"const char *{name}_error_string(int code);\n"
             )
             _LOADED[library_path] = (ffi, ffi.dlopen(str(library_path)))

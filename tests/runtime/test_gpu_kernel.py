@@ -109,6 +109,11 @@ CASES = {
     "tma_conv_nchw_1x1_gathered": lambda: builders.conv2d(2, 64, 32, 7, 7, 1, 1, dtype="bfloat16"),
     "wavefront": lambda: (read_c(WAVEFRONT).nest, {"N": 20}),
     "rowsum": lambda: (read_c(ROWSUM).nest, {"N": 50, "M": 37}),
+    # fp32 3 x 3 by Winograd: F(4x4) with bias, residual and ReLU in the output transform;
+    # F(2x2) over 7 x 7 (tiles cut at the edge) adding into y
+    "winograd_fused": lambda: builders.conv2d(16, 32, 32, 28, 28, 3, 3, 1, 1, fuse=("bias", "residual", "relu"),
+                                              accumulate=False),
+    "winograd_cut": lambda: builders.conv2d(32, 16, 24, 7, 7, 3, 3, 1, 1),
 }
 
 
@@ -124,6 +129,8 @@ def test_numpy_arrays_match_the_reference(case: str) -> None:
             assert f"gemm[{kind}]" in describe, describe
     if "in_kernel" in case or case == "tma_dense_bf16_out":
         assert " in the kernel" in describe, describe
+    if case.startswith("winograd"):
+        assert "batch=(wino_xi)" in describe, describe
     for seed in (1, 2):  # fresh inputs each time: the kernel must compute the same function
         inputs = random_inputs(k.arguments, seed=seed)
         out = k(*inputs)
@@ -390,3 +397,18 @@ def test_a_transposing_copy_goes_through_shared_memory_tiles() -> None:
     assert "tiles of j x i through shared memory" in k.schedule.describe()
     a = np.random.default_rng(0).standard_normal((70, 45)).astype(np.float32)
     np.testing.assert_array_equal(k(a), 2.0 * a.T)
+
+
+@gpu
+@needs_gpu
+def test_kernels_are_timed_on_the_device_in_graphs() -> None:
+    from polydl.runtime.gpu_timing import device_seconds, has_device
+
+    small = build_kernel(*builders.matmul(512, 512, 512), target="cuda")
+    assert has_device(small)
+    one, again = device_seconds([small, small])
+    assert 0 < one < 1e-2 and 0 < again < 1e-2 and 0.5 < one / again < 2.0
+    # 64 times the work takes several times as long (a 512^3 product is mostly latency)
+    large = build_kernel(*builders.matmul(2048, 2048, 2048), target="cuda")
+    (big,) = device_seconds([large])
+    assert big > 4 * one

@@ -1,0 +1,76 @@
+"""The GPU tile model checked by a few timed candidates.
+
+The tile score (`schedules.gpu.scored_tilings`) orders a GEMM's tiles by intensity, waste and
+occupancy, which does not see everything that decides a tile's speed: on an H100 its pick for
+ResNet-50's fp32 layers at N=32 was up to 1.29x slower than another of its six best (a
+strided 1 x 1: 0.076 against 0.059 ms; a 14 x 14 Winograd product 1.10x). Where a CUDA device
+is present, a kernel being built has the `TIMED` best-ranked tiles of each GEMM statement
+compiled (in parallel), run interleaved on the same random inputs (`runtime.gpu_timing`) and
+the fastest kept; the stored lowering holds that choice, so it is timed once per problem and
+target. Without a device, or for source only (`lower`, `polydl compile`), the ranking's best
+stays. The decision's reason lists the times.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from polydl.codegen.artifact import GeneratedCode
+from polydl.codegen.gpu_target import generate_gpu
+from polydl.driver.compilation import Compilation
+from polydl.errors import PolyDLError
+from polydl.runtime.gpu_kernel import GpuKernel
+from polydl.runtime.gpu_timing import device_seconds, has_device
+from polydl.schedules.gpu import GpuSchedule, replanned, tile_counts
+
+TIMED = 6
+MARGIN = 1.03  # another tile is kept where it runs at least this much faster
+
+
+def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule], GpuKernel]) -> Compilation:
+    """`compilation` with each GEMM's tile the fastest of its `TIMED` best-ranked on this
+    machine's device, or unchanged where there is no device or no choice."""
+    schedule = compilation.schedule
+    counts = {name: min(TIMED, n) for name, n in tile_counts(compilation.model, schedule).items() if n > 1}
+    if not counts:
+        return compilation
+    current = build(compilation.code, schedule)
+    if not has_device(current):
+        return compilation
+    ranks: dict[str, int] = {}
+    code, notes = compilation.code, []
+    for name, count in counts.items():
+        variants = [replanned(compilation.model, schedule, {**ranks, name: r}) for r in range(count)]
+        codes = [generate_gpu(compilation.model, v) for v in variants]
+        with ThreadPoolExecutor(max_workers=min(count, os.cpu_count() or 1)) as pool:
+            kernels = list(pool.map(lambda pair: _built(build, *pair), zip(codes, variants, strict=True)))
+        ready = [(r, k) for r, k in enumerate(kernels) if k is not None]
+        seconds = dict(zip((r for r, _ in ready), device_seconds([k for _, k in ready]), strict=True))
+        best = min(seconds, key=lambda r: seconds[r])
+        if 0 in seconds and seconds[best] > seconds[0] / MARGIN:
+            best = 0  # within the timing's noise of the model's pick: the model's
+        ranks[name] = best
+        schedule, code = variants[best], codes[best]
+        tiles = [_tile(variants[r], name) for r in range(count)]
+        timings = ", ".join(f"{tiles[r]} {seconds[r] * 1e3:.4f} ms" if r in seconds else f"{tiles[r]} failed"
+                            for r in range(count))
+        notes.append(f"{name} timed {count} tiles ({timings}): {tiles[best]}")
+    reason = f"{compilation.decision.reason}; {'; '.join(notes)}"
+    return replace(compilation, schedule=schedule, code=code,
+                   decision=replace(compilation.decision, reason=reason))
+
+
+def _built(build: Callable[[GeneratedCode, GpuSchedule], GpuKernel], code: GeneratedCode,
+           schedule: GpuSchedule) -> GpuKernel | None:
+    try:
+        return build(code, schedule)
+    except PolyDLError:  # a tile the compiler refuses is no candidate
+        return None
+
+
+def _tile(schedule: GpuSchedule, name: str) -> str:
+    t = next(k for k in schedule.kernels if k.name == name).gemm.tiling  # type: ignore[union-attr]
+    return f"{t.block_m}x{t.block_n}x{t.block_k}/{t.threads}"

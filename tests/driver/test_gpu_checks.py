@@ -1,0 +1,79 @@
+"""The GPU tile model checked by timed candidates: the fastest of the best-ranked tiles is
+kept and named; without a device nothing changes. (The device's timings are simulated here;
+`tests/runtime/test_gpu_kernel.py` runs the real ones on a GPU.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from polydl.api import lower
+from polydl.driver import gpu_checks
+from polydl.frontends import builders
+from polydl.schedules.gpu import replanned, tile_counts
+
+
+def _gemm(schedule: Any) -> Any:
+    return next(k for k in schedule.kernels if k.gemm is not None)
+
+
+def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    nest, params = builders.conv2d(32, 256, 128, 28, 28, 1, 1, 2, 0, accumulate=False)
+    compilation = lower(nest, params, "cuda")
+    (name, count), = tile_counts(compilation.model, compilation.schedule).items()
+    assert count >= gpu_checks.TIMED
+    built: list[Any] = []
+
+    def build(code: Any, schedule: Any) -> Any:
+        built.append(schedule)
+        return object()
+
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
+    # the model's second-ranked tile runs fastest
+    monkeypatch.setattr(gpu_checks, "device_seconds",
+                        lambda kernels: [3e-3, 1e-3, *[2e-3] * (len(kernels) - 2)])
+    checked = gpu_checks.timed(compilation, build)
+    assert len(built) == 1 + gpu_checks.TIMED  # the current kernel, then each candidate
+    second = _gemm(replanned(compilation.model, compilation.schedule, {name: 1})).gemm.tiling
+    assert _gemm(checked.schedule).gemm.tiling == second != _gemm(compilation.schedule).gemm.tiling
+    assert f"{name} timed {gpu_checks.TIMED} tiles" in checked.decision.reason
+    assert "3.0000 ms" in checked.decision.reason and "1.0000 ms" in checked.decision.reason
+    assert checked.code.source != compilation.code.source
+
+
+def test_nothing_is_timed_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    nest, params = builders.matmul(512, 512, 512)
+    compilation = lower(nest, params, "cuda")
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: False)
+    assert gpu_checks.timed(compilation, lambda code, schedule: object()) is compilation
+
+
+def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polydl.errors import CompileError
+
+    nest, params = builders.matmul(512, 512, 512)
+    compilation = lower(nest, params, "cuda")
+    picked = _gemm(compilation.schedule).gemm.tiling
+    seen: list[Any] = []
+
+    def build(code: Any, schedule: Any) -> Any:
+        seen.append(schedule)
+        if len(seen) > 1 and _gemm(schedule).gemm.tiling == picked:  # the model's own pick, as a candidate
+            raise CompileError("nvcc", ["nvcc"], "simulated")
+        return object()
+
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
+    monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1e-3] * len(kernels))
+    checked = gpu_checks.timed(compilation, build)
+    assert "failed" in checked.decision.reason
+    assert _gemm(checked.schedule).gemm.tiling != _gemm(compilation.schedule).gemm.tiling
+
+
+def test_a_tile_within_the_noise_of_the_models_pick_does_not_replace_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    nest, params = builders.matmul(512, 512, 512)
+    compilation = lower(nest, params, "cuda")
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
+    monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1.00e-3, 0.99e-3, *[2e-3] * (len(kernels) - 2)])
+    checked = gpu_checks.timed(compilation, lambda code, schedule: object())
+    assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
