@@ -22,7 +22,7 @@ from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.gpu_target import generate_gpu
 from polydl.driver.compilation import Compilation
 from polydl.errors import PolyDLError
-from polydl.runtime.gpu_kernel import GpuKernel
+from polydl.runtime.gpu_kernel import GpuKernel, loaded_libraries, unload
 from polydl.runtime.gpu_timing import device_seconds, has_device
 from polydl.schedules.gpu import GpuSchedule, replanned, tile_counts
 
@@ -37,9 +37,11 @@ def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule]
     counts = {name: min(TIMED, n) for name, n in tile_counts(compilation.model, schedule).items() if n > 1}
     if not counts:
         return compilation
+    before = loaded_libraries()  # kernels built elsewhere in the process keep theirs
     current = build(compilation.code, schedule)
     if not has_device(current):
         return compilation
+    loaded, kept = {current.library_path}, current.library_path
     ranks: dict[str, int] = {}
     code, notes = compilation.code, []
     for name, count in counts.items():
@@ -48,16 +50,20 @@ def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule]
         with ThreadPoolExecutor(max_workers=min(count, os.cpu_count() or 1)) as pool:
             kernels = list(pool.map(lambda pair: _built(build, *pair), zip(codes, variants, strict=True)))
         ready = [(r, k) for r, k in enumerate(kernels) if k is not None]
+        loaded |= {k.library_path for _, k in ready}
         seconds = dict(zip((r for r, _ in ready), device_seconds([k for _, k in ready]), strict=True))
         best = min(seconds, key=lambda r: seconds[r])
         if 0 in seconds and seconds[best] > seconds[0] / MARGIN:
             best = 0  # within the timing's noise of the model's pick: the model's
         ranks[name] = best
+        kept = kernels[best].library_path if kernels[best] is not None else kept
         schedule, code = variants[best], codes[best]
         tiles = [_tile(variants[r], name) for r in range(count)]
         timings = ", ".join(f"{tiles[r]} {seconds[r] * 1e3:.4f} ms" if r in seconds else f"{tiles[r]} failed"
                             for r in range(count))
         notes.append(f"{name} timed {count} tiles ({timings}): {tiles[best]}")
+    for path in loaded - {kept} - before:  # the losers' kernels stay registered otherwise
+        unload(path)
     reason = f"{compilation.decision.reason}; {'; '.join(notes)}"
     return replace(compilation, schedule=schedule, code=code,
                    decision=replace(compilation.decision, reason=reason))

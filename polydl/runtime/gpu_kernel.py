@@ -208,6 +208,23 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
         return _LOADED[library_path]
 
 
+def loaded_libraries() -> set[Path]:
+    with _LOCK:
+        return set(_LOADED)
+
+
+def unload(library_path: Path) -> None:
+    """Close a launcher library no kernel uses any more (a timed candidate that lost): every
+    library loaded keeps its kernels registered with the CUDA runtime, and with a thousand of
+    them each launch of the others cost the host more (the benchmark's eager calls at N=2
+    ran 0.97 -> 0.71 of cuDNN's with six candidates loaded a kernel)."""
+    with _LOCK:
+        loaded = _LOADED.pop(library_path, None)
+    if loaded is not None:
+        ffi, lib = loaded
+        ffi.dlclose(lib)
+
+
 class GpuKernel(CompiledKernel):
     """A compiled GPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy."""
 

@@ -18,7 +18,22 @@ def _gemm(schedule: Any) -> Any:
     return next(k for k in schedule.kernels if k.gemm is not None)
 
 
-def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Built:
+    """A stand-in for a built kernel: its library named by its tile."""
+
+    def __init__(self, schedule: Any) -> None:
+        t = _gemm(schedule).gemm.tiling
+        self.library_path = f"lib_{t.block_m}x{t.block_n}x{t.block_k}_{t.threads}.so"
+
+
+@pytest.fixture(autouse=True)
+def _unloaded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    closed: list[str] = []
+    monkeypatch.setattr(gpu_checks, "unload", closed.append)
+    return closed
+
+
+def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch, _unloaded: list[str]) -> None:
     nest, params = builders.conv2d(32, 256, 128, 28, 28, 1, 1, 2, 0, accumulate=False)
     compilation = lower(nest, params, "cuda")
     (name, count), = tile_counts(compilation.model, compilation.schedule).items()
@@ -27,7 +42,7 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch) -
 
     def build(code: Any, schedule: Any) -> Any:
         built.append(schedule)
-        return object()
+        return _Built(schedule)
 
     monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     # the model's second-ranked tile runs fastest
@@ -40,13 +55,15 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch) -
     assert f"{name} timed {gpu_checks.TIMED} tiles" in checked.decision.reason
     assert "3.0000 ms" in checked.decision.reason and "1.0000 ms" in checked.decision.reason
     assert checked.code.source != compilation.code.source
+    # every other candidate's library is closed, the kept one not
+    assert len(_unloaded) == gpu_checks.TIMED - 1 and _Built(checked.schedule).library_path not in _unloaded
 
 
 def test_nothing_is_timed_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
     nest, params = builders.matmul(512, 512, 512)
     compilation = lower(nest, params, "cuda")
     monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: False)
-    assert gpu_checks.timed(compilation, lambda code, schedule: object()) is compilation
+    assert gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule)) is compilation
 
 
 def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +78,7 @@ def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPa
         seen.append(schedule)
         if len(seen) > 1 and _gemm(schedule).gemm.tiling == picked:  # the model's own pick, as a candidate
             raise CompileError("nvcc", ["nvcc"], "simulated")
-        return object()
+        return _Built(schedule)
 
     monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1e-3] * len(kernels))
@@ -75,5 +92,5 @@ def test_a_tile_within_the_noise_of_the_models_pick_does_not_replace_it(monkeypa
     compilation = lower(nest, params, "cuda")
     monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1.00e-3, 0.99e-3, *[2e-3] * (len(kernels) - 2)])
-    checked = gpu_checks.timed(compilation, lambda code, schedule: object())
+    checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
     assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
