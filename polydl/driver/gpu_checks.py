@@ -51,7 +51,11 @@ def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule]
             kernels = list(pool.map(lambda pair: _built(build, *pair), zip(codes, variants, strict=True)))
         ready = [(r, k) for r, k in enumerate(kernels) if k is not None]
         loaded |= {k.library_path for _, k in ready}
-        seconds = dict(zip((r for r, _ in ready), device_seconds([k for _, k in ready]), strict=True))
+        try:
+            times = device_seconds([k for _, k in ready])
+        except PolyDLError:  # no room on the device for the operands: the model's choice
+            times = [float("inf")] * len(ready)
+        seconds = dict(zip((r for r, _ in ready), times, strict=True))
         best = min(seconds, key=lambda r: seconds[r])
         if 0 in seconds and seconds[best] > seconds[0] / MARGIN:
             best = 0  # within the timing's noise of the model's pick: the model's

@@ -94,3 +94,18 @@ def test_a_tile_within_the_noise_of_the_models_pick_does_not_replace_it(monkeypa
     monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1.00e-3, 0.99e-3, *[2e-3] * (len(kernels) - 2)])
     checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
     assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
+
+
+def test_a_device_without_room_for_the_operands_keeps_the_models_pick(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polydl.errors import PolyDLError
+
+    nest, params = builders.matmul(512, 512, 512)
+    compilation = lower(nest, params, "cuda")
+
+    def full(kernels: Any) -> Any:
+        raise PolyDLError("cannot allocate 1048576 bytes on the device")
+
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
+    monkeypatch.setattr(gpu_checks, "device_seconds", full)
+    checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
+    assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
