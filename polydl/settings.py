@@ -16,6 +16,7 @@ unless a scoped `override` is in force, and checks what it reads: a bad value is
 | `POLYDL_ISA` | `forced_isa()` | lower the native target's ISA |
 | `POLYDL_SANITIZE` | `sanitizers()` | ASan/UBSan for generated kernels |
 | `POLYDL_NVCC`, `POLYDL_HIPCC` | `gpu_compiler(kind)` | GPU compilers |
+| `POLYDL_GPU_TILES` | `gpu_timed_tiles()` | how many of each GEMM's best-ranked tiles a CUDA build times where a device is present (default 6; 1: the tile score's pick, nothing timed) |
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ VARIABLES = {
     "sanitize": "POLYDL_SANITIZE",
     "nvcc": "POLYDL_NVCC",
     "hipcc": "POLYDL_HIPCC",
+    "gpu_tiles": "POLYDL_GPU_TILES",
 }
 # The ISA names a target may have (polydl.target.cpu.ISAS, which imports this module's users).
 ISA_NAMES = ("avx512amx", "avx512bf16", "avx512", "avx2", "scalar")
@@ -136,6 +138,15 @@ def sanitizers() -> tuple[str, ...]:
             f"{' and/or '.join(SANITIZERS)}, comma-separated"
         )
     return names
+
+
+def gpu_timed_tiles() -> int:
+    value = _raw("gpu_tiles")
+    if not value:
+        return 6
+    if not value.isdigit() or int(value) < 1:
+        raise PolyDLError(f"POLYDL_GPU_TILES='{value}' is not a whole number of tiles (1 or more)")
+    return int(value)
 
 
 def gpu_compiler(kind: str) -> str:

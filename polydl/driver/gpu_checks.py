@@ -4,11 +4,11 @@ The tile score (`schedules.gpu.scored_tilings`) orders a GEMM's tiles by intensi
 occupancy, which does not see everything that decides a tile's speed: on an H100 its pick for
 ResNet-50's fp32 layers at N=32 was up to 1.29x slower than another of its six best (a
 strided 1 x 1: 0.076 against 0.059 ms; a 14 x 14 Winograd product 1.10x). Where a CUDA device
-is present, a kernel being built has the `TIMED` best-ranked tiles of each GEMM statement
-compiled (in parallel), run interleaved on the same random inputs (`runtime.gpu_timing`) and
-the fastest kept; the stored lowering holds that choice, so it is timed once per problem and
-target. Without a device, or for source only (`lower`, `polydl compile`), the ranking's best
-stays. The decision's reason lists the times.
+is present, a kernel being built has the best-ranked tiles of each GEMM statement (six;
+`POLYDL_GPU_TILES`) compiled in parallel, run interleaved on the same random inputs
+(`runtime.gpu_timing`) and the fastest kept; the stored lowering holds that choice, so it is
+timed once per problem and target. Without a device, or for source only (`lower`, `polydl
+compile`), the ranking's best stays. The decision's reason lists the times.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from polydl import settings
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.gpu_target import generate_gpu
 from polydl.driver.compilation import Compilation
@@ -26,15 +27,16 @@ from polydl.runtime.gpu_kernel import GpuKernel, loaded_libraries, unload
 from polydl.runtime.gpu_timing import device_seconds, has_device
 from polydl.schedules.gpu import GpuSchedule, replanned, tile_counts
 
-TIMED = 6
 MARGIN = 1.03  # another tile is kept where it runs at least this much faster
 
 
 def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule], GpuKernel]) -> Compilation:
-    """`compilation` with each GEMM's tile the fastest of its `TIMED` best-ranked on this
+    """`compilation` with each GEMM's tile the fastest of its best-ranked on this
     machine's device, or unchanged where there is no device or no choice."""
     schedule = compilation.schedule
-    counts = {name: min(TIMED, n) for name, n in tile_counts(compilation.model, schedule).items() if n > 1}
+    timed_tiles = settings.gpu_timed_tiles()
+    counts = {name: min(timed_tiles, n) for name, n in tile_counts(compilation.model, schedule).items()}
+    counts = {name: n for name, n in counts.items() if n > 1}
     if not counts:
         return compilation
     before = loaded_libraries()  # kernels built elsewhere in the process keep theirs

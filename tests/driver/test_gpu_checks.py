@@ -8,10 +8,14 @@ from typing import Any
 
 import pytest
 
+from polydl import settings
 from polydl.api import lower
 from polydl.driver import gpu_checks
+from polydl.errors import PolyDLError
 from polydl.frontends import builders
 from polydl.schedules.gpu import replanned, tile_counts
+
+TILES = settings.gpu_timed_tiles()  # the default, six
 
 
 def _gemm(schedule: Any) -> Any:
@@ -37,7 +41,7 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch, _
     nest, params = builders.conv2d(32, 256, 128, 28, 28, 1, 1, 2, 0, accumulate=False)
     compilation = lower(nest, params, "cuda")
     (name, count), = tile_counts(compilation.model, compilation.schedule).items()
-    assert count >= gpu_checks.TIMED
+    assert count >= TILES
     built: list[Any] = []
 
     def build(code: Any, schedule: Any) -> Any:
@@ -49,14 +53,14 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch, _
     monkeypatch.setattr(gpu_checks, "device_seconds",
                         lambda kernels: [3e-3, 1e-3, *[2e-3] * (len(kernels) - 2)])
     checked = gpu_checks.timed(compilation, build)
-    assert len(built) == 1 + gpu_checks.TIMED  # the current kernel, then each candidate
+    assert len(built) == 1 + TILES  # the current kernel, then each candidate
     second = _gemm(replanned(compilation.model, compilation.schedule, {name: 1})).gemm.tiling
     assert _gemm(checked.schedule).gemm.tiling == second != _gemm(compilation.schedule).gemm.tiling
-    assert f"{name} timed {gpu_checks.TIMED} tiles" in checked.decision.reason
+    assert f"{name} timed {TILES} tiles" in checked.decision.reason
     assert "3.0000 ms" in checked.decision.reason and "1.0000 ms" in checked.decision.reason
     assert checked.code.source != compilation.code.source
     # every other candidate's library is closed, the kept one not
-    assert len(_unloaded) == gpu_checks.TIMED - 1 and _Built(checked.schedule).library_path not in _unloaded
+    assert len(_unloaded) == TILES - 1 and _Built(checked.schedule).library_path not in _unloaded
 
 
 def test_nothing_is_timed_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,3 +113,13 @@ def test_a_device_without_room_for_the_operands_keeps_the_models_pick(monkeypatc
     monkeypatch.setattr(gpu_checks, "device_seconds", full)
     checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
     assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
+
+
+def test_one_tile_a_gemm_times_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    nest, params = builders.matmul(512, 512, 512)
+    compilation = lower(nest, params, "cuda")
+    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
+    with settings.override(gpu_tiles=1):
+        assert gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule)) is compilation
+    with settings.override(gpu_tiles="six"), pytest.raises(PolyDLError, match="POLYDL_GPU_TILES"):
+        gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
