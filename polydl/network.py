@@ -18,6 +18,14 @@ import numpy as np
 from polydl.ir import LoopNest
 
 ALIGNMENT = 64  # bytes: a cache line and an AVX-512 vector
+# An activation starts SKEW x k bytes past its place (k < SKEWS), k chosen so that buffers
+# live at the same time start at different offsets within a 4 KiB page. ResNet's sizes are
+# multiples of large powers of two, so buffers packed end to end began at the same offset in
+# their pages, and a layer streaming from one into another had each load wait on a store to
+# an address equal in its low 12 bits (4K aliasing): resnet50 at batch 32 on two Zen 4 cores,
+# layer2.0's strided 3 x 3 ran 55.7 ms in the network against 41.3 alone, 41.8 skewed; its
+# Winograd layers 21 -> 14-16 ms.
+SKEW, SKEWS, PAGE = 4096 + 256, 16, 4096
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,11 @@ class NetworkPlan:
         return buffer
 
 
+def _slot(address: int) -> int:
+    """Which 256 bytes of a 4 KiB page an address falls in."""
+    return address % PAGE // (PAGE // SKEWS)
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
@@ -107,8 +120,9 @@ def _reads_writes(step: Step) -> tuple[str, ...]:
 
 
 def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
-    """Arena offsets for the activations (first fit by live range, largest first) and blob
-    offsets for the constants; returns the plan with both filled in."""
+    """Arena offsets for the activations (first fit by live range, largest first, each
+    skewed within its page away from the buffers live with it) and blob offsets for the
+    constants; returns the plan with both filled in."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, step in enumerate(plan.steps):
@@ -120,16 +134,21 @@ def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
     buffers = dict(plan.buffers)
     activations = [b for b in plan.buffers.values() if b.kind == "activation" and not b.alias
                    and b.name in first]
+    starts: list[tuple[int, int, int]] = []  # (start, first step, last step) of each placed
     for buffer in sorted(activations, key=lambda b: (-b.nbytes, first[b.name])):
-        lo, hi, size = first[buffer.name], last[buffer.name], _aligned(buffer.nbytes)
+        lo, hi = first[buffer.name], last[buffer.name]
+        size = _aligned(buffer.nbytes) + SKEW * (SKEWS - 1)  # room for any skew
         overlapping = sorted((o, e) for o, e, f, la in placed if not (la < lo or f > hi))
         offset = 0
         for o, e in overlapping:
             if offset + size <= o:
                 break
             offset = max(offset, e)
+        taken = [_slot(start) for start, f, la in starts if not (la < lo or f > hi)]
+        skew = SKEW * min(range(SKEWS), key=lambda k: (taken.count(_slot(offset + SKEW * k)), k))
         placed.append((offset, offset + size, lo, hi))
-        buffers[buffer.name] = replace(buffer, offset=offset)
+        starts.append((offset + skew, lo, hi))
+        buffers[buffer.name] = replace(buffer, offset=offset + skew)
     plan.arena_bytes = max((e for _, e, _, _ in placed), default=0)
     offset = 0
     for name in sorted(plan.weights):
