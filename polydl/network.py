@@ -130,26 +130,26 @@ def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
             root = plan.root(name).name
             first.setdefault(root, index)
             last[root] = index
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
+    # (offset, end, first step, last step, start) of each placed buffer: its room and where it
+    # starts in it
+    placed: list[tuple[int, int, int, int, int]] = []
     buffers = dict(plan.buffers)
     activations = [b for b in plan.buffers.values() if b.kind == "activation" and not b.alias
                    and b.name in first]
-    starts: list[tuple[int, int, int]] = []  # (start, first step, last step) of each placed
     for buffer in sorted(activations, key=lambda b: (-b.nbytes, first[b.name])):
         lo, hi = first[buffer.name], last[buffer.name]
         size = _aligned(buffer.nbytes) + SKEW * (SKEWS - 1)  # room for any skew
-        overlapping = sorted((o, e) for o, e, f, la in placed if not (la < lo or f > hi))
+        live = [p for p in placed if not (p[3] < lo or p[2] > hi)]
         offset = 0
-        for o, e in overlapping:
+        for o, e in sorted((p[0], p[1]) for p in live):
             if offset + size <= o:
                 break
             offset = max(offset, e)
-        taken = [_slot(start) for start, f, la in starts if not (la < lo or f > hi)]
+        taken = [_slot(p[4]) for p in live]
         skew = SKEW * min(range(SKEWS), key=lambda k: (taken.count(_slot(offset + SKEW * k)), k))
-        placed.append((offset, offset + size, lo, hi))
-        starts.append((offset + skew, lo, hi))
+        placed.append((offset, offset + size, lo, hi, offset + skew))
         buffers[buffer.name] = replace(buffer, offset=offset + skew)
-    plan.arena_bytes = max((e for _, e, _, _ in placed), default=0)
+    plan.arena_bytes = max((p[1] for p in placed), default=0)
     offset = 0
     for name in sorted(plan.weights):
         buffers[name] = replace(buffers[name], offset=offset)

@@ -64,13 +64,12 @@ class GpuBackend:
     def checked(self, compilation: Compilation) -> Compilation:
         if self.kind != "cuda":
             return compilation
-        model = compilation.model
+        model, target = compilation.model, compilation.target
+        assert isinstance(target, GpuTarget)
         reference = LazyReference(model.nest, model.params, model)
 
         def build(code: GeneratedCode, schedule: GpuSchedule) -> GpuKernel:
-            return GpuKernel(code=code, nest=model.nest, params=model.params, schedule=schedule,
-                             flops=compilation.flops, reference_impl=reference,
-                             library_path=build_gpu_library(code))
+            return self.load(code, model.nest, model.params, schedule, compilation.flops, reference, target)
 
         return timed(compilation, build)
 

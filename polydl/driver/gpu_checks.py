@@ -24,7 +24,7 @@ from polydl.codegen.gpu_target import generate_gpu
 from polydl.driver.compilation import Compilation
 from polydl.errors import PolyDLError
 from polydl.runtime.gpu_kernel import GpuKernel, loaded_libraries, unload
-from polydl.runtime.gpu_timing import device_seconds, has_device
+from polydl.runtime.gpu_timing import device_seconds
 from polydl.schedules.gpu import GpuSchedule, replanned, tile_counts
 
 MARGIN = 1.03  # another tile is kept where it runs at least this much faster
@@ -41,7 +41,7 @@ def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule]
         return compilation
     before = loaded_libraries()  # kernels built elsewhere in the process keep theirs
     current = build(compilation.code, schedule)
-    if not has_device(current):
+    if not current.has_device():
         return compilation
     loaded, kept = {current.library_path}, current.library_path
     ranks: dict[str, int] = {}
@@ -51,18 +51,18 @@ def timed(compilation: Compilation, build: Callable[[GeneratedCode, GpuSchedule]
         codes = [generate_gpu(compilation.model, v) for v in variants]
         with ThreadPoolExecutor(max_workers=min(count, os.cpu_count() or 1)) as pool:
             kernels = list(pool.map(lambda pair: _built(build, *pair), zip(codes, variants, strict=True)))
-        ready = [(r, k) for r, k in enumerate(kernels) if k is not None]
-        loaded |= {k.library_path for _, k in ready}
+        ready = {r: k for r, k in enumerate(kernels) if k is not None}
+        loaded |= {k.library_path for k in ready.values()}
         try:
-            times = device_seconds([k for _, k in ready])
+            times = device_seconds(list(ready.values()))
         except PolyDLError:  # no room on the device for the operands: the model's choice
             times = [float("inf")] * len(ready)
-        seconds = dict(zip((r for r, _ in ready), times, strict=True))
+        seconds = dict(zip(ready, times, strict=True))
         best = min(seconds, key=lambda r: seconds[r])
         if 0 in seconds and seconds[best] > seconds[0] / MARGIN:
             best = 0  # within the timing's noise of the model's pick: the model's
         ranks[name] = best
-        kept = kernels[best].library_path if kernels[best] is not None else kept
+        kept = ready[best].library_path
         schedule, code = variants[best], codes[best]
         tiles = [_tile(variants[r], name) for r in range(count)]
         timings = ", ".join(f"{tiles[r]} {seconds[r] * 1e3:.4f} ms" if r in seconds else f"{tiles[r]} failed"

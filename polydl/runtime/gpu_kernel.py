@@ -11,9 +11,10 @@ library (zero-filled).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,10 +281,13 @@ class GpuKernel(CompiledKernel):
         if status != 0:
             self._check(status, "launch")
 
-    def _call_host(self, given: dict[str, Any]) -> Any:
-        arrays, outputs = bind_host(self.arguments, given)
-        if self._fn("_device_count")() < 1:
-            raise PolyDLError(f"kernel {self.name}: no CUDA device is available")
+    def has_device(self) -> bool:
+        return int(self._fn("_device_count")()) > 0
+
+    @contextlib.contextmanager
+    def device_copies(self, arrays: Mapping[str, np.ndarray]) -> Iterator[list[int]]:
+        """Device buffers holding copies of the host `arrays` (one per argument, by name),
+        freed on leaving; yields their addresses in argument order."""
         buffers: dict[str, Any] = {}
         try:
             for arg in self.arguments:
@@ -295,15 +299,23 @@ class GpuKernel(CompiledKernel):
                 buffers[arg.name] = ptr
                 self._check(self._fn("_to_device")(ptr, self._ffi.cast("void *", host.ctypes.data),
                                                    host.nbytes), f"copy of '{arg.name}' to the device")
-            self._launch([int(self._ffi.cast("uintptr_t", buffers[a.name])) for a in self.arguments])
-            for arg in self.outputs:
-                host = arrays[arg.name]
-                self._check(self._fn("_to_host")(self._ffi.cast("void *", host.ctypes.data),
-                                                 buffers[arg.name], host.nbytes),
-                            f"copy of '{arg.name}' to the host")
+            yield [int(self._ffi.cast("uintptr_t", buffers[a.name])) for a in self.arguments]
         finally:
             for ptr in buffers.values():
                 self._fn("_device_free")(ptr)
+
+    def _call_host(self, given: dict[str, Any]) -> Any:
+        arrays, outputs = bind_host(self.arguments, given)
+        if not self.has_device():
+            raise PolyDLError(f"kernel {self.name}: no CUDA device is available")
+        with self.device_copies(arrays) as pointers:
+            self._launch(pointers)
+            addresses = dict(zip((a.name for a in self.arguments), pointers, strict=True))
+            for arg in self.outputs:
+                host = arrays[arg.name]
+                self._check(self._fn("_to_host")(self._ffi.cast("void *", host.ctypes.data),
+                                                 self._ffi.cast("void *", addresses[arg.name]), host.nbytes),
+                            f"copy of '{arg.name}' to the host")
         return _result(outputs)
 
     def _call_device(self, given: dict[str, Any]) -> Any:

@@ -27,10 +27,6 @@ MAX_LAUNCHES = 200
 _DEVICE = threading.Lock()
 
 
-def has_device(kernel: GpuKernel) -> bool:
-    return int(kernel._fn("_device_count")()) > 0
-
-
 def device_seconds(kernels: Sequence[GpuKernel], rounds: int = ROUNDS, seed: int = 0) -> list[float]:
     """Median seconds a launch of each kernel takes (all take `kernels[0]`'s arguments)."""
     with _DEVICE:
@@ -39,30 +35,17 @@ def device_seconds(kernels: Sequence[GpuKernel], rounds: int = ROUNDS, seed: int
 
 def _timed(kernels: Sequence[GpuKernel], rounds: int, seed: int) -> list[float]:
     first = kernels[0]
-    ffi = first._ffi
     rng = np.random.default_rng(seed)
-    buffers: dict[str, object] = {}
-    try:
-        for arg in first.arguments:
-            host = np.ascontiguousarray(random_array(arg, rng) if arg.is_input
-                                        else np.zeros(arg.shape, NUMPY_DTYPES[arg.dtype]))
-            ptr = first._fn("_device_alloc")(max(host.nbytes, 1))
-            if ptr == ffi.NULL:
-                raise PolyDLError(f"kernel {first.name}: cannot allocate {host.nbytes} bytes on the device")
-            buffers[arg.name] = ptr
-            first._check(first._fn("_to_device")(ptr, ffi.cast("void *", host.ctypes.data), host.nbytes),
-                         f"copy of '{arg.name}' to the device")
-        pointers = [int(ffi.cast("uintptr_t", buffers[a.name])) for a in first.arguments]
+    host = {arg.name: random_array(arg, rng) if arg.is_input else np.zeros(arg.shape, NUMPY_DTYPES[arg.dtype])
+            for arg in first.arguments}
+    with first.device_copies(host) as pointers:
         launches = [_calibrated(k, pointers) for k in kernels]
         samples: list[list[float]] = [[] for _ in kernels]
         for _ in range(rounds):
             for i, (kernel, count) in enumerate(zip(kernels, launches, strict=True)):
                 if count:
                     samples[i].append(_batch(kernel, pointers, count) / count)
-        return [statistics.median(s) if s else float("inf") for s in samples]
-    finally:
-        for ptr in buffers.values():
-            first._fn("_device_free")(ptr)
+    return [statistics.median(s) if s else float("inf") for s in samples]
 
 
 def _batch(kernel: GpuKernel, pointers: list[int], count: int) -> float:

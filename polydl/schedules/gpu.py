@@ -360,12 +360,13 @@ def check_distribution(model: PolyModel) -> None:
                 )
 
 
-def _crosses_none(self_deps: list[isl.Map], dims: list[int]) -> bool:
-    """True if every dependence pair agrees on all `dims` (so they may run on any thread)."""
-    for dep in self_deps:
+def _agree(deps: list[isl.Map], pairs: list[tuple[int, int]]) -> bool:
+    """True if every dependence joins instances equal on each (source dim, sink dim) pair:
+    those on one thread when the pairs are the thread loops' positions."""
+    for dep in deps:
         eq = isl.Map.universe(dep.get_space())
-        for d in dims:
-            eq = eq.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        for a, b in pairs:
+            eq = eq.equate(isl.dim_type.in_, a, isl.dim_type.out, b)
         if not dep.is_subset(eq):
             return False
     return True
@@ -383,7 +384,7 @@ def thread_loops(
     for d, loop in enumerate(s.loops):
         if not (int_vars(loop.lower) | int_vars(loop.upper)) <= params:
             continue  # bounds that move with another loop cannot be hoisted to the grid
-        if not _crosses_none(deps, [*chosen, d]):
+        if not _agree(deps, [(c, c) for c in (*chosen, d)]):
             continue
         lo, hi = eval_int(loop.lower, model.params), eval_int(loop.upper, model.params)
         extent = max(0, -(-(hi - lo) // loop.step))
@@ -972,7 +973,7 @@ def sibling_groups(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[GpuKe
         head = out[-1] if out else None
         if (head is not None and _plain(head) and _plain(plan) and _loops_of(head) == _loops_of(plan)
                 and head.threads == plan.threads
-                and all(_same_thread(deps, model, early, plan.statement, plan.threads)
+                and all(_same_thread(deps, early, plan.statement, plan.threads)
                         for early in head.statements)):
             out[-1] = replace(head, siblings=(*head.siblings, (plan.statement, plan.enclosing)))
         else:
@@ -980,18 +981,9 @@ def sibling_groups(model: PolyModel, kernels: list[GpuKernelPlan]) -> list[GpuKe
     return out
 
 
-def _same_thread(deps: isl.UnionMap, model: PolyModel, early: StatementModel, late: StatementModel,
+def _same_thread(deps: isl.UnionMap, early: StatementModel, late: StatementModel,
                  threads: tuple[ThreadLoop, ...]) -> bool:
     """Whether every dependence from `early` to `late` joins instances of one thread."""
-    maps = _between(deps, early.name, late.name)
-    if not maps:
-        return True
-    dims_in = [[lp.var for lp in early.loops].index(t.var) for t in threads]
-    dims_out = [[lp.var for lp in late.loops].index(t.var) for t in threads]
-    for dep in maps:
-        eq = isl.Map.universe(dep.get_space())
-        for a, b in zip(dims_in, dims_out, strict=True):
-            eq = eq.equate(isl.dim_type.in_, a, isl.dim_type.out, b)
-        if not dep.is_subset(eq):
-            return False
-    return True
+    position = [{lp.var: d for d, lp in enumerate(s.loops)} for s in (early, late)]
+    return _agree(_between(deps, early.name, late.name),
+                  [(position[0][t.var], position[1][t.var]) for t in threads])

@@ -23,11 +23,16 @@ def _gemm(schedule: Any) -> Any:
 
 
 class _Built:
-    """A stand-in for a built kernel: its library named by its tile."""
+    """A stand-in for a built kernel: its library named by its tile, on a machine with or
+    without a device."""
 
-    def __init__(self, schedule: Any) -> None:
+    def __init__(self, schedule: Any, device: bool = True) -> None:
         t = _gemm(schedule).gemm.tiling
         self.library_path = f"lib_{t.block_m}x{t.block_n}x{t.block_k}_{t.threads}.so"
+        self.device = device
+
+    def has_device(self) -> bool:
+        return self.device
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +53,6 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch, _
         built.append(schedule)
         return _Built(schedule)
 
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     # the model's second-ranked tile runs fastest
     monkeypatch.setattr(gpu_checks, "device_seconds",
                         lambda kernels: [3e-3, 1e-3, *[2e-3] * (len(kernels) - 2)])
@@ -63,11 +67,10 @@ def test_the_fastest_of_the_top_tiles_is_kept(monkeypatch: pytest.MonkeyPatch, _
     assert len(_unloaded) == TILES - 1 and _Built(checked.schedule).library_path not in _unloaded
 
 
-def test_nothing_is_timed_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_is_timed_without_a_device() -> None:
     nest, params = builders.matmul(512, 512, 512)
     compilation = lower(nest, params, "cuda")
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: False)
-    assert gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule)) is compilation
+    assert gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule, device=False)) is compilation
 
 
 def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +87,6 @@ def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPa
             raise CompileError("nvcc", ["nvcc"], "simulated")
         return _Built(schedule)
 
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1e-3] * len(kernels))
     checked = gpu_checks.timed(compilation, build)
     assert "failed" in checked.decision.reason
@@ -94,7 +96,6 @@ def test_a_candidate_that_does_not_build_is_skipped(monkeypatch: pytest.MonkeyPa
 def test_a_tile_within_the_noise_of_the_models_pick_does_not_replace_it(monkeypatch: pytest.MonkeyPatch) -> None:
     nest, params = builders.matmul(512, 512, 512)
     compilation = lower(nest, params, "cuda")
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     monkeypatch.setattr(gpu_checks, "device_seconds", lambda kernels: [1.00e-3, 0.99e-3, *[2e-3] * (len(kernels) - 2)])
     checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
     assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
@@ -109,16 +110,14 @@ def test_a_device_without_room_for_the_operands_keeps_the_models_pick(monkeypatc
     def full(kernels: Any) -> Any:
         raise PolyDLError("cannot allocate 1048576 bytes on the device")
 
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     monkeypatch.setattr(gpu_checks, "device_seconds", full)
     checked = gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule))
     assert _gemm(checked.schedule).gemm.tiling == _gemm(compilation.schedule).gemm.tiling
 
 
-def test_one_tile_a_gemm_times_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_tile_a_gemm_times_nothing() -> None:
     nest, params = builders.matmul(512, 512, 512)
     compilation = lower(nest, params, "cuda")
-    monkeypatch.setattr(gpu_checks, "has_device", lambda kernel: True)
     with settings.override(gpu_tiles=1):
         assert gpu_checks.timed(compilation, lambda code, schedule: _Built(schedule)) is compilation
     with settings.override(gpu_tiles="six"), pytest.raises(PolyDLError, match="POLYDL_GPU_TILES"):

@@ -14,7 +14,7 @@ import pytest
 
 import polydl
 from polydl.api import build_kernel
-from polydl.errors import ShapeError
+from polydl.errors import PolyDLError, ShapeError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.runtime.inputs import random_inputs
@@ -402,13 +402,26 @@ def test_a_transposing_copy_goes_through_shared_memory_tiles() -> None:
 @gpu
 @needs_gpu
 def test_kernels_are_timed_on_the_device_in_graphs() -> None:
-    from polydl.runtime.gpu_timing import device_seconds, has_device
+    from polydl.runtime.gpu_timing import device_seconds
 
     small = build_kernel(*builders.matmul(512, 512, 512), target="cuda")
-    assert has_device(small)
+    assert small.has_device()
     one, again = device_seconds([small, small])
     assert 0 < one < 1e-2 and 0 < again < 1e-2 and 0.5 < one / again < 2.0
     # 64 times the work takes several times as long (a 512^3 product is mostly latency)
     large = build_kernel(*builders.matmul(2048, 2048, 2048), target="cuda")
     (big,) = device_seconds([large])
     assert big > 4 * one
+
+
+@needs_nvcc
+@pytest.mark.skipif(_has_gpu(), reason="checks the machine without a GPU")
+def test_numpy_calls_and_device_copies_without_a_device_are_clear_errors() -> None:
+    k = polydl.matmul(16, 8, 4, target="cuda")
+    a, b = np.ones((16, 4), np.float32), np.ones((4, 8), np.float32)
+    assert not k.has_device()
+    with pytest.raises(PolyDLError, match="no CUDA device is available"):
+        k(a, b)
+    with pytest.raises(PolyDLError, match="cannot allocate .* on the device for 'C'"), \
+            k.device_copies({"C": np.zeros((16, 8), np.float32), "A": a, "B": b}):
+        pass
