@@ -621,6 +621,7 @@ def _gemm_kernel(
         lanes_m = not warp_tiles and contiguous_runs(g, "c", "m", 4)
         rows_four = lanes_m and vector_copies and g.dtype_c == "float32"
         text = render("gpu/gemm_fma.j2", **values, vec_a=vec_a, vec_b=vec_b, a_along=a_along, b_along=b_along,
+                      min_blocks=t.blocks_per_sm,
                       thread_m=t.thread_m, thread_n=t.thread_n, warp_tiles=warp_tiles, lanes_m=lanes_m,
                       store_four=_store_four(g, kernel, "n") if quads else "",
                       store_rows_four=_store_four(g, kernel, "m") if rows_four else "")

@@ -117,6 +117,7 @@ TMA_STORE_STEPS = 1.0
 # An operand this small stays in the L2 between the tiles that read it (Hopper's holds 50 MB).
 L2_RESIDENT_BYTES = 8 << 20
 MAX_GRID_Z = 65535
+FMA_TILE_REGISTERS = 128  # an 8 x 8 FMA tile's registers a thread, operand offsets and copies included
 REGISTER_FILE = 65536  # 32-bit registers of a multiprocessor (every CUDA architecture since sm_50)
 
 
@@ -161,7 +162,9 @@ class GemmTiling:
     splits: int = 1  # blocks sharing one output tile, each over a slice of K
     stages: int = 2  # shared-memory buffers in flight
     operand_bytes: int = 2  # tma: 2 (bf16) or 4 (float32 read as TF32)
-    blocks_per_sm: int = 1  # tma: blocks resident on a multiprocessor at once (1 or 2)
+    # tma: blocks resident on a multiprocessor at once (1 or 2); fma: blocks the kernel's
+    # registers are held to (`__launch_bounds__`), 1: as ptxas chooses
+    blocks_per_sm: int = 1
 
     @property
     def shared_bytes(self) -> int:
@@ -712,11 +715,25 @@ def _candidates(plan: GemmPlan, device: GpuTarget, shape_a: tuple[int, ...]) -> 
               and any(contiguous_runs(plan, "a", axis, 4) for axis in ("k", "m"))
               and any(contiguous_runs(plan, "b", axis, 4) for axis in ("n", "k"))
               and contiguous_runs(plan, "c", "n", 4))
-    # warp tiles first: where the grid fills the device either way, the choice keeps them
-    warp = [GemmTiling("fma", bm, bn, FMA_BLOCK_K, thread_m=WARP_THREAD_TILE[0],
-                       thread_n=WARP_THREAD_TILE[1])
-            for bm, bn in BLOCK_TILES if vector and bm % 64 == 0 and bn % 64 == 0]
-    return warp + [GemmTiling("fma", bm, bn, 8) for bm, bn in BLOCK_TILES]
+    # warp tiles first: where the grid fills the device either way, the choice keeps them.
+    # K steps of 16 where a thread copies at most 8 float4s of the two operands a step, else
+    # 8: a 64 x 128 tile's 64 threads copying 12 spilled 316 bytes beside the 128 accumulators
+    warp = []
+    for bm, bn in BLOCK_TILES:
+        if vector and bm % 64 == 0 and bn % 64 == 0:
+            threads = bm // WARP_THREAD_TILE[0] * (bn // WARP_THREAD_TILE[1])
+            bk = FMA_BLOCK_K if (bm + bn) * FMA_BLOCK_K // (4 * threads) <= 8 else 8
+            warp.append(GemmTiling("fma", bm, bn, bk, thread_m=WARP_THREAD_TILE[0], thread_n=WARP_THREAD_TILE[1]))
+    plain = []
+    for bm, bn in BLOCK_TILES:
+        tiling = GemmTiling("fma", bm, bn, 8)
+        if device.kind == "cuda" and tiling.threads * FMA_TILE_REGISTERS * 2 == REGISTER_FILE:
+            # two blocks a multiprocessor only at 128 registers a thread: asked of ptxas first
+            # (1 x 1 layers at N=32 1.07-1.43x faster on an H100), as ptxas chose otherwise
+            # (gathered operands' offsets spilled when held to 128: 0.8-0.93x on some)
+            plain.append(replace(tiling, blocks_per_sm=2))
+        plain.append(tiling)
+    return warp + plain
 
 
 def _loads_divide(t: GemmTiling) -> bool:
@@ -745,6 +762,8 @@ def blocks_fit(t: GemmTiling, device: GpuTarget) -> bool:
     `setmaxnreg` moves later (a 64 x 256 tile's consumer needs 154 of the 128 two blocks leave)."""
     if t.blocks_per_sm == 1:
         return True
+    if t.kind == "fma":  # held there by the launch bound (`_candidates`)
+        return t.blocks_per_sm * t.threads * FMA_TILE_REGISTERS <= REGISTER_FILE
     return (t.kind == "tma" and t.block_m == 64
             and t.blocks_per_sm * (t.shared_bytes + 1024) <= device.shared_memory_optin_bytes + 1024
             and _registers(t) <= REGISTER_FILE // (t.blocks_per_sm * t.threads))

@@ -16,7 +16,7 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
 from polydl.runtime.gpu_toolchain import compile_gpu_library
-from polydl.schedules.gpu import GemmTiling, blocks_fit, gpu_schedule, tma_registers
+from polydl.schedules.gpu import GemmTiling, blocks_fit, gpu_schedule, ranked_tilings, tma_registers
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
@@ -61,6 +61,39 @@ void bmm(float X[16][512][512], float Y[16][512][512], float Z[16][512][512]) {
     assert (t.thread_m, t.thread_n, t.block_k, t.threads, t.splits) == (8, 8, 8, 256, 1)
     source = lower(batched, {}, "cuda").code.source
     assert "PD_ROW0(g) ((g) * (BM / 2) + ty * 4)" in source
+    # held to 128 registers a thread, two blocks a multiprocessor, as the ranking assumed
+    assert t.blocks_per_sm == 2 and "PD_LAUNCH_BOUNDS(256, 2)" in source
+    assert "256 threads, 2 blocks a multiprocessor" in plan.describe()
+
+
+def test_8x8_tiles_of_256_threads_come_held_to_two_blocks_and_as_ptxas_chooses() -> None:
+    # the timed check (POLYDL_GPU_TILES) decides between the two: a gathered operand's
+    # offsets may spill at 128 registers
+    nest, params = builders.conv2d(32, 1024, 2048, 14, 14, 1, 1, stride=2, accumulate=False)
+    model = build_model(nest, params)
+    (kernel,) = [k for k in gpu_schedule(model, DEFAULT_GPUS["cuda"]).kernels if k.gemm is not None]
+    statement, plan = kernel.statement, kernel.gemm
+    ranked = [t for _, t, _, _ in ranked_tilings(model, statement, plan, DEFAULT_GPUS["cuda"])]
+    big = [(t.blocks_per_sm, t.splits) for t in ranked if (t.kind, t.block_m, t.block_n) == ("fma", 128, 128)]
+    assert [b for b, _ in big] == [2, 1] and big[0][1] == big[1][1]
+    assert all(t.blocks_per_sm == 1 for t in ranked if t.threads != 256)
+    # HIP's launch bound counts waves, not blocks: nothing to choose between there
+    hip = ranked_tilings(model, statement, plan, DEFAULT_GPUS["hip"])
+    assert all(t.blocks_per_sm == 1 for _, t, _, _ in hip)
+    assert "#define PD_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads)\n" in lower(nest, params, "hip").code.source
+
+
+def test_warp_tiles_step_k_by_8_where_16_would_copy_over_8_float4s_a_thread() -> None:
+    # Winograd's batched GEMMs of a 64-channel layer: 64 x 128 tiles of 64 threads copying 12
+    # float4s a step in K steps of 16 spilled beside the 128 accumulators
+    nest, params = builders.matmul(4096, 4096, 4096)
+    model = build_model(nest, params)
+    (kernel,) = gpu_schedule(model, DEFAULT_GPUS["cuda"]).kernels
+    ranked = [t for _, t, _, _ in ranked_tilings(model, kernel.statement, kernel.gemm, DEFAULT_GPUS["cuda"])]
+    warp = {(t.block_m, t.block_n): t.block_k for t in ranked if (t.thread_m, t.thread_n) == (16, 8)}
+    assert warp[(128, 128)] == 16 and warp[(64, 128)] == warp[(128, 64)] == warp[(64, 64)] == 8
+    for (bm, bn), bk in warp.items():
+        assert (bm + bn) * bk // (4 * (bm // 16) * (bn // 8)) <= 8
 
 
 def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:

@@ -28,7 +28,7 @@ class _Built:
 
     def __init__(self, schedule: Any, device: bool = True) -> None:
         t = _gemm(schedule).gemm.tiling
-        self.library_path = f"lib_{t.block_m}x{t.block_n}x{t.block_k}_{t.threads}.so"
+        self.library_path = f"lib_{t.block_m}x{t.block_n}x{t.block_k}_{t.threads}_{t.blocks_per_sm}.so"
         self.device = device
 
     def has_device(self) -> bool:
