@@ -4,8 +4,11 @@
 
 Case sets (`--set`, repeatable; default all):
 - gemm: GEMMs and batched GEMMs. "_bf16" takes bf16 inputs and accumulates into an fp32 C
-  (C += A B); "_bf16out" is C = A B with a bf16 C (the starting value fused into the kernel),
-  PyTorch's bf16 matmul exactly; 4096^3 and 8192^3 among them.
+  (C += A B), against the faster of PyTorch's bf16 matmul (a bf16 C written, none read: less
+  memory moved) and `addmm`/`baddbmm` with `out_dtype=float32` (the same work, PyTorch 2.8 and
+  later; its time is in the JSON as `same_work_torch_ms`); "_bf16out" is C = A B with a bf16 C
+  (the starting value fused into the kernel), PyTorch's bf16 matmul exactly; 4096^3 and 8192^3
+  among them.
 - conv2, conv32: the ResNet-50 convolutions (polydl/bench/suites/resnet50_conv.json), fp32,
   NCHW, at N=2 and N=32.
 - conv32_bf16: the same at N=32 with bf16 activations, weights and outputs.
@@ -135,10 +138,15 @@ def inputs_for(case: dict[str, Any], torch: Any) -> list[Any]:
     return args
 
 
-def torch_op(case: dict[str, Any], torch: Any, args: list[Any]) -> Any:
-    """PyTorch's computation of the case on `args` (in their dtype): the timed reference."""
+def torch_op(case: dict[str, Any], torch: Any, args: list[Any], c: Any = None) -> Any:
+    """PyTorch's computation of the case on `args` (in their dtype): the timed reference. With
+    `c` (a bf16 GEMM adding into a float32 C): C + A B in float32, as polydl's kernel computes
+    (cuBLAS reading and writing the float32 C, not writing a bf16 product)."""
     F = torch.nn.functional
     if case["kind"] in ("gemm", "bmm"):
+        if c is not None:
+            add = torch.addmm if case["kind"] == "gemm" else torch.baddbmm
+            return add(c, args[0], args[1], out_dtype=torch.float32)
         return torch.matmul(args[0], args[1])
     lay = case["layer"]
     y = F.conv2d(args[0], args[1], stride=lay["stride"], padding=lay["padding"])
@@ -257,6 +265,7 @@ def measured_peaks(torch: Any, repeat: int) -> dict[str, float]:
 def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: dict[str, float]) -> dict[str, Any]:
     args_dev = inputs_for(case, torch)
     ref = kernel_view(case, torch_op(case, torch, [x.double() for x in args_dev]))
+    ref_shape = ref.shape
     args_ours = [kernel_view(case, x) for x in args_dev]
     out_dtype = torch.bfloat16 if case["out_dtype"] == "bfloat16" else torch.float32
     # a kernel that overwrites its output gets NaN there (a cell it skips shows); one that adds
@@ -270,25 +279,46 @@ def run_case(case: dict[str, Any], kernel: Any, torch: Any, repeat: int, peaks: 
     ok = bool(math.isfinite(err) and err < tol)
     del ref
 
+    # bf16 operands added into a float32 C: PyTorch's bf16 product (writing bf16, reading no C:
+    # less memory moved than polydl's kernel) and, where this PyTorch has `out_dtype` (2.8 and
+    # later), the same work (C + A B in float32); the ratio takes the faster of the two
+    c_ref = None
+    if case["kind"] in ("gemm", "bmm") and case["dtype"] == "bfloat16" and not case.get("overwrites"):
+        c_ref = torch.zeros(ref_shape, device="cuda", dtype=torch.float32)
+        try:
+            torch_op(case, torch, args_dev, c_ref)
+        except (TypeError, RuntimeError):
+            c_ref = None
+
     def reference(a: list[Any] = args_dev) -> Any:
         return torch_op(case, torch, a)
+
+    def same_work(a: list[Any] = args_dev) -> Any:
+        return torch_op(case, torch, a, c_ref)
 
     def ours(a: list[Any] = args_ours, out: Any = out) -> Any:
         return kernel(*a, **{kernel.outputs[0].name: out})
 
     torch.backends.cudnn.allow_tf32 = bool(case.get("tf32"))  # the reference runs as ours may
-    rounds_ours, rounds_ref = [], []
-    for _ in range(3):  # interleave the two, a few samples each round
+    rounds_ours, rounds_ref, rounds_same = [], [], []
+    for _ in range(3):  # interleave them, a few samples each round
         rounds_ours += time_cuda(torch, ours, max(1, repeat // 3))
         rounds_ref += time_cuda(torch, reference, max(1, repeat // 3))
+        if c_ref is not None:
+            rounds_same += time_cuda(torch, same_work, max(1, repeat // 3))
     t_ours, t_ref = statistics.median(rounds_ours), statistics.median(rounds_ref)
-    g_ours, g_ref = time_graph(torch, ours, repeat), time_graph(torch, reference, repeat)
+    t_same = statistics.median(rounds_same) if rounds_same else None
+    fastest = reference if t_same is None or t_ref <= t_same else same_work
+    t_ref = min(t_ref, t_same or t_ref)
+    g_ours, g_ref = time_graph(torch, ours, repeat), time_graph(torch, fastest, repeat)
     torch.backends.cudnn.allow_tf32 = False
     row = {
         "case": case["name"], "set": case["set"], "dtype": case["dtype"], "ok": ok, "rel_error": err,
         "polydl_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3,
         "polydl_tflops": case["flops"] / t_ours / 1e12, "torch_tflops": case["flops"] / t_ref / 1e12,
         "ratio": t_ref / t_ours, "schedule": kernel.schedule.describe(),
+        "reference": "float32 C + A B (out_dtype)" if fastest is same_work else "PyTorch's op",
+        "same_work_torch_ms": t_same * 1e3 if t_same is not None else None,
         "graph_polydl_ms": statistics.median(g_ours) * 1e3 if g_ours else None,
         "graph_torch_ms": statistics.median(g_ref) * 1e3 if g_ref else None,
     }
