@@ -26,6 +26,13 @@ ALIGNMENT = 64  # bytes: a cache line and an AVX-512 vector
 # layer2.0's strided 3 x 3 ran 55.7 ms in the network against 41.3 alone, 41.8 skewed; its
 # Winograd layers 21 -> 14-16 ms.
 SKEW, SKEWS, PAGE = 4096 + 256, 16, 4096
+# A network run in passes ends with steps over small activations (a classifier after the global
+# pool) whose weights are large: run in the same loop as the layers, each pass read them again
+# from memory (mobilenet_v2's 5 MiB classifier at batch 32 in 16 passes of 2 images: 5.7 ms,
+# 0.08 ms a pass with its weights in cache). Such a tail runs after all the passes, pass by
+# pass, its weights read from the cache after the first (`tail_start`).
+TAIL_ACTIVATION_BYTES = 64 << 10  # a pass's activation at most, in every tail step
+TAIL_WEIGHT_BYTES = 256 << 10  # the tail's weights at least
 
 
 @dataclass(frozen=True)
@@ -86,8 +93,12 @@ class NetworkPlan:
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # constant buffer -> data
     notes: list[str] = field(default_factory=list)  # what the graph optimisation did
     # The steps are for one pass over batch / passes images; the network runs them `passes`
-    # times, the inputs' and outputs' pointers advanced by a pass's images each time.
+    # times, the inputs' and outputs' pointers advanced by a pass's images each time. Steps from
+    # `tail` on (None: none) run in a second loop of passes after the first: the activations
+    # the two loops share (`carried`) have a pass's room each, at the end of the arena.
     passes: int = 1
+    tail: int | None = None
+    carried: tuple[str, ...] = ()
     arena_bytes: int = 0
     weights_bytes: int = 0
 
@@ -119,10 +130,37 @@ def _reads_writes(step: Step) -> tuple[str, ...]:
     return (step.source, step.destination)
 
 
+def tail_start(plan: NetworkPlan) -> int | None:
+    """Where a network run in passes may start its tail (`TAIL_ACTIVATION_BYTES`): the first
+    of the last steps that touch only small activations, where those steps read at least
+    `TAIL_WEIGHT_BYTES` of weights; None where there is no such tail or no passes."""
+    if plan.passes < 2:
+        return None
+    start = len(plan.steps)
+    while start > 0:
+        roots = [plan.root(n) for n in _reads_writes(plan.steps[start - 1])]
+        if any(r.kind != "constant" and r.nbytes > TAIL_ACTIVATION_BYTES for r in roots):
+            break
+        start -= 1
+    if start in (0, len(plan.steps)):
+        return None
+    weights = {r.name: r.nbytes for step in plan.steps[start:] for n in _reads_writes(step)
+               if (r := plan.root(n)).kind == "constant"}
+    return start if sum(weights.values()) >= TAIL_WEIGHT_BYTES else None
+
+
+def _carried(plan: NetworkPlan, tail: int) -> tuple[str, ...]:
+    """The arena activations written before `tail` and read from it on."""
+    early = {plan.root(n).name for step in plan.steps[:tail] for n in _reads_writes(step)}
+    late = {plan.root(n).name for step in plan.steps[tail:] for n in _reads_writes(step)}
+    return tuple(sorted(n for n in early & late if plan.buffers[n].kind == "activation"))
+
+
 def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
     """Arena offsets for the activations (first fit by live range, largest first, each
     skewed within its page away from the buffers live with it) and blob offsets for the
-    constants; returns the plan with both filled in."""
+    constants; returns the plan with both filled in. With a tail (`NetworkPlan.tail`), the
+    activations carried into it follow, a pass's room each."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, step in enumerate(plan.steps):
@@ -150,6 +188,10 @@ def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
         placed.append((offset, offset + size, lo, hi, offset + skew))
         buffers[buffer.name] = replace(buffer, offset=offset + skew)
     plan.arena_bytes = max((p[1] for p in placed), default=0)
+    plan.carried = _carried(plan, plan.tail) if plan.tail is not None else ()
+    for name in plan.carried:
+        buffers[name] = replace(buffers[name], offset=plan.arena_bytes)
+        plan.arena_bytes += plan.passes * _aligned(buffers[name].nbytes)
     offset = 0
     for name in sorted(plan.weights):
         buffers[name] = replace(buffers[name], offset=offset)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.templating import render
-from polydl.network import CopyStep, KernelStep, NetworkPlan
+from polydl.network import ALIGNMENT, CopyStep, KernelStep, NetworkPlan
 from polydl.version import __version__
 
 
@@ -35,6 +35,9 @@ def _pointer(plan: NetworkPlan, name: str, writable: bool, stride: int = 0) -> s
         base = f"out{root.index}"
     elif root.kind == "constant":
         base = f"({ctype})(weights + {root.offset})"
+    elif root.name in plan.carried:  # a pass's room each (`NetworkPlan.tail`)
+        room = -(-root.nbytes // ALIGNMENT) * ALIGNMENT
+        base = f"({ctype})(arena + {root.offset} + pass * {room}L)"
     else:
         base = f"({ctype})(arena + {root.offset})"
     return f"{base} + i * {stride}L" if stride else base
@@ -94,6 +97,7 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
         "weights_alloc": max(64, -(-plan.weights_bytes // 64) * 64),
         "embedded": bool(embedded_weights), "weights_file": embedded_weights,
         "parameters": parameters, "signature_doc": doc, "passes": plan.passes,
+        "tail": plan.tail if plan.tail is not None else len(steps),
         "pass_pointers": pass_pointers,
     }
     return NetworkSource(plan.name, render("c/network.c.j2", **values),

@@ -30,7 +30,7 @@ from polydl.codegen.network import network_source
 from polydl.driver.pipeline import generated_code
 from polydl.errors import ShapeError, TargetError, UnsupportedOperator
 from polydl.ir import LoopNest, fingerprint
-from polydl.network import KernelStep, NetworkPlan, assign_offsets, weights_blob
+from polydl.network import KernelStep, NetworkPlan, assign_offsets, tail_start, weights_blob
 from polydl.onnx import batching
 from polydl.onnx.constants import fold_constants
 from polydl.onnx.graph import Graph, load_model, read_graph
@@ -139,7 +139,12 @@ class _Progress:
 def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
     lines = [f"network {plan.name}: {len(plan.steps)} steps, {len(codes)} distinct kernels, "
              f"arena {plan.arena_bytes / 2**20:.1f} MiB, weights {plan.weights_bytes / 2**20:.1f} MiB"]
-    if plan.passes > 1:
+    if plan.passes > 1 and plan.tail is not None:
+        images = plan.buffers[plan.inputs[0]].shape[0]
+        lines.append(f"      steps 0-{plan.tail - 1} in {plan.passes} passes of {images} images (each "
+                     f"pass's activations stay in cache), then steps {plan.tail}-{len(plan.steps) - 1} "
+                     f"in {plan.passes} passes (their weights stay in cache)")
+    elif plan.passes > 1:
         images = plan.buffers[plan.inputs[0]].shape[0]
         lines.append(f"      every step in {plan.passes} passes of {images} images "
                      "(each pass's activations stay in cache)")
@@ -200,6 +205,7 @@ def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
         graph, passes = (part, passes) if part is not None else (graph, 1)
     plan = Lowering(graph, _c_name(name, graph.name), target, winograd).lower()  # type: ignore[arg-type]
     plan.passes = passes
+    plan.tail = tail_start(plan)
     codes = _kernels(plan, target, jobs, progress)
     assign_offsets(plan)
     inputs = [(n, plan.whole_shape(b)) for n, b in zip(graph.inputs, plan.inputs, strict=True)]

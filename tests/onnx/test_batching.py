@@ -27,10 +27,10 @@ from tests.onnx.test_library import _program, _run  # noqa: E402
 BATCH = 8
 
 
-def _net(tail: list | None = None, tail_inits: dict | None = None) -> object:
+def _net(tail: list | None = None, tail_inits: dict | None = None, size: int = 12) -> object:
     """conv 3x3 + bias + ReLU -> depthwise 3x3 -> residual add -> global pool -> flatten -> gemm,
-    then `tail` on "logits" (its last output is "y")."""
-    x = random((BATCH, 8, 12, 12))
+    then `tail` on "logits" (its last output is "y"); images of `size` x `size`."""
+    x = random((BATCH, 8, size, size))
     inits = {"w1": random((16, 8, 3, 3), 1, -0.3, 0.3), "b1": random((16,), 2),
              "w2": random((16, 1, 3, 3), 3, -0.3, 0.3), "fc": random((10, 16), 4), "fb": random((10,), 5),
              **(tail_inits or {})}
@@ -67,6 +67,32 @@ def test_passes_of_a_few_images_match_onnxruntime_from_python_and_from_c(tmp_pat
     assert status == 0
     want = run_onnxruntime(model, {"x": x})[0]
     np.testing.assert_allclose(y.reshape(BATCH, 10), want, rtol=1e-4, atol=1e-5)
+
+
+
+def test_a_classifier_with_large_weights_runs_after_the_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # 16 -> 4096 logits (256 KiB of weights) and a ReLU on them, after layers of 128 KiB a pass:
+    # in the passes' loop each pass would read the weights from memory again; after it, pass by
+    # pass, from the cache
+    tail = [helper.make_node("Relu", ["logits"], ["y"], name="/relu_out")]
+    model, x = _net(tail, {"fc": random((4096, 16), 4), "fb": random((4096,), 5)}, size=32)
+    net = check(model, {"x": x}, images_per_pass=2)
+    steps = net.explain().splitlines()
+    last = len([line for line in steps if line[:4].strip().isdigit()]) - 1
+    pool = next(int(line.split()[0]) for line in steps if "GlobalAveragePool '/pool'" in line)
+    assert (f"steps 0-{pool} in 4 passes of 2 images (each pass's activations stay in cache), "
+            f"then steps {pool + 1}-{last} in 4 passes (their weights stay in cache)") in net.explain()
+    # the flattened pool, written in the first loop and read in the second: 2 images of 16
+    paths = polydl.onnx.write_library(model, tmp_path, name="tail", images_per_pass=2)
+    source = paths["source"].read_text()
+    assert source.count("for (long pass = 0; pass < 4") == 2 and "pass * 128L)" in source
+    program = _program(tmp_path, "tail", x, BATCH * 4096)
+    status, y = _run(program, x, tmp_path, BATCH * 4096)
+    assert status == 0
+    np.testing.assert_allclose(y.reshape(BATCH, 4096), run_onnxruntime(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    # small weights after the pool stay in the passes' loop (the test above)
+    small, x = _net()
+    assert "every step in 4 passes of 2 images" in check(small, {"x": x}, images_per_pass=2).explain()
 
 
 @pytest.mark.parametrize("tail, inits, culprit", [
