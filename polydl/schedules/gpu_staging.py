@@ -65,7 +65,8 @@ class WindowGemm:
     gathered: tuple[str, ...] = ()
 
 
-def _perfect(node: Node) -> tuple[tuple[Loop, ...], Statement] | None:
+def perfect_nest(node: Node) -> tuple[tuple[Loop, ...], Statement] | None:
+    """The loops of a perfect nest from `node` down and its one statement; None otherwise."""
     loops: list[Loop] = []
     while isinstance(node, Loop):
         if len(node.body) != 1:
@@ -89,7 +90,7 @@ def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGem
     operands over a multiple of 8 channels while A's channels are not its last dimension
     already, and a window along A's rows (its last subscript moves with another reduction
     loop: 3 x 3 taps) or A's cells a grid without 16-byte rows (`_grid`)."""
-    found = _perfect(nest.body[index])
+    found = perfect_nest(nest.body[index])
     if found is None:
         return None
     loops, stmt = found
@@ -168,7 +169,7 @@ def _last(seq: tuple[T, ...], dim: int) -> tuple[T, ...]:
     return seq[:dim] + seq[dim + 1:] + (seq[dim],)
 
 
-def _only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
+def only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
     """The body index of the one top-level nest writing local `array` (a plain copy), where
     statement `reader` alone reads it."""
     if not nest.array(array).local:
@@ -183,7 +184,7 @@ def _only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
         return None
     i, stmt = writers[0]
     plain = stmt.op == "=" and isinstance(stmt.value, Load) and stmt.value.access.array != array
-    return i if plain and _perfect(nest.body[i]) else None  # its loops may then run in any order
+    return i if plain and perfect_nest(nest.body[i]) else None  # its loops may then run in any order
 
 
 def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarget) -> LoopNest:
@@ -203,7 +204,7 @@ def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarge
         index += inserted + 1
     if not staged:
         return nest
-    return replace(nest, body=tuple(_renumbered(list(nest.body))))
+    return replace(nest, body=tuple(renumbered(list(nest.body))))
 
 
 def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[LoopNest, int]:
@@ -232,10 +233,10 @@ def _staged(nest: LoopNest, params: dict[str, int], g: WindowGemm) -> tuple[Loop
         if acc is g.b and all(eval_int(e, params) == 1 for e in array.shape[dim + 1:]):
             continue  # its channels already run along K (a 1 x 1's w[k][c][0][0])
         moved = replace(array, shape=_last(array.shape, dim))
-        writer = _only_copy(nest, acc.array, g.statement.name)
+        writer = only_copy(nest, acc.array, g.statement.name)
         if writer is not None:  # the padded copy writes its cells channels-last, its
             # channel loop innermost as in the copies below
-            padding_loops, padding = _perfect(body[writer])  # type: ignore[misc]
+            padding_loops, padding = perfect_nest(body[writer])  # type: ignore[misc]
             target = replace(padding.target, indices=_last(padding.target.indices, dim))
             order = _innermost(padding_loops, int_vars(target.indices[-1]))
             body[writer] = _rebuilt(order, replace(padding, target=target))
@@ -283,7 +284,7 @@ def _rebuilt(loops: tuple[Loop, ...], stmt: Statement) -> Node:
     return node
 
 
-def _renumbered(body: list[Node]) -> list[Node]:
+def renumbered(body: list[Node]) -> list[Node]:
     """Statements named S0, S1, ... in source order again (copies were inserted)."""
     counter = iter(range(1 << 30))
 

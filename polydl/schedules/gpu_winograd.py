@@ -46,7 +46,7 @@ from polydl.ir import (
     walk_statements,
 )
 from polydl.names import fresh_name
-from polydl.schedules.gpu_staging import _only_copy, _perfect, _renumbered
+from polydl.schedules.gpu_staging import only_copy, perfect_nest, renumbered
 from polydl.schedules.winograd import MATRICES, combination
 from polydl.target.gpu import GpuTarget
 
@@ -115,7 +115,7 @@ def _roles(target: Access, x: Access, w: Access, reduction: set[str]) -> dict[st
 
 def window_3x3(nest: LoopNest, params: dict[str, int], index: int) -> Window3x3 | None:
     """The body's node `index` as a float32 3 x 3 correlation of stride 1, or None."""
-    found = _perfect(nest.body[index])
+    found = perfect_nest(nest.body[index])
     if found is None:
         return None
     loops, stmt = found
@@ -168,7 +168,7 @@ def winograd_convolutions(nest: LoopNest, params: dict[str, int], device: GpuTar
             continue
         nest, index = rewritten
         changed = True
-    return replace(nest, body=tuple(_renumbered(list(nest.body)))) if changed else nest
+    return replace(nest, body=tuple(renumbered(list(nest.body)))) if changed else nest
 
 
 def _iv(name: str) -> IntVar:
@@ -218,7 +218,7 @@ def _replaced(expr: Any, cell: Access, by: Expr) -> Any:
 def _same_cells(node: Node, g: Window3x3, params: dict[str, int]) -> Statement | None:
     """The statement of `node` where it is a perfect nest over exactly the window's output
     loops (same variables, same trip counts) that updates the window's target cell."""
-    found = _perfect(node)
+    found = perfect_nest(node)
     if found is None:
         return None
     loops, stmt = found
@@ -254,7 +254,7 @@ def _rewritten(nest: LoopNest, params: dict[str, int], g: Window3x3) -> tuple[Lo
             for name in ("p", "q")}
     # the last tiles may read past the input: it then grows where it is a scratch copy that
     # this window alone reads (a padded copy, zeros past the data); otherwise the tiles must fit
-    growable = _only_copy(nest, g.x.array, g.statement.name) is not None
+    growable = only_copy(nest, g.x.array, g.statement.name) is not None
     first = tile_size(P, Q)
     for m in (first, 6 - first):
         TH, TW = -(-P // m), -(-Q // m)
