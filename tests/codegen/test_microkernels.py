@@ -571,6 +571,27 @@ def test_auto_is_polydls_own_kernel() -> None:
         assert mk.backend == "polydl" and mk.link_flags == ()
 
 
+def test_one_vector_wide_tiles_keep_their_broadcasts_in_registers(tmp_path: Path) -> None:
+    """A 7 x 7 / 2 stem's call: one 16-channel block, rows 2 floats apart, k = 7 over 3 x 7
+    batches. gcc keeps each row's broadcast A element in a register through the unrolled k
+    steps, so rows past 8 are priced as spills: 8-row tiles, no zmm stack traffic (28-row
+    tiles made 131 stack moves and ran 0.7x as fast)."""
+    spec = BrgemmSpec(m=64, n=16, k=7, a_m=2, a_k=1, b_k=16, b_n=1, c_m=16, c_n=1,
+                      batch=(BatchDim(3, 230 * 230, 7 * 7 * 16), BatchDim(7, 230, 7 * 16)))
+    blocking = choose_outer_product(spec.normalized(), VECTOR_UNITS["avx512"])
+    assert (blocking.rows, blocking.vectors) == (8, 1)
+    # wider tiles keep the budget of the whole register file (6 x 4 on 32 registers)
+    assert choose_outer_product(GEMM.normalized(), VECTOR_UNITS["avx512"]).accumulators >= 24
+    mk = choose_microkernel(spec, "avx512", "_pd_stem")
+    c_file = tmp_path / "k.c"
+    c_file.write_text(entry_source(mk, "entry"))
+    asm = tmp_path / "k.s"
+    subprocess.run([GCC, "-O3", "-S", str(c_file), "-o", str(asm)], check=True)
+    spills = [line for line in asm.read_text().splitlines()
+              if "%zmm" in line and ("(%rsp)" in line or "(%rbp)" in line)]
+    assert not spills, "\n".join(spills[:10])
+
+
 def test_avx2_blocking_keeps_a_register_spare() -> None:
     """4 x 3 (all 16 ymm registers) measured slower than 6 x 2 on a 131-wide GEMM: a ragged
     n is covered by 6 x 2 tiles and a narrower tail tile instead."""
