@@ -28,8 +28,12 @@ _TILE_CYCLES = 8.0
 # One vector wide on 32 registers, gcc keeps every row's broadcast A element of the unrolled k
 # steps in a register of its own beside the accumulators: rows past this many spill, a store
 # and a load a k step each (a 7 x 7 stem's 28 x 1 tiles: 131 zmm stack moves, 16 x 1 52,
-# 8 x 1 none; Zen 4, two threads, 143 against 205 GFLOP/s).
+# 8 x 1 none; Zen 4, two threads, 143 against 205 GFLOP/s). Priced so only where the call's B
+# stays in L1 across the extra tiles (the stem's 9 KiB): a 3 x 3 layer's 36 KiB of B read again
+# from L2 for each of 7 tiles of 8 rows ran 136 against 210 GFLOP/s in 2 tiles of 28.
 _SINGLE_VECTOR_ROWS = 8
+_SINGLE_VECTOR_B_BYTES = 16 << 10
+_ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -57,15 +61,17 @@ def _split(extent: int, block: int) -> list[tuple[int, int]]:
 
 
 def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
-                         m: int, n: int, steps: int) -> float:
+                         m: int, n: int, steps: int, b_in_l1: bool = False) -> float:
     """Estimated cycles of an outer-product kernel: C tiles of `rows` x `vectors*lanes`,
-    `steps` = k times the batch count."""
+    `steps` = k times the batch count; `b_in_l1`: the call's B stays in L1 from tile to tile
+    (one-vector tiles are then priced with gcc's spills, `_SINGLE_VECTOR_ROWS`)."""
     total = 0.0
     for m_count, r in _split(m, rows):
         for n_count, width in _split(n, vectors * lanes):
             v = math.ceil(width / lanes)
             # loads: one broadcast of A per row, one vector of B per column vector
-            spilled = max(0, r - _SINGLE_VECTOR_ROWS) if v == 1 and unit.registers >= 32 else 0
+            spills = b_in_l1 and v == 1 and unit.registers >= 32
+            spilled = max(0, r - _SINGLE_VECTOR_ROWS) if spills else 0
             step = step_cycles(unit, r * v, r + v + 2 * spilled)
             tile = steps * step + r * v * _ACCUMULATOR_CYCLES + _TILE_CYCLES
             total += m_count * n_count * tile
@@ -83,6 +89,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     steps = spec.k * spec.batch_count
     best: Blocking | None = None
     n = spec.n * spec.n_blocks
+    b_in_l1 = steps * n * _ELEMENT_BYTES.get(spec.dtype, 4) <= _SINGLE_VECTOR_B_BYTES
     max_vectors = math.ceil(n / lanes)
     for vectors in range(1, max_vectors + 1):
         width = vectors * lanes
@@ -95,7 +102,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
                 continue
             row_options = range(min(spec.a_panel_rows, spec.m), min(spec.a_panel_rows, spec.m) + 1)
         for rows in row_options:
-            cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, n, steps)
+            cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, n, steps, b_in_l1)
             cand = Blocking("outer", rows, vectors, lanes, cycles)
             if best is None or _better(cand, best, spec):
                 best = cand
