@@ -120,7 +120,8 @@ def _slot(address: int) -> int:
     return address % PAGE // (PAGE // SKEWS)
 
 
-def _aligned(nbytes: int) -> int:
+def aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to `ALIGNMENT`: the room a buffer takes."""
     return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 
@@ -172,11 +173,12 @@ def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
     # starts in it
     placed: list[tuple[int, int, int, int, int]] = []
     buffers = dict(plan.buffers)
+    plan.carried = _carried(plan, plan.tail) if plan.tail is not None else ()
     activations = [b for b in plan.buffers.values() if b.kind == "activation" and not b.alias
-                   and b.name in first]
+                   and b.name in first and b.name not in plan.carried]
     for buffer in sorted(activations, key=lambda b: (-b.nbytes, first[b.name])):
         lo, hi = first[buffer.name], last[buffer.name]
-        size = _aligned(buffer.nbytes) + SKEW * (SKEWS - 1)  # room for any skew
+        size = aligned(buffer.nbytes) + SKEW * (SKEWS - 1)  # room for any skew
         live = [p for p in placed if not (p[3] < lo or p[2] > hi)]
         offset = 0
         for o, e in sorted((p[0], p[1]) for p in live):
@@ -188,14 +190,13 @@ def assign_offsets(plan: NetworkPlan) -> NetworkPlan:
         placed.append((offset, offset + size, lo, hi, offset + skew))
         buffers[buffer.name] = replace(buffer, offset=offset + skew)
     plan.arena_bytes = max((p[1] for p in placed), default=0)
-    plan.carried = _carried(plan, plan.tail) if plan.tail is not None else ()
     for name in plan.carried:
         buffers[name] = replace(buffers[name], offset=plan.arena_bytes)
-        plan.arena_bytes += plan.passes * _aligned(buffers[name].nbytes)
+        plan.arena_bytes += plan.passes * aligned(buffers[name].nbytes)
     offset = 0
     for name in sorted(plan.weights):
         buffers[name] = replace(buffers[name], offset=offset)
-        offset += _aligned(buffers[name].nbytes)
+        offset += aligned(buffers[name].nbytes)
     plan.weights_bytes = offset
     plan.buffers = buffers
     return plan

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.templating import render
-from polydl.network import ALIGNMENT, CopyStep, KernelStep, NetworkPlan
+from polydl.network import CopyStep, KernelStep, NetworkPlan, aligned
 from polydl.version import __version__
 
 
@@ -36,8 +36,7 @@ def _pointer(plan: NetworkPlan, name: str, writable: bool, stride: int = 0) -> s
     elif root.kind == "constant":
         base = f"({ctype})(weights + {root.offset})"
     elif root.name in plan.carried:  # a pass's room each (`NetworkPlan.tail`)
-        room = -(-root.nbytes // ALIGNMENT) * ALIGNMENT
-        base = f"({ctype})(arena + {root.offset} + pass * {room}L)"
+        base = f"({ctype})(arena + {root.offset} + pass * {aligned(root.nbytes)}L)"
     else:
         base = f"({ctype})(arena + {root.offset})"
     return f"{base} + i * {stride}L" if stride else base

@@ -139,13 +139,12 @@ class _Progress:
 def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
     lines = [f"network {plan.name}: {len(plan.steps)} steps, {len(codes)} distinct kernels, "
              f"arena {plan.arena_bytes / 2**20:.1f} MiB, weights {plan.weights_bytes / 2**20:.1f} MiB"]
+    images = plan.buffers[plan.inputs[0]].shape[0] if plan.inputs else 0
     if plan.passes > 1 and plan.tail is not None:
-        images = plan.buffers[plan.inputs[0]].shape[0]
         lines.append(f"      steps 0-{plan.tail - 1} in {plan.passes} passes of {images} images (each "
                      f"pass's activations stay in cache), then steps {plan.tail}-{len(plan.steps) - 1} "
                      f"in {plan.passes} passes (their weights stay in cache)")
     elif plan.passes > 1:
-        images = plan.buffers[plan.inputs[0]].shape[0]
         lines.append(f"      every step in {plan.passes} passes of {images} images "
                      "(each pass's activations stay in cache)")
     for index, step in enumerate(plan.steps):

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from polydl.codegen.microkernels.spec import BrgemmSpec
+from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.schedules.register_blocking import (  # noqa: F401 - the model's names, here too
     VECTOR_UNITS,
@@ -33,7 +34,6 @@ _TILE_CYCLES = 8.0
 # from L2 for each of 7 tiles of 8 rows ran 136 against 210 GFLOP/s in 2 tiles of 28.
 _SINGLE_VECTOR_ROWS = 8
 _SINGLE_VECTOR_B_BYTES = 16 << 10
-_ELEMENT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
     steps = spec.k * spec.batch_count
     best: Blocking | None = None
     n = spec.n * spec.n_blocks
-    b_in_l1 = steps * n * _ELEMENT_BYTES.get(spec.dtype, 4) <= _SINGLE_VECTOR_B_BYTES
+    b_in_l1 = steps * n * DTYPES[spec.dtype].bytes <= _SINGLE_VECTOR_B_BYTES
     max_vectors = math.ceil(n / lanes)
     for vectors in range(1, max_vectors + 1):
         width = vectors * lanes
