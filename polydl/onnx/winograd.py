@@ -31,11 +31,6 @@ BLOCK = ctext.BLOCK
 # is faster: 512 channels at 7 x 7, one image (16 tiles of F(2x2)): 0.78 ms against 0.57 in a
 # network, where the weights come from memory.
 MIN_TILES = 40
-# The transforms stream through memory while the products scale with the cores: on a whole
-# socket the cores share its bandwidth and the direct convolution wins. Measured at 16 threads
-# on a Sapphire Rapids host, resnet18 at batch 32: 191 ms with Winograd, 160 ms without (each
-# 3 x 3 layer but those at 28 x 28 slower); on 2 Zen 5 cores 1.5x faster with it.
-MAX_CORES = 8
 # A host's reported L3 can be its whole socket's, shared with other tenants (300 MiB on the
 # 16-core machine measured): at most this much of it counts for one call's scratch.
 L3_COUNTED = 32 << 20
@@ -189,12 +184,13 @@ def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[i
     at 56 x 56 and 28 x 28; at 14 x 14 (tiles cut at the edge: 16 x 16 computed for 14 x 14) and
     7 x 7 F(4x4) is slower (0.8-0.96x) while F(2x2) is 2.0x and 1.45x. So F(4x4) where its
     tiles divide the output, else F(2x2). Below 32 channels the products are too short to
-    outweigh the transforms, and above `MAX_CORES` cores the transforms' memory traffic is what
-    limits (measured at 16: see there). Images go `images` per call: as many as keep one call's scratch
+    outweigh the transforms. On a whole socket too (16 Sapphire Rapids cores, resnet18 and
+    resnet50 at batch 1, 8 and 32): every 3 x 3 layer 1.07-2.2x, the networks 1.13-1.47x.
+    Images go `images` per call: as many as keep one call's scratch
     within the cores' L2s, or a quarter of the L3 (at most 32 MiB of it) where that is more
     (the transformed weights are then read once for them all: for
     512 channels at 7 x 7 eight images per call take F(4x4) from 0.8x to 1.44x)."""
-    if min(C, K) < 32 or min(P, Q) < 2 or machine.cores > MAX_CORES:
+    if min(C, K) < 32 or min(P, Q) < 2:
         return None
     m = 4 if P % 4 == 0 and Q % 4 == 0 and min(P, Q) >= 8 else 2
     one = WinogradShape(1, C, K, H, W, P, Q, pads, m)

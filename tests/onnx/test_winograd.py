@@ -65,9 +65,13 @@ def test_several_images_per_call_where_one_is_small() -> None:
     assert shape is not None and shape.scratch_bytes() <= 32 << 20
 
 
-def test_choice_declines_a_whole_socket() -> None:
-    socket = replace(MACHINE, cores=winograd.MAX_CORES + 8)
-    assert winograd.choose(32, 64, 64, 56, 56, 56, 56, (1, 1), socket) is None
+def test_choice_takes_a_whole_socket() -> None:
+    """16 cores sharing a large L3: the images of a call still fit the budget it allows."""
+    socket = replace(MACHINE, cores=16, l2_bytes=2 << 20, l3_bytes=300 << 20)
+    for size in (56, 28, 14, 7):
+        shape = winograd.choose(32, 64, 64, size, size, size, size, (1, 1), socket)
+        assert shape is not None and 32 % shape.images == 0
+        assert shape.scratch_bytes() <= max(socket.l2_bytes * socket.cores, 32 << 20)
 
 
 def _conv_model(x_shape: tuple[int, ...], K: int, pads: list[int], *, residual: bool,
