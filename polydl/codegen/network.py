@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.templating import render
-from polydl.network import CopyStep, KernelStep, NetworkPlan, aligned
+from polydl.network import ALIGNMENT, CopyStep, KernelStep, NetworkPlan, aligned
 from polydl.version import __version__
 
 
@@ -91,9 +91,10 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
     values = {
         "name": plan.name, "version": __version__, "target": target, "steps": steps,
         "functions": used, "prototypes": [_prototype(codes[f]) for f in used],
-        "arena_bytes": plan.arena_bytes, "arena_alloc": max(64, -(-plan.arena_bytes // 64) * 64),
+        "alignment": ALIGNMENT, "arena_bytes": plan.arena_bytes,
+        "arena_alloc": max(ALIGNMENT, aligned(plan.arena_bytes)),
         "weights_bytes": plan.weights_bytes,
-        "weights_alloc": max(64, -(-plan.weights_bytes // 64) * 64),
+        "weights_alloc": max(ALIGNMENT, aligned(plan.weights_bytes)),
         "embedded": bool(embedded_weights), "weights_file": embedded_weights,
         "parameters": parameters, "signature_doc": doc, "passes": plan.passes,
         "tail": plan.tail if plan.tail is not None else len(steps),
