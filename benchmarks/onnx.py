@@ -4,7 +4,8 @@ threads.
 
     python benchmarks/onnx.py [--models resnet18,resnet50,mobilenet_v2,resnext50_32x4d]
                               [--batches 1,32] [--threads 2] [--rounds 7] [--torchvision]
-                              [--warm-cache] [--no-pin] [--no-winograd] [--json FILE]
+                              [--warm-cache] [--no-pin] [--no-winograd] [--tuned-db FILE]
+                              [--json FILE]
 
 Models are the zoo's (`polydl.onnx.zoo`: torchvision's architectures as torch.onnx.export
 writes them, random weights, BatchNorm folded), or with `--torchvision` torchvision's own,
@@ -22,6 +23,10 @@ onnxruntime, polydl, ...) each time one call of each side, right after an untime
 same side (the other side's threads stop spinning meanwhile). The table gives medians, the
 ratio onnxruntime ms / polydl ms (above 1: polydl is faster) and geometric means of the ratio
 per batch size; the JSON (default benchmarks/results/onnx.json) keeps every sample.
+With `--tuned-db FILE` (a database `polydl tune MODEL.onnx --batch B` filled on this machine)
+each model is also compiled with `schedule="tuned"` from it and timed as a third side in the
+same rounds: the table adds its time, its ratio to onnxruntime and its speed-up over the
+analytic schedules.
 
 Threads are fixed before any runtime loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS,
 OPENBLAS_THREAD_TIMEOUT; a process started without them runs the benchmark in a child that has
@@ -75,6 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="do not pin the process to the first --threads CPUs")
     parser.add_argument("--no-winograd", action="store_true",
                         help="direct 3x3 convolutions only (polydl.onnx.compile(winograd=False))")
+    parser.add_argument("--tuned-db", metavar="FILE",
+                        help="also time each model compiled with schedule='tuned' from this "
+                             "performance database")
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "onnx.json"))
     parser.add_argument("--no-json", action="store_true")
@@ -203,20 +211,35 @@ def bench_one(name: str, model: Any, batch: int, args: argparse.Namespace,
     try:
         compiled = polydl.onnx.compile(model, machine=machine, batch=batch,
                                        winograd=not args.no_winograd)
+        row["compile_s"] = time.perf_counter() - start
+        tuned = None
+        if args.tuned_db:
+            os.environ["POLYDL_TUNING_DB"] = str(Path(args.tuned_db).resolve())
+            tuned = polydl.onnx.compile(model, machine=machine, batch=batch,
+                                        winograd=not args.no_winograd, schedule="tuned")
     except Exception as exc:  # a benchmark reports and goes on to the next model
         row["status"] = f"ERROR: {type(exc).__name__}: {exc}".splitlines()[0]
         return row
-    row["compile_s"] = time.perf_counter() - start
     row["relative_error"] = relative_error(compiled(x), want)
+    if tuned is not None:
+        row.update(tuned_relative_error=relative_error(tuned(x), want), tuned_samples_ms=[],
+                   tuned_by=tuned.explain().count("(tuned: the database decided)"))
+        row["relative_error"] = max(row["relative_error"], row["tuned_relative_error"])
     if not row["relative_error"] <= TOLERANCE:
         row["status"] = "FAILED"
     feeds = {"input": x}
     for _ in range(args.rounds):
         row["polydl_samples_ms"].append(timed_ms(lambda: compiled(x)))
+        if tuned is not None:
+            row["tuned_samples_ms"].append(timed_ms(lambda: tuned(x)))
         row["ort_samples_ms"].append(timed_ms(lambda: session.run(None, feeds)))
     row["polydl_ms"] = statistics.median(row["polydl_samples_ms"])
     row["ort_ms"] = statistics.median(row["ort_samples_ms"])
     row["ratio"] = row["ort_ms"] / row["polydl_ms"]
+    if tuned is not None:
+        row["tuned_ms"] = statistics.median(row["tuned_samples_ms"])
+        row["tuned_ratio"] = row["ort_ms"] / row["tuned_ms"]
+        row["tuned_speedup"] = row["polydl_ms"] / row["tuned_ms"]
     return row
 
 
@@ -235,9 +258,16 @@ HEADER = (f"{'model':17s} {'batch':>5s} {'polydl ms':>10s} {'ort ms':>10s} {'rat
           f"{'rel err':>8s} {'compile s':>9s}  status")
 
 
-def format_row(row: dict[str, Any]) -> str:
+TUNED_HEADER = f" {'tuned ms':>9s} {'ratio':>6s} {'speedup':>7s} {'from db':>7s}"
+
+
+def format_row(row: dict[str, Any], tuned: bool = False) -> str:
+    extra = ""
+    if tuned:
+        extra = (f" {fmt(row.get('tuned_ms'), '.2f'):>9s} {fmt(row.get('tuned_ratio')):>6s} "
+                 f"{fmt(row.get('tuned_speedup')):>7s} {row.get('tuned_by', '-')!s:>7s}")
     return (f"{row['model']:17s} {row['batch']:5d} {fmt(row['polydl_ms'], '.2f'):>10s} "
-            f"{fmt(row['ort_ms'], '.2f'):>10s} {fmt(row['ratio']):>6s} "
+            f"{fmt(row['ort_ms'], '.2f'):>10s} {fmt(row['ratio']):>6s}{extra} "
             f"{fmt(row['relative_error'], '.1e'):>8s} {fmt(row['compile_s'], '.1f'):>9s}  "
             f"{row['status']}")
 
@@ -245,9 +275,13 @@ def format_row(row: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]], batches: list[int]) -> dict[str, Any]:
     by_batch = {}
     for batch in batches:
-        ratios = [r["ratio"] for r in rows if r["batch"] == batch and r["status"] == "ok"]
+        ok = [r for r in rows if r["batch"] == batch and r["status"] == "ok"]
+        ratios = [r["ratio"] for r in ok]
         by_batch[str(batch)] = {"geomean_ratio": geomean(ratios), "models": len(ratios),
                                 "min_ratio": min(ratios) if ratios else None}
+        tuned = [r["tuned_ratio"] for r in ok if r.get("tuned_ratio")]
+        if tuned:
+            by_batch[str(batch)].update(tuned_geomean_ratio=geomean(tuned), tuned_min_ratio=min(tuned))
     return {"by_batch": by_batch,
             "failed": [f"{r['model']}@{r['batch']}" for r in rows if r["status"] != "ok"]}
 
@@ -289,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine  {env['machine']}")
     print(f"threads  {args.threads} per side (pinned to CPUs {cpus}); models from {source}; "
           f"onnxruntime {env['onnxruntime']} (ORT_ENABLE_ALL, inter-op 1); {args.rounds} rounds")
-    print(HEADER, flush=True)
+    tuned = bool(args.tuned_db)
+    header = HEADER.replace(f" {'rel err':>8s}", (TUNED_HEADER if tuned else "") + f" {'rel err':>8s}")
+    print(header, flush=True)
     meter = CpuMeter()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="polydl-onnx-bench-") as workdir:
@@ -300,11 +336,13 @@ def run(args: argparse.Namespace) -> int:
                 with private_compile_cache(not args.warm_cache):
                     row = bench_one(name, model, batch, args, machine)
                 rows.append(row)
-                print(format_row(row), flush=True)
+                print(format_row(row, tuned), flush=True)
     result = summary(rows, args.batches)
     for batch, values in result["by_batch"].items():
         print(f"batch {batch}: geometric mean ort/polydl {fmt(values['geomean_ratio'])} over "
-              f"{values['models']} models (min {fmt(values['min_ratio'])})")
+              f"{values['models']} models (min {fmt(values['min_ratio'])})"
+              + (f"; tuned {fmt(values['tuned_geomean_ratio'])} (min {fmt(values['tuned_min_ratio'])})"
+                 if "tuned_geomean_ratio" in values else ""))
     share = meter.other_share()
     env["other_cpu_share"] = share
     if share is not None:
@@ -316,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         settings = {"models": args.models, "batches": args.batches, "rounds": args.rounds,
-                    "winograd": not args.no_winograd,
+                    "winograd": not args.no_winograd, "tuned_db": args.tuned_db,
                     "tolerance": TOLERANCE, "image_size": IMAGE_SIZE, "seed": args.seed,
                     "cold_cache": not args.warm_cache}
         path.write_text(json.dumps(

@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -90,14 +90,15 @@ def _is_network(args: argparse.Namespace) -> bool:
 
 
 def _network_options(args: argparse.Namespace) -> dict[str, object]:
-    if args.schedule != "auto":
-        raise PolyDLError("--schedule tuned applies to loop-nest specs; an ONNX network's "
-                          "layers take the analytic schedules")
     if args.param or args.define or args.include_dir or args.function:
         raise PolyDLError("-p, -D, -I and --function apply to loop-nest specs, not to an ONNX "
                           "network (its shapes are in the model; --batch fixes a symbolic batch)")
-    return {"machine": args.machine, "batch": args.batch, "name": args.name,
-            "winograd": not args.no_winograd, "images_per_pass": args.images_per_pass}
+    options: dict[str, object] = {"machine": args.machine, "batch": args.batch,
+                                  "winograd": not args.no_winograd,
+                                  "images_per_pass": args.images_per_pass}
+    if args.command != "tune":
+        options.update(name=args.name, schedule=args.schedule)
+    return options
 
 
 def cmd_compile_network(args: argparse.Namespace) -> int:
@@ -222,7 +223,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from polydl.tuning.tune_cli import cmd_tune as tune
 
-    return tune(args, _target(args), lambda: _load(args))
+    if args.spec and _is_network(args):
+        import polydl.onnx
+
+        def problems() -> list[tuple[str, Any, dict[str, int]]]:
+            return polydl.onnx.network_problems(Path(args.spec), **_network_options(args))  # type: ignore[arg-type]
+
+        return tune(args, _target(args), problems, network=True)
+    def one() -> list[tuple[str, Any, dict[str, int]]]:
+        nest, params = _load(args)
+        return [(nest.name, nest, dict(params))]
+
+    return tune(args, _target(args), one)
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
@@ -291,10 +303,11 @@ def parser() -> argparse.ArgumentParser:
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")
         return c
 
-    def network_options(c: argparse.ArgumentParser) -> None:
+    def network_options(c: argparse.ArgumentParser, tuning: bool = False) -> None:
         c.add_argument("--batch", type=int, default=None, help="ONNX: fix a symbolic batch size")
-        c.add_argument("--name", default=None,
-                       help="ONNX: the C name of the network's function (default: the graph's)")
+        if not tuning:
+            c.add_argument("--name", default=None,
+                           help="ONNX: the C name of the network's function (default: the graph's)")
         c.add_argument("--images-per-pass", type=int, default=None, metavar="N",
                        help="ONNX: run every layer on N images, then on the next N (a divisor "
                             "of the batch; default: chosen from the cache and the weights' size)")
@@ -322,6 +335,7 @@ def parser() -> argparse.ArgumentParser:
     c = spec_command("tune", "search the schedule space, measure candidates, store every "
                      "trial in the performance database", optional=True)
     add_tune_options(c)
+    network_options(c, tuning=True)
     c.set_defaults(func=cmd_tune)
     c = sub.add_parser("machine", help="describe this machine (or a preset) as a target")
     c.add_argument("name", nargs="?", help="a preset instead of this machine")

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from polydl import settings
 from polydl.api import MachineArg, TargetArg, target_of
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.network import network_source
@@ -35,6 +36,7 @@ from polydl.onnx import batching
 from polydl.onnx.constants import fold_constants
 from polydl.onnx.graph import Graph, load_model, read_graph
 from polydl.onnx.lowering import SUPPORTED, Lowering
+from polydl.poly.model import build_model
 from polydl.runtime.cache import (
     compiler_revision,
     content_key,
@@ -47,9 +49,12 @@ from polydl.runtime.cache import (
 from polydl.runtime.network import Network, cached_network_library, link_network
 from polydl.runtime.toolchain import current_toolchain
 from polydl.target import Target
+from polydl.tuning.database import PerfDatabase
+from polydl.tuning.lookup import ANALYTIC, learned_schedule
 from polydl.version import __version__
 
-__all__ = ["SUPPORTED", "Network", "UnsupportedOperator", "compile", "write_library"]
+__all__ = ["SUPPORTED", "Network", "UnsupportedOperator", "compile", "network_problems",
+           "write_library"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -73,37 +78,49 @@ def _kernel_name(nest: LoopNest, params: dict[str, int]) -> str:
     return f"pd_{nest.name}_{digest}"
 
 
-def _lower_one(nest: LoopNest, params: dict[str, int], target: Target) -> GeneratedCode:
-    return generated_code(nest, params, target)
+def _lower_one(nest: LoopNest, params: dict[str, int], target: Target,
+               schedule: str) -> tuple[GeneratedCode, str]:
+    """A kernel's code and, for `schedule="tuned"`, what decided its schedule."""
+    if schedule == "tuned":
+        learned = learned_schedule(build_model(nest, params), target)  # type: ignore[arg-type]
+        if learned is not None:
+            return generated_code(nest, params, target, learned.schedule), learned.decided_by
+        return generated_code(nest, params, target), ANALYTIC  # the database has no answer
+    return generated_code(nest, params, target), ""
 
 
-def _kernels(plan: NetworkPlan, target: Target, jobs: int,
-             show_progress: bool | None = None) -> dict[str, GeneratedCode]:
-    """The generated code of every distinct kernel of the plan (names filled into its steps),
-    lowered in `jobs` processes."""
-    nests: dict[str, LoopNest] = {}
-    params: dict[str, dict[str, int]] = {}
+def _kernel_problems(plan: NetworkPlan) -> dict[str, tuple[LoopNest, dict[str, int]]]:
+    """The plan's distinct kernels by function name (filled into its steps): the nest, renamed
+    to the function, and its sizes."""
+    kernels: dict[str, tuple[LoopNest, dict[str, int]]] = {}
     for index, step in enumerate(plan.steps):
         if isinstance(step, KernelStep):
             function = _kernel_name(step.nest, dict(step.params))
-            nests.setdefault(function, replace(step.nest, name=function))
-            params.setdefault(function, dict(step.params))
+            kernels.setdefault(function, (replace(step.nest, name=function), dict(step.params)))
             plan.steps[index] = replace(step, function=function)
-    names = list(nests)
+    return kernels
+
+
+def _kernels(plan: NetworkPlan, target: Target, jobs: int, show_progress: bool | None = None,
+             schedule: str = "auto") -> tuple[dict[str, GeneratedCode], dict[str, str]]:
+    """The generated code of every distinct kernel of the plan, lowered in `jobs` processes,
+    and (`schedule="tuned"`) what decided each one's schedule."""
+    kernels = _kernel_problems(plan)
+    names = list(kernels)
     progress = _Progress(len(names), show_progress)
-    codes: dict[str, GeneratedCode] = {}
+    lowered: dict[str, tuple[GeneratedCode, str]] = {}
     if jobs > 1 and len(names) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_lower_one, nests[n], params[n], target): n for n in names}
+            futures = {pool.submit(_lower_one, *kernels[n], target, schedule): n for n in names}
             for future in as_completed(futures):
-                codes[futures[future]] = future.result()
+                lowered[futures[future]] = future.result()
                 progress.step()
     else:
         for n in names:
-            codes[n] = _lower_one(nests[n], params[n], target)
+            lowered[n] = _lower_one(*kernels[n], target, schedule)
             progress.step()
     progress.close()
-    return {n: codes[n] for n in names}
+    return {n: lowered[n][0] for n in names}, {n: lowered[n][1] for n in names if lowered[n][1]}
 
 
 class _Progress:
@@ -136,7 +153,7 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
+def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode], decided: dict[str, str]) -> str:
     lines = [f"network {plan.name}: {len(plan.steps)} steps, {len(codes)} distinct kernels, "
              f"arena {plan.arena_bytes / 2**20:.1f} MiB, weights {plan.weights_bytes / 2**20:.1f} MiB"]
     images = plan.buffers[plan.inputs[0]].shape[0] if plan.inputs else 0
@@ -152,7 +169,8 @@ def _explain(plan: NetworkPlan, codes: dict[str, GeneratedCode]) -> str:
             schedule = next((line.split("schedule:", 1)[1].strip()
                              for line in codes[step.function].source.splitlines()[:4]
                              if "schedule:" in line), "")
-            lines.append(f"{index:4d}  {step.label}\n      kernel {step.function}: {schedule}")
+            by = f" (tuned: the {decided[step.function]} decided)" if step.function in decided else ""
+            lines.append(f"{index:4d}  {step.label}\n      kernel {step.function}: {schedule}{by}")
         else:
             lines.append(f"{index:4d}  {step.label} (copy)")
     return "\n".join(lines)
@@ -186,11 +204,9 @@ def _part(model: Any, batch: int | None, images: int, graph: Graph, passes: int)
     return part
 
 
-def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
-             jobs: int, progress: bool | None = None, winograd: bool = True,
-             images_per_pass: int | None = None,
-             ) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
-                        list[tuple[str, tuple[int, ...]]]]:
+def _planned(model: Any, batch: int | None, name: str | None, target: Target, winograd: bool,
+             images_per_pass: int | None) -> tuple[NetworkPlan, Graph]:
+    """The network's steps (before kernels and offsets) and the graph they run."""
     graph = fold_constants(read_graph(model, batch))
     images = _images(graph, target, images_per_pass)
     passes = batching.batch_of(graph) // images
@@ -205,11 +221,60 @@ def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
     plan = Lowering(graph, _c_name(name, graph.name), target, winograd).lower()  # type: ignore[arg-type]
     plan.passes = passes
     plan.tail = tail_start(plan)
-    codes = _kernels(plan, target, jobs, progress)
+    return plan, graph
+
+
+def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
+             jobs: int, progress: bool | None = None, winograd: bool = True,
+             images_per_pass: int | None = None, schedule: str = "auto",
+             ) -> tuple[NetworkPlan, dict[str, GeneratedCode], list[tuple[str, tuple[int, ...]]],
+                        list[tuple[str, tuple[int, ...]]], dict[str, str]]:
+    plan, graph = _planned(model, batch, name, target, winograd, images_per_pass)
+    codes, decided = _kernels(plan, target, jobs, progress, schedule)
     assign_offsets(plan)
     inputs = [(n, plan.whole_shape(b)) for n, b in zip(graph.inputs, plan.inputs, strict=True)]
     outputs = [(n, plan.whole_shape(b)) for n, b in zip(graph.outputs, plan.outputs, strict=True)]
-    return plan, codes, inputs, outputs
+    return plan, codes, inputs, outputs, decided
+
+
+def network_problems(model: Any, *, target: TargetArg = "c", machine: MachineArg = None,
+                     batch: int | None = None, winograd: bool = True,
+                     images_per_pass: int | None = None) -> list[tuple[str, LoopNest, dict[str, int]]]:
+    """(name, nest, sizes) of each distinct kernel the network compiles to with these options,
+    as `polydl tune` measures them and `schedule="tuned"` looks them up: a step's label (its
+    node) names it."""
+    resolved = _target(target, machine)
+    plan, _ = _planned(load_model(model), batch, None, resolved, winograd, images_per_pass)
+    kernels = _kernel_problems(plan)
+    labels: dict[str, str] = {}
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            labels.setdefault(step.function, step.label)
+    return [(labels[f], nest, params) for f, (nest, params) in kernels.items()]
+
+
+def _tuning_state() -> list[str]:
+    """What `schedule="tuned"` reads besides the model: the databases' and the cost model's
+    files, by size and modification time (a network is lowered again once they change). The
+    user's database is created (or upgraded) first, as the lookup would."""
+    PerfDatabase()
+    state = []
+    for path in (settings.tuning_db(), settings.system_db(), settings.cost_model()):
+        try:
+            stat = Path(path).stat() if path else None
+        except OSError:
+            stat = None
+        state.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}" if stat else f"{path}:-")
+    return state
+
+
+def _schedule_arg(schedule: object) -> str:
+    if schedule not in ("auto", "tuned"):
+        raise ShapeError("schedule", "chooses how the layers' schedules are found",
+                         expected="'auto' (the analytic ranking) or 'tuned' (the performance "
+                         "database, else the cost model, else the analytic ranking)",
+                         given=schedule)
+    return str(schedule)
 
 
 def _target(target: TargetArg, machine: MachineArg) -> Target:
@@ -222,7 +287,7 @@ def _target(target: TargetArg, machine: MachineArg) -> Target:
 def compile(  # noqa: A001 - the public name the contract gives
     model: Any, *, target: TargetArg = "c", machine: MachineArg = None, batch: int | None = None,
     name: str | None = None, jobs: int | None = None, progress: bool | None = None,
-    winograd: bool = True, images_per_pass: int | None = None,
+    winograd: bool = True, images_per_pass: int | None = None, schedule: str = "auto",
 ) -> Network:
     """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
     `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
@@ -231,31 +296,35 @@ def compile(  # noqa: A001 - the public name the contract gives
     convolution direct (Winograd's F(m x m, 3 x 3) rounds differently: ~1e-5 relative);
     `images_per_pass` runs every layer on that many images, then on the next ones (a divisor
     of the batch, for a network that keeps its images apart; default: chosen from the cache
-    sizes and the weights' size, `onnx.batching`)."""
+    sizes and the weights' size, `onnx.batching`); `schedule="tuned"` takes each layer's
+    schedule from the performance database where `polydl tune` measured that layer on this
+    target, else the cost model's pick where one is trained, else the analytic ranking's (the
+    default, `"auto"`)."""
     resolved = _target(target, machine)
+    schedule = _schedule_arg(schedule)
     proto = load_model(model)
     data = proto.SerializeToString()
     toolchain = current_toolchain()  # the entry points at a library that compiler built
     key = content_key([__version__, compiler_revision(), hashlib.sha256(data).hexdigest(),
                        repr(batch), repr(name), repr(winograd), repr(images_per_pass), resolved.key(),
-                       toolchain.identity,
-                       " ".join(toolchain.flags), "network"])
+                       toolchain.identity, " ".join(toolchain.flags), "network",
+                       *([schedule, *_tuning_state()] if schedule == "tuned" else [])])
     entry = entry_dir(key)
     meta_path, weights_path = entry / "network.json", entry / "network.weights"
     files = [meta_path, weights_path]
     if not entry_is_complete(entry, files):
         with entry_lock(entry):
             if not entry_is_complete(entry, files):
-                plan, codes, inputs, outputs = _lowered(proto, batch, name, resolved,
-                                                        jobs or os.cpu_count() or 1, progress,
-                                                        winograd, images_per_pass)
+                plan, codes, inputs, outputs, decided = _lowered(
+                    proto, batch, name, resolved, jobs or os.cpu_count() or 1, progress, winograd,
+                    images_per_pass, schedule)
                 source = network_source(plan, codes, resolved.describe())
                 library = cached_network_library(
                     source, [codes[f] for f in sorted(codes)])
                 write_atomic(weights_path, weights_blob(plan))
                 write_atomic(meta_path, json.dumps({
                     "function": plan.name, "library": str(library), "inputs": inputs,
-                    "outputs": outputs, "explain": _explain(plan, codes),
+                    "outputs": outputs, "explain": _explain(plan, codes, decided),
                 }).encode())
                 write_manifest(entry, files)
     meta = json.loads(meta_path.read_text())
@@ -264,7 +333,8 @@ def compile(  # noqa: A001 - the public name the contract gives
         for path in files:
             path.unlink(missing_ok=True)
         return compile(model, target=target, machine=machine, batch=batch, name=name, jobs=jobs,
-                       progress=progress, winograd=winograd, images_per_pass=images_per_pass)
+                       progress=progress, winograd=winograd, images_per_pass=images_per_pass,
+                       schedule=schedule)
     return Network(library, meta["function"], [(n, tuple(s)) for n, s in meta["inputs"]],
                    [(n, tuple(s)) for n, s in meta["outputs"]], weights_path.read_bytes(),
                    meta["explain"])
@@ -273,14 +343,17 @@ def compile(  # noqa: A001 - the public name the contract gives
 def write_library(model: Any, directory: str | os.PathLike[str], *, target: TargetArg = "c",
                   machine: MachineArg = None, batch: int | None = None, name: str | None = None,
                   embed_weights: bool = False, jobs: int | None = None,
-                  winograd: bool = True, images_per_pass: int | None = None) -> dict[str, Path]:
+                  winograd: bool = True, images_per_pass: int | None = None,
+                  schedule: str = "auto") -> dict[str, Path]:
     """Write the network as an ahead-of-time library into `directory`: NAME.c (and one source
     per kernel), NAME.h, libNAME.so exporting `int NAME(const float *in0, ..., float *out0,
-    ...)`, and NAME.weights beside it unless `embed_weights`."""
+    ...)`, and NAME.weights beside it unless `embed_weights`; the options as `compile`'s."""
     resolved = _target(target, machine)
     folder = Path(directory)
-    plan, codes, _, _ = _lowered(load_model(model), batch, name, resolved, jobs or os.cpu_count() or 1,
-                                 winograd=winograd, images_per_pass=images_per_pass)
+    plan, codes, _, _, _ = _lowered(load_model(model), batch, name, resolved,
+                                    jobs or os.cpu_count() or 1, winograd=winograd,
+                                    images_per_pass=images_per_pass,
+                                    schedule=_schedule_arg(schedule))
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / f"{plan.name}.weights"
     write_atomic(weights, weights_blob(plan))

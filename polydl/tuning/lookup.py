@@ -32,6 +32,18 @@ class TunedChoice:
 
 def tuned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | None = None,
                    cost_model: CostModel | None = None) -> TunedChoice:
+    learned = learned_schedule(model, target, db, cost_model)
+    if learned is not None:
+        return learned
+    chosen = auto_schedule(tuning_model(model), target).schedule
+    return TunedChoice(chosen, ANALYTIC, f"not in the database and {_default_model()[1]}: "
+                       "the analytic ranking's best")
+
+
+def learned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | None = None,
+                     cost_model: CostModel | None = None) -> TunedChoice | None:
+    """The database's or else the cost model's answer; None where neither has one (the
+    analytic ranking decides, as `schedule="auto"` would)."""
     db = db or PerfDatabase()
     problem = Problem.of(model.nest, model.params)
     best = db.best(problem.key, target.key())
@@ -42,20 +54,16 @@ def tuned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | None 
                            f"the fastest of {n} trials in {where} "
                            f"({(best.seconds or 0) * 1e3:.3f} ms)")
     if cost_model is None:
-        cost_model, why_not = _default_model()
-    else:
-        why_not = ""
-    if cost_model is not None:
-        space = search_space(model, target)
-        scores = cost_model.predict([c.features for c in space])
-        pick = min(range(len(space)), key=lambda i: scores[i])
-        return TunedChoice(space[pick].schedule, MODEL, (
-            f"not in the database: the cost model's pick of {len(space)} candidates "
-            f"(predicted {2 ** scores[pick]:.2f}x the best; trained on "
-            f"{cost_model.trained_on} trials)"))
-    chosen = auto_schedule(tuning_model(model), target).schedule
-    return TunedChoice(chosen, ANALYTIC,
-                       f"not in the database and {why_not}: the analytic ranking's best")
+        cost_model, _ = _default_model()
+    if cost_model is None:
+        return None
+    space = search_space(model, target)
+    scores = cost_model.predict([c.features for c in space])
+    pick = min(range(len(space)), key=lambda i: scores[i])
+    return TunedChoice(space[pick].schedule, MODEL, (
+        f"not in the database: the cost model's pick of {len(space)} candidates "
+        f"(predicted {2 ** scores[pick]:.2f}x the best; trained on "
+        f"{cost_model.trained_on} trials)"))
 
 
 def _default_model() -> tuple[CostModel | None, str]:

@@ -10,6 +10,7 @@ apply, so a candidate is timed as it would run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,10 @@ from polydl.tuning.records import schedule_key
 
 # Points evaluated at most per problem: the analytic evaluation takes ~20 ms each.
 MAX_POINTS = 400
+# Seconds of fusion choices per space: ~5 ms a point for one statement and its epilogue, 3 s
+# for a Winograd layer's 59 (its transforms around 16-36 GEMMs), where 400 points would take
+# 20 minutes before anything is measured; past it the space keeps the best-ranked points.
+FUSION_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,11 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
         return [Candidate(resolve(model, Schedule()), 0.0, {})]
     best = min(r.cost for r in evaluated.values())
     chosen = ranked[0].schedule if ranked else None
-    out = []
+    out: list[Candidate] = []
+    deadline = time.monotonic() + FUSION_SECONDS
     for result in sorted(evaluated.values(), key=lambda r: (r.schedule != chosen, r.cost)):
+        if out and time.monotonic() > deadline:
+            break
         resolved = resolve(model, result.schedule)  # the loop order filled in, as compiled
         schedule = choose_fusion(model, resolved, target)[0]
         mine = result.schedule == chosen

@@ -50,14 +50,15 @@ def add_model_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tune(args: argparse.Namespace, target: CpuTarget,
-             load: Callable[[], tuple[Any, dict[str, int]]]) -> int:
+             load: Callable[[], list[tuple[str, Any, dict[str, int]]]], network: bool = False) -> int:
+    """`load` gives the spec's problems (name, nest, sizes): one loop nest, or a network's
+    distinct kernels."""
     if args.suite and args.spec:
         raise PolyDLError("give a spec or --suite, not both")
     if args.suite:
         problems = suite_problems(args.suite)
     elif args.spec:
-        nest, params = load()
-        problems = [SuiteProblem(nest.name, nest, dict(params))]
+        problems = [SuiteProblem(name, nest, dict(params)) for name, nest, params in load()]
     else:
         raise PolyDLError("tune needs a spec or --suite NAME")
     db = PerfDatabase(args.db)
@@ -69,6 +70,11 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
         target = replace(target, cores=len(worker_cpus(args.workers)[0]))
     # the spaces before the workers start: on every core, and forked without Ray's threads
     spaces = search_spaces([(p.nest, p.params) for p in problems], target)
+    if network:  # a network's copies, pools and element-wise steps: nothing to choose
+        chosen = [(p, s) for p, s in zip(problems, spaces, strict=True) if len(s) > 1]
+        print(f"network  {len(problems)} distinct kernels, {len(chosen)} with schedules to "
+              "choose from")
+        problems, spaces = [p for p, _ in chosen], [s for _, s in chosen]
     if args.workers is not None:
         from polydl.tuning.distributed import local_executor
 

@@ -96,6 +96,19 @@ def test_the_space_leads_with_what_auto_compiles(name: str) -> None:
     assert space[0].key == schedule_key(auto.to_dict())
 
 
+def test_slow_fusion_choices_keep_the_best_ranked_points(
+    matmul32: Nest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from polydl.tuning import space as space_module
+
+    nest, params = matmul32
+    model = build_model(nest, params)
+    whole = search_space(model, host_target())
+    monkeypatch.setattr(space_module, "FUSION_SECONDS", 0.0)
+    cut = search_space(model, host_target())
+    assert len(whole) > 1 and [c.key for c in cut] == [whole[0].key] and cut[0].analytic
+
+
 def test_the_space_holds_tile_neighbours_and_thread_mappings_beyond_the_ranking(
     matmul32: Nest,
 ) -> None:
