@@ -161,7 +161,7 @@ def test_a_reshape_to_the_fixed_batch_keeps_the_batch_whole() -> None:
     # where the rule would take passes of 2, the network is lowered whole instead
     small = _cpu(80000)
     assert batching.images_per_pass(_graph(model), small) == 2
-    plan, _, inputs, outputs = _lowered(model, None, None, small, 1)
+    plan, _, inputs, outputs, _ = _lowered(model, None, None, small, 1)
     assert plan.passes == 1 and inputs == [("x", (BATCH, 8, 12, 12))] and outputs == [("y", (BATCH, 10))]
     check(model, {"x": x})
 
