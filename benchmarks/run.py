@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, metavar="T",
                    help="threads for every side, pinned to the first T cores; polydl schedules "
                         "for T cores (default: OMP_NUM_THREADS, else every core)")
+    p.add_argument("--schedule", default="auto", choices=("auto", "tuned"),
+                   help="polydl's schedules: the analytic ranking's (auto) or the performance "
+                        "database's (tuned: POLYDL_TUNING_DB, as `polydl tune --suite` stored "
+                        "them; the rest analytic)")
     args = p.parse_args(argv)
 
     from polydl import bench
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             budget_s=args.budget, cold_cache=not args.warm_cache,
             layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
             compare_layouts=not args.first_layout, batch=args.batch, threads=args.threads,
+            schedule=args.schedule,
         )
     except bench.BenchError as exc:  # an unknown case, --batch on GEMMs, too many threads
         p.error(str(exc))

@@ -258,7 +258,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from polydl import bench
 
     return bench.main(args.suite, args.json, args.case or None, args.repeat,
-                      batch=args.batch, threads=args.threads)
+                      batch=args.batch, threads=args.threads, schedule=args.schedule)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -350,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, metavar="N", help="minibatch of a convolution suite")
     c.add_argument("--threads", type=int, metavar="T",
                    help="threads for every side, pinned to the first T cores")
+    c.add_argument("--schedule", default="auto", choices=("auto", "tuned"),
+                   help="polydl's schedules: the analytic ranking's, or the performance "
+                        "database's (`polydl tune --suite`) where it has them")
     c.set_defaults(func=cmd_bench)
     c = sub.add_parser("cache", help="show or clear the compile cache")
     c.add_argument("action", choices=["info", "clear"])

@@ -26,6 +26,7 @@ from polydl.bench.cases import SUITE_FILES, BenchError, load_suite, select_cases
 from polydl.bench.harness import run_suite
 from polydl.bench.measure import CONV_LAYOUTS
 from polydl.bench.threads import pinned_cores, thread_environment, threads_prepared
+from polydl.bench.variants import CASE_RUNNERS
 from polydl.target import host_target
 
 __all__ = ["CONV_LAYOUTS", "SUITE_FILES", "BenchError", "main"]
@@ -43,6 +44,7 @@ def main(
     compare_layouts: bool = True,
     batch: int | None = None,
     threads: int | None = None,
+    schedule: str = "auto",
 ) -> int:
     """Run `suite` (or only `cases` of it): print the table, write `json_path` if given.
 
@@ -51,15 +53,20 @@ def main(
     failures). `batch` replaces a convolution suite's minibatch. `threads` runs every side on
     that many threads pinned to as many cores (the first of this process's), and polydl
     schedules for that many cores; by default `OMP_NUM_THREADS` threads if set, else one
-    thread per core this process may use.
+    thread per core this process may use. `schedule="tuned"` builds polydl's kernels from the
+    performance database (`polydl tune --suite`), as `polydl run --schedule tuned` would.
     A process started without the thread settings (`threads.THREAD_ENV`), or on other cores
     than `threads` asks for, runs the benchmark in a child process that has them. The machine
     is detected here, once per process, and passed down."""
+    if schedule not in ("auto", "tuned") or (schedule != "auto" and suite in CASE_RUNNERS):
+        raise BenchError(f"schedule '{schedule}': 'auto' for every suite, 'tuned' for the gemm, "
+                         "resnet50 and backward suites (the fused and bf16 suites compare builds "
+                         "of their own)")
     selected = select_cases(load_suite(suite, batch), cases)
     arguments: dict[str, Any] = dict(
         suite=suite, json_path=json_path, cases=[c.name for c in selected], repeat=max(1, repeat),
         budget_s=budget_s, cold_cache=cold_cache, layouts=list(layouts),
-        compare_layouts=compare_layouts, batch=batch,
+        compare_layouts=compare_layouts, batch=batch, schedule=schedule,
     )
     cores = pinned_cores(threads)
     if (not threads_prepared() or cores != sorted(os.sched_getaffinity(0))

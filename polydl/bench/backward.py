@@ -103,7 +103,8 @@ def _runner(name: str, case: Case, torch: ModuleType, tensors: dict[str, Any]) -
     return Runner(name, run, fresh)
 
 
-def build_polydl(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBuild:
+def build_polydl(case: Case, inputs: list[np.ndarray], layout: str,
+                 schedule: str = "auto") -> PolydlBuild:
     s = case.size
     data = case.primitive == "conv2d_backward_data"
     build = polydl.conv2d_backward_data if data else polydl.conv2d_backward_weights
@@ -111,6 +112,7 @@ def build_polydl(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBui
     kernel = build(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
         stride=s["stride"], padding=s["padding"], dtype=case.dtype, layout=layout,
+        schedule=schedule,
     )
     compile_s = time.perf_counter() - t0
     blocked = layout == "nchw16c"

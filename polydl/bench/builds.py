@@ -29,11 +29,11 @@ class PolydlBuild:
 class Pass:
     """How the cases of one primitive are measured, so one case runner serves every suite.
     `build` makes polydl's kernel for a layout (ignored when `layouts` is False: one kernel,
-    nothing to compare); `expected` is the float64 result; `references` the other libraries."""
+    nothing to compare) and a schedule request ("auto" or "tuned"); `expected` is the float64 result; `references` the other libraries."""
 
     input_shapes: Callable[[Case], list[Shape]]
     expected: Callable[[Case, list[np.ndarray], ModuleType | None], np.ndarray]
-    build: Callable[[Case, list[np.ndarray], str], PolydlBuild]
+    build: Callable[[Case, list[np.ndarray], str, str], PolydlBuild]
     references: Callable[[Case, list[np.ndarray], ModuleType | None], list[Runner]]
     layouts: bool = True
 

@@ -88,21 +88,24 @@ def conv_references(
     return runners
 
 
-def build_polydl_gemm(case: Case, a: np.ndarray, b: np.ndarray) -> PolydlBuild:
+def build_polydl_gemm(case: Case, a: np.ndarray, b: np.ndarray,
+                      schedule: str = "auto") -> PolydlBuild:
     s = case.size
     t0 = time.perf_counter()
-    kernel = polydl.matmul(M=s["M"], N=s["N"], K=s["K"], dtype=case.dtype)
+    kernel = polydl.matmul(M=s["M"], N=s["N"], K=s["K"], dtype=case.dtype, schedule=schedule)
     compile_s = time.perf_counter() - t0
     return PolydlBuild(polydl_runner(kernel, [a, b], np.asarray), compile_s,
                        kernel.schedule.describe(), "")
 
 
-def build_polydl_conv(case: Case, x: np.ndarray, w: np.ndarray, layout: str) -> PolydlBuild:
+def build_polydl_conv(case: Case, x: np.ndarray, w: np.ndarray, layout: str,
+                      schedule: str = "auto") -> PolydlBuild:
     s = case.size
     t0 = time.perf_counter()
     kernel = polydl.conv2d(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
         stride=s["stride"], padding=s["padding"], dtype=case.dtype, layout=layout,
+        schedule=schedule,
     )
     compile_s = time.perf_counter() - t0
     blocked = layout == "nchw16c"
@@ -140,12 +143,12 @@ def expected(case: Case, inputs: list[np.ndarray], torch: ModuleType | None) -> 
     return numpy_conv2d(x.astype(np.float64), w.astype(np.float64), s["stride"], s["padding"])
 
 
-def _build_gemm(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBuild:
-    return build_polydl_gemm(case, inputs[0], inputs[1])
+def _build_gemm(case: Case, inputs: list[np.ndarray], layout: str, schedule: str) -> PolydlBuild:
+    return build_polydl_gemm(case, inputs[0], inputs[1], schedule)
 
 
-def _build_conv(case: Case, inputs: list[np.ndarray], layout: str) -> PolydlBuild:
-    return build_polydl_conv(case, inputs[0], inputs[1], layout)
+def _build_conv(case: Case, inputs: list[np.ndarray], layout: str, schedule: str) -> PolydlBuild:
+    return build_polydl_conv(case, inputs[0], inputs[1], layout, schedule)
 
 
 def _gemm_references(

@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from polydl import settings
@@ -43,7 +44,7 @@ def _progress(message: str) -> None:
 def run_suite(
     machine: CpuTarget, suite: str, json_path: str | None, cases: list[str], repeat: int,
     budget_s: float | None, cold_cache: bool, layouts: Sequence[str], compare_layouts: bool,
-    batch: int | None = None,
+    batch: int | None = None, schedule: str = "auto",
 ) -> int:
     """Run `cases` of `suite` on `machine` with the threads of `OMP_NUM_THREADS`: print the
     table, write `json_path` if given; 0 when every case built and verified, else 1."""
@@ -53,7 +54,7 @@ def run_suite(
     torch = import_torch(threads)
     _progress(f"bench {suite}: {len(selected)} case(s), {threads} threads, "
               f"{'PyTorch ' + torch.__version__ if torch else 'no PyTorch (numpy only)'}")
-    run_case = CASE_RUNNERS.get(suite, bench_case)
+    run_case = CASE_RUNNERS.get(suite, partial(bench_case, schedule=schedule))
     meter = CpuMeter()
     peak = FmaPeak(machine.isa)
     try:
@@ -87,7 +88,7 @@ def run_suite(
                     "layouts": list(layouts),
                     "compare_layouts": compare_layouts, "samples_per_round": SAMPLES_PER_ROUND,
                     "min_sample_s": MIN_SAMPLE_S, "cases": [c.name for c in selected],
-                    "batch": batch,
+                    "batch": batch, "schedule": schedule,
                     "thread_env": {n: os.environ.get(n) for n in THREAD_ENV}}
         write_json(json_path, report_json(suite, env, rows, settings))
         print(f"wrote {json_path}", flush=True)

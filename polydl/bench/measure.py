@@ -31,21 +31,21 @@ PASSES: dict[str, Pass] = {
 
 def build_polydl(
     case: Case, inputs: list[np.ndarray], expected: np.ndarray, layouts: Sequence[str],
-    compare_layouts: bool, repeat: int,
+    compare_layouts: bool, repeat: int, schedule: str = "auto",
 ) -> tuple[PolydlBuild, bool, float, dict[str, float], list[str]]:
     """polydl's kernel for `case`. A conv uses the first of `layouts` that builds and verifies,
     or with `compare_layouts` the fastest of them. Returns (build, verified, relative error,
     speeds of the layouts compared, problems met)."""
     kind = PASSES[case.primitive]
     if not kind.layouts:
-        build = kind.build(case, inputs, "")
+        build = kind.build(case, inputs, "", schedule)
         ok, err = verify(build.runner, expected, case.dtype)
         return build, ok, err, {}, [] if ok else [f"result differs (relative error {err:.1e})"]
     built: list[tuple[PolydlBuild, bool, float]] = []
     problems = []
     for layout in layouts:
         try:
-            build = kind.build(case, inputs, layout)
+            build = kind.build(case, inputs, layout, schedule)
         except Exception as exc:  # noqa: BLE001 - a layout that does not build is reported
             problems.append(f"{layout}: {one_line(exc)}")
             continue
@@ -68,6 +68,7 @@ def build_polydl(
 def bench_case(
     case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
     layouts: Sequence[str] = CONV_LAYOUTS, compare_layouts: bool = True, seed: int = 0,
+    schedule: str = "auto",
 ) -> Row:
     kind = PASSES[case.primitive]
     rng = np.random.default_rng(seed)
@@ -78,7 +79,7 @@ def bench_case(
     t0 = time.perf_counter()
     try:
         build, ok, err, variants, problems = build_polydl(
-            case, inputs, expected, layouts, compare_layouts, repeat
+            case, inputs, expected, layouts, compare_layouts, repeat, schedule
         )
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
         return error_row(case, exc, peak_gflops, t0)

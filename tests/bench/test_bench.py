@@ -243,6 +243,38 @@ def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
     assert row.relative_error is not None and row.relative_error < 1e-4
 
 
+def test_a_tuned_case_builds_the_databases_schedule(
+    prepared_threads: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from polydl.driver.pipeline import lower
+    from polydl.frontends import builders
+    from polydl.poly.model import build_model
+    from polydl.target import host_target
+    from polydl.tuning import records
+    from polydl.tuning.database import PerfDatabase
+    from polydl.tuning.space import search_space
+
+    sizes = dict(N=1, C=16, K=32, H=6, W=6, R=3, S=3, stride=1, padding=1)
+    case = Case("tiny", "conv2d", tuple(sizes.items()))
+    nest, params = builders.conv2d(**sizes, layout="nchw16c")
+    target = host_target()
+    space = search_space(build_model(nest, params), target, limit=30)
+    analytic = lower(nest, params, target).schedule.describe()
+    other = next(c.schedule for c in space[1:]
+                 if lower(nest, params, target, c.schedule).schedule.describe() != analytic)
+    monkeypatch.setenv("POLYDL_TUNING_DB", str(tmp_path / "perf.sqlite"))
+    monkeypatch.setenv("POLYDL_SYSTEM_DB", "")
+    PerfDatabase().add([records.Trial(records.Problem.of(nest, params), target.key(),
+                                      other.to_dict(), records.OK, (1e-6,))])
+    rows = {schedule: measure.bench_case(case, None, repeat=1, budget_s=0.1, peak_gflops=100.0,
+                                         layouts=("nchw16c",), compare_layouts=False,
+                                         schedule=schedule)
+            for schedule in ("auto", "tuned")}
+    assert all(row.status == "ok" for row in rows.values())
+    assert rows["auto"].schedule == analytic
+    assert rows["tuned"].schedule == lower(nest, params, target, other).schedule.describe()
+
+
 def test_backward_suites_run_the_resnet50_layers() -> None:
     for suite, primitive in (("resnet50_bwd_data", "conv2d_backward_data"),
                              ("resnet50_bwd_weights", "conv2d_backward_weights")):
@@ -366,7 +398,9 @@ def test_run_script_reports_bench_errors_as_usage_errors(
     run = _load_benchmark("run")
     for argv, message in ((["--suite", "gemm", "--batch", "4"], "has no minibatch"),
                           (["--suite", "gemm", "--threads", "100000"], "threads must be between"),
-                          (["--suite", "gemm", "--case", "nope"], "unknown case 'nope'")):
+                          (["--suite", "gemm", "--case", "nope"], "unknown case 'nope'"),
+                          (["--suite", "resnet50_fused", "--schedule", "tuned"],
+                           "'tuned' for the gemm, resnet50 and backward suites")):
         with pytest.raises(SystemExit) as exit_info:
             run.main([*argv, "--no-json"])
         assert exit_info.value.code == 2
