@@ -223,18 +223,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from polydl.tuning.tune_cli import cmd_tune as tune
 
+    target = _target(args)
     if args.spec and _is_network(args):
         import polydl.onnx
 
         def problems() -> list[tuple[str, Any, dict[str, int]]]:
-            return polydl.onnx.network_problems(Path(args.spec), **_network_options(args))  # type: ignore[arg-type]
+            options = {k: v for k, v in _network_options(args).items() if k != "machine"}
+            return polydl.onnx.network_problems(Path(args.spec), target=target, **options)  # type: ignore[arg-type]
 
-        return tune(args, _target(args), problems, network=True)
+        return tune(args, target, problems, network=True)
+
     def one() -> list[tuple[str, Any, dict[str, int]]]:
         nest, params = _load(args)
         return [(nest.name, nest, dict(params))]
 
-    return tune(args, _target(args), one)
+    return tune(args, target, one)
 
 
 def cmd_machine(args: argparse.Namespace) -> int:

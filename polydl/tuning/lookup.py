@@ -32,18 +32,25 @@ class TunedChoice:
 
 def tuned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | None = None,
                    cost_model: CostModel | None = None) -> TunedChoice:
-    learned = learned_schedule(model, target, db, cost_model)
+    learned, why_not = _learned(model, target, db, cost_model)
     if learned is not None:
         return learned
     chosen = auto_schedule(tuning_model(model), target).schedule
-    return TunedChoice(chosen, ANALYTIC, f"not in the database and {_default_model()[1]}: "
-                       "the analytic ranking's best")
+    return TunedChoice(chosen, ANALYTIC,
+                       f"not in the database and {why_not}: the analytic ranking's best")
 
 
 def learned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | None = None,
                      cost_model: CostModel | None = None) -> TunedChoice | None:
     """The database's or else the cost model's answer; None where neither has one (the
     analytic ranking decides, as `schedule="auto"` would)."""
+    return _learned(model, target, db, cost_model)[0]
+
+
+def _learned(model: PolyModel, target: CpuTarget, db: PerfDatabase | None,
+             cost_model: CostModel | None) -> tuple[TunedChoice | None, str]:
+    """`learned_schedule`'s answer, and where it has none, why no cost model answered (the
+    model file read once)."""
     db = db or PerfDatabase()
     problem = Problem.of(model.nest, model.params)
     best = db.best(problem.key, target.key())
@@ -52,18 +59,19 @@ def learned_schedule(model: PolyModel, target: CpuTarget, db: PerfDatabase | Non
         where = "the system database" if best.origin == "system" else str(db.path)
         return TunedChoice(Schedule.from_dict(dict(best.schedule)), DATABASE,
                            f"the fastest of {n} trials in {where} "
-                           f"({(best.seconds or 0) * 1e3:.3f} ms)")
+                           f"({(best.seconds or 0) * 1e3:.3f} ms)"), ""
+    why_not = ""
     if cost_model is None:
-        cost_model, _ = _default_model()
+        cost_model, why_not = _default_model()
     if cost_model is None:
-        return None
+        return None, why_not
     space = search_space(model, target)
     scores = cost_model.predict([c.features for c in space])
     pick = min(range(len(space)), key=lambda i: scores[i])
     return TunedChoice(space[pick].schedule, MODEL, (
         f"not in the database: the cost model's pick of {len(space)} candidates "
         f"(predicted {2 ** scores[pick]:.2f}x the best; trained on "
-        f"{cost_model.trained_on} trials)"))
+        f"{cost_model.trained_on} trials)")), ""
 
 
 def _default_model() -> tuple[CostModel | None, str]:

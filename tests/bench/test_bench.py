@@ -55,6 +55,8 @@ def test_suite_data_is_a_copy_of_the_shared_files() -> None:
 def test_unknown_suite_and_case_are_bench_errors() -> None:
     with pytest.raises(cases.BenchError, match="unknown suite"):
         cases.load_suite("vgg")
+    with pytest.raises(cases.BenchError, match="schedule 'fastest'"):
+        bench.main("gemm", None, ["odd_primes"], 1, schedule="fastest")
     with pytest.raises(cases.BenchError, match="unknown case 'nope'"):
         cases.select_cases(cases.load_suite("gemm"), ["square_512", "nope"])
     picked = cases.select_cases(cases.load_suite("gemm"), ["odd_primes", "square_512"])
