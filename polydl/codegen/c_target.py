@@ -82,6 +82,16 @@ def place_epilogues(
     return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), False
 
 
+def parallel_pragma(plan: GroupPlan, layouts: dict[str, ArrayLayout]) -> str:
+    """OpenMP's parallel loop; where its loops carry a sum, each thread sums into a zeroed
+    copy of the output of its own, added into the output at the loop's end."""
+    pragma = "#pragma omp parallel for schedule(static)"
+    if plan.private_sum is None:
+        return pragma
+    cells = math.prod(layouts[plan.private_sum].shape)
+    return f"{pragma} reduction(+: {plan.private_sum}[0:{cells}])"
+
+
 def _printers(
     scheduled: ScheduledNest, target: CpuTarget
 ) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
@@ -130,7 +140,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     groups = list(scheduled.groups)
     placed: list[GroupPlan | None] = []
     for index, plan in enumerate(groups):
-        start = start_statement(groups[index - 1]) if index and plan.calls else None
+        # (calls that overwrite their start would overwrite a thread's private copy)
+        start = (start_statement(groups[index - 1])
+                 if index and plan.calls and plan.private_sum is None else None)
         if plan.prologues:
             loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
             placements.append(EpiloguePlacement(
@@ -148,7 +160,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # a nest of one statement needs no dependence analysis per dimension for it
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
-        body += LoopPrinter(plan, instance, simd_dims=simd_dims, accumulators=sums,
+        body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
+                            simd_dims=simd_dims, accumulators=sums,
                             row_tiles=RowTilePrinter(printer, plan.tiles)).lines()
     locals_ = [
         {"name": a.name, "c_type": layouts[a.name].c_type,

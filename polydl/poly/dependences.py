@@ -60,6 +60,20 @@ class Dependences:
     def all(self) -> isl.UnionMap:
         return self.raw.union(self.war).union(self.waw).coalesce()
 
+    def through(self, statement: str, array: str) -> isl.UnionMap:
+        """The memory dependences between instances of `statement` through cells of `array`
+        (a sum's own chain)."""
+        def own(accesses: isl.UnionMap) -> isl.UnionMap:
+            out = isl.UnionMap.empty(accesses.get_space())
+            for m in maps_of(accesses):
+                if (m.get_tuple_name(isl.dim_type.in_) == statement
+                        and m.get_tuple_name(isl.dim_type.out) == array):
+                    out = out.union(isl.UnionMap.from_map(m))
+            return out
+        writes, reads = own(self.model.writes), own(self.model.reads)
+        return (self._memory(writes, reads).union(self._memory(reads, writes))
+                .union(self._memory(writes, writes)))
+
     def is_respected_by(self, schedule: isl.UnionMap) -> bool:
         """True if `schedule` runs every dependence source strictly before its sink."""
         deps = self.all

@@ -6,19 +6,23 @@ floating-point work); the other groups keep their order and run their outermost
 dependence-free loop in parallel, except the nests named in `schedule.epilogues`, which join the
 main band (`fusion.py`). Every plan is checked against the dependences: a schedule
 that would run a sink before its source, or a parallel loop that carries a dependence, is a
-`ScheduleError`, never code.
+`ScheduleError`, never code. With `schedule.private_sums` the main nest's parallel loops may
+carry its one statement's sum into its output (`y += e`, e not reading y) and nothing else:
+each thread then sums into a copy of y of its own (`GroupPlan.private_sum`).
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
-from polydl.ir import Loop
+from polydl.ir import Loop, expr_loads
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import Dependences, carries, dependences_of
 from polydl.poly.isl_parts import maps_of
@@ -60,6 +64,9 @@ class GroupPlan:
     tree: isl.Schedule | None = None
     how: str = ""  # who planned the nest (and, without a tree, what it chose), for `explain`
     bands: tuple[str, ...] = ()  # each band of `tree`, described (none: no loops)
+    # The output its parallel loops sum into through a private copy per thread (OpenMP's
+    # array reduction), or None.
+    private_sum: str | None = None
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:
@@ -164,6 +171,7 @@ def _group_plan(
     tiles: dict[str, int],
     parallel: tuple[str, ...] | None,
     microkernel: MicrokernelBinding | None = None,
+    private_sums: bool = False,
 ) -> GroupPlan:
     band = band_of(statements)
     band_vars = tuple(loop.var for loop in band)
@@ -188,14 +196,26 @@ def _group_plan(
             checked[key] = None if broken.is_empty() else _sample(broken)
         if checked[key] is not None:
             raise ScheduleError(f"order {' > '.join(order)} violates a dependence: {checked[key]}")
+    summed = None
+    if private_sums:
+        summed, why_not = summed_output(deps.model, statements)
+        if summed is None:
+            raise ScheduleError(f"no private sums: {why_not}")
+    summing = False  # whether a parallel loop carries the sum
     if parallel is None:
         first = next((d for d in range(len(order)) if _parallel_at(band_deps, smap, order, d)), None)
         dims = () if first is None else (first,)
     else:
         dims = tuple(order.index(p) for p in parallel)
         for p, d in zip(parallel, dims, strict=True):
-            if not _parallel_at(band_deps, smap, order, d):
+            if _parallel_at(band_deps, smap, order, d):
+                continue
+            summing = True
+            if summed is None:
                 raise ScheduleError(f"loop '{p}' carries a dependence and cannot run in parallel")
+            if carries(_without_sum(deps, band_deps, statements[0], str(summed)), smap, d):
+                raise ScheduleError(f"loop '{p}' carries a dependence other than the sum into "
+                                    f"{summed} and cannot run in parallel")
     calls: dict[str, MicrokernelCall] = {}
     instance_map = smap
     if microkernel is not None:
@@ -205,7 +225,41 @@ def _group_plan(
         inner = len(order) - len(microkernel.loops)
         if any(d >= inner for d in dims):
             raise ScheduleError("a parallel loop must stay outside the microkernel call")
-    return GroupPlan(group, statements, band, order, tiles, smap, dims, calls, instance_map)
+    return GroupPlan(group, statements, band, order, tiles, smap, dims, calls, instance_map,
+                     private_sum=str(summed) if summing else None)
+
+
+# OpenMP adds the threads' private copies into the output one thread at a time: beyond this
+# size the merge (threads x size) outweighs what splitting the sum gains.
+PRIVATE_SUM_MAX_BYTES = 1 << 20
+
+
+def summed_output(model: PolyModel,
+                  statements: tuple[StatementModel, ...]) -> tuple[str | None, str]:
+    """(the array a nest of one statement `y[...] += e` sums into, where each thread may sum
+    into a private copy of it, ""), or (None, why not)."""
+    if len(statements) != 1:
+        return None, "the loop nest has more than one statement"
+    s = statements[0].statement
+    array = model.nest.array(s.target.array)
+    if s.op != "+=":
+        return None, f"{s.name} is not a sum (`{s.target.array}[...] += ...`)"
+    if any(load.array == s.target.array for load in expr_loads(s.value)):
+        return None, f"{s.name} reads {s.target.array} beside summing into it"
+    if array.dtype not in ("float32", "float64"):
+        return None, f"{s.target.array} is {array.dtype}; OpenMP sums float and double"
+    size = DTYPES[array.dtype].bytes * math.prod(array.concrete_shape(model.params))
+    if size > PRIVATE_SUM_MAX_BYTES:
+        return None, (f"{s.target.array} is {size} bytes, over the {PRIVATE_SUM_MAX_BYTES} a "
+                      "private copy per thread may take")
+    return s.target.array, ""
+
+
+def _without_sum(deps: Dependences, band_deps: BandDependences, statement: StatementModel,
+                 array: str) -> isl.UnionMap:
+    """The group's dependences other than those of `statement`'s sum into `array`."""
+    sums = deps.through(statement.name, array)
+    return band_deps.relation.subtract(sums) if not sums.is_empty() else band_deps.relation
 
 
 def _bind_call(
@@ -401,8 +455,13 @@ def apply_schedule(
             band_vars = tuple(loop.var for loop in band_of(statements))
             order = _check_order(schedule, band_vars)
             parallel = schedule.parallel if schedule.order or schedule.parallel else None
+            mk = schedule.microkernel
+            if schedule.private_sums and (fused or (mk and (mk.pack_a or mk.pack_b))):
+                # epilogues read the sums; a packed block's slots are shared across the sum
+                raise ScheduleError("no private sums with fused epilogues or packed operands")
             plan = _group_plan(
-                deps, g, statements, order, schedule.tile_sizes, parallel, schedule.microkernel
+                deps, g, statements, order, schedule.tile_sizes, parallel, schedule.microkernel,
+                schedule.private_sums,
             )
             if fused:
                 plan = fuse_epilogues(model, plan, schedule.epilogues)

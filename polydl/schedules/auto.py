@@ -40,6 +40,7 @@ def resolve(model: PolyModel, schedule: Schedule) -> Schedule:
         microkernel=schedule.microkernel,
         epilogues=schedule.epilogues,
         notes=schedule.notes,
+        private_sums=plan.private_sum is not None,
     )
 
 

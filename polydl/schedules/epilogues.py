@@ -45,6 +45,12 @@ def choose_fusion(
             FusionDecision(_names(g), False, None, None, None, f"the schedule is illegal: {exc}")
             for g in groups
         )
+    if plan.private_sum is not None:
+        return unfused, tuple(
+            FusionDecision(_names(g), False, None, None, None, "the threads sum into copies of "
+                           f"{plan.private_sum} of their own, complete only after the nest")
+            for g in groups
+        )
     assert plan.instance_map is not None
     chain: list[StatementModel] = []
     level: int | None = None

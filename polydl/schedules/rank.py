@@ -30,6 +30,7 @@ from polydl.schedules.apply import (
     group_statements,
     loop_is_parallel,
     main_group,
+    summed_output,
 )
 from polydl.schedules.microkernel import candidate_bindings, dim_range, multiply_accumulate
 from polydl.schedules.register_blocking import PANEL_ROWS, panel_vectors, rows_step_cycles, unit_for
@@ -330,7 +331,7 @@ def _with_parallel(
         return None
     free = _free_loops(model, schedule, plan)
     if schedule.parallel:  # chosen by the caller (the tuner's search space): legal or nothing
-        if not set(schedule.parallel) <= set(free):
+        if not schedule.private_sums and not set(schedule.parallel) <= set(free):
             return None
         try:
             apply_schedule(model, schedule)
@@ -503,7 +504,10 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     per register-tile column of the call (the call walks n outside m), not once. And where
     the loop right around the call is n's tile loop, the call's A block is the same in all
     its iterations: if it fits half the cache it is read once, and only B's panels and C's
-    tiles stream."""
+    tiles stream. A third: every register tile down m reads the strip's micro-panel of B
+    (k x nr); one larger than half of L2 (or L3) is read again for each of them (a call over all
+    of k = 32768: 8 MiB of B a strip, read 11 times; two Zen 4 cores ran 128 x 128 x 32768 at
+    42 GFLOP/s so, 136 over k blocks of 256)."""
     mk = schedule.microkernel
     assert mk is not None
     line = machine.cache_line_bytes
@@ -516,6 +520,13 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     strips = math.ceil(n / nr)
     if a_bytes > capacity // 2 and strips > 1:
         traffic += (strips - 1) * a_bytes * call.executions
+    operands = _gemm_operands(model, mk)
+    m = min(schedule.tile_sizes.get(mk.m, loop_extent(model, mk.m)), loop_extent(model, mk.m))
+    k = min(schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k)), loop_extent(model, mk.k))
+    panel = k * min(n, nr) * (_element_bytes(model, operands[2]) if operands else 4)
+    # (from L2 a panel streams at a fraction of L2's bandwidth: only the levels beyond count)
+    if capacity > machine.l1_bytes and panel > capacity // 2 and m > MICRO_ROWS:
+        traffic += (math.ceil(m / MICRO_ROWS) - 1) * panel * strips * call.executions
     calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
     if calls_loop == tile_loop(mk.n) and a_bytes <= capacity // 2:
         trip = trip_count(model, schedule, calls_loop)
@@ -635,6 +646,12 @@ def _evaluate(
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:
         cost += FORK_JOIN_CYCLES_PER_THREAD * cores
+    if final.private_sums and cores > 1:
+        # every thread clears its copy of the output, and OpenMP adds the copies into it one
+        # thread at a time, each from the cache of the core that summed it
+        summed = summed_output(model, plan.statements)[0]
+        out_bytes = array_bytes(model, summed) if summed else 0
+        cost += out_bytes / BANDWIDTH["l1"] + cores * 2 * out_bytes / BANDWIDTH["l3"]
     mk = final.microkernel
     if final.parallel and cores > 1:
         # every entry into the parallel loop forks and joins the threads (and a packed copy
@@ -646,6 +663,48 @@ def _evaluate(
         if around > 1 or not (mk is not None and mk.batch):
             cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
+
+
+# How many ways `private_sum_splits` splits a call's k loop among the threads.
+SUM_SPLITS = (2, 4, 8, 16)
+
+
+def private_sum_splits(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[Schedule]:
+    """Variants of a microkernel schedule whose parallel loops leave cores idle or unevenly
+    loaded, with a reduction loop of its calls run among the threads as well, each thread
+    summing into a copy of the output of its own (`Schedule.private_sums`): one of the two
+    outermost batch loops taken out of the call, k's tile loop, or k split into tiles, in
+    front of the parallel loops. oneDNN splits the images of a small minibatch's weight gradient so (an
+    output of 64 x 3 x 7 x 7 cells is 28 units of work for 16 cores)."""
+    mk = schedule.microkernel
+    if (mk is None or mk.pack_a or mk.pack_b or schedule.epilogues or not schedule.parallel
+            or schedule.private_sums or machine.cores < 2
+            or summed_output(model, group_statements(model)[main_group(model)])[0] is None):
+        return []
+    first = schedule.order.index(schedule.parallel[0])
+    outer, inner = list(schedule.order[:first]), list(schedule.order[first:])
+    out = []
+    for var in mk.batch[:2]:
+        order = (*outer, var, *(loop for loop in inner if loop != var))
+        out.append(replace(schedule, order=order, parallel=(var, *schedule.parallel),
+                           microkernel=replace(mk, batch=tuple(b for b in mk.batch if b != var)),
+                           private_sums=True))
+    extent = loop_extent(model, mk.k)
+    k_tile = tile_loop(mk.k)
+    if not mk.batch and k_tile in schedule.order and k_tile not in schedule.parallel:
+        # k's blocks run among the threads too, in front of the parallel loops
+        order = (*(loop for loop in outer if loop != k_tile), k_tile,
+                 *(loop for loop in inner if loop != k_tile))
+        out.append(replace(schedule, order=order, parallel=(k_tile, *schedule.parallel),
+                           private_sums=True))
+    for splits in SUM_SPLITS if not mk.batch and mk.k not in schedule.tile_sizes else ():
+        tile = -(-extent // splits)
+        if splits > machine.cores or tile * (splits - 1) >= extent:
+            continue
+        out.append(replace(schedule, order=(*outer, tile_loop(mk.k), *inner),
+                           tiles=tuple(sorted((*schedule.tiles, (mk.k, tile)))),
+                           parallel=(tile_loop(mk.k), *schedule.parallel), private_sums=True))
+    return out
 
 
 def packed_elsewhere(model: PolyModel, schedule: Schedule, cores: int) -> float:
@@ -767,6 +826,33 @@ def tiled_next_to_call(schedule: Schedule, var: str, size: int) -> Schedule:
     return replace(schedule, order=tuple(order), tiles=tiles, parallel=())
 
 
+def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[Schedule]:
+    """A GEMM call over all of a long k with k tiled right outside the call instead, each
+    call's micro-panels of B (k tile x nr) an eighth of L2, read again by every register tile
+    of the call from there rather than from L3 or memory (128 x 128 x 32768 on two Zen 4
+    cores: 42 GFLOP/s over all of k, 136 in k blocks; 512 x 512 x 25088 on 16 Sapphire
+    Rapids cores, tuned: 2.1x in k blocks of 1930, panels of 247 KiB). The parallel loops
+    left to the model."""
+    mk = schedule.microkernel
+    if mk is None or mk.batch or mk.k in schedule.tile_sizes:
+        return []
+    operands = _gemm_operands(model, mk)
+    if operands is None:
+        return []
+    nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
+    strip = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n), nr)
+    row_bytes = strip * _element_bytes(model, operands[2])
+    k_ext = loop_extent(model, mk.k)
+    if k_ext * row_bytes <= machine.l2_bytes // 2:
+        return []
+    per = max(K_TILE, machine.l2_bytes // 8 // row_bytes // K_TILE * K_TILE)
+    k_tile = math.ceil(k_ext / math.ceil(k_ext / per))
+    calls = len(mk.loops)
+    order = (*schedule.order[:-calls], tile_loop(mk.k), *schedule.order[-calls:])
+    return [replace(schedule, order=order, tiles=tuple(sorted((*schedule.tiles, (mk.k, k_tile)))),
+                    parallel=())]
+
+
 # A call reading fewer flops per byte of A than this re-reads A from L2 for every block when
 # A outgrows half of L1: 1 x 1 convolutions (8 flops per byte) gained 1.1-1.6x over their blocks
 # on a 16-core Sapphire Rapids host, 3 x 3 ones (~22, A's window reused in the call) 0.96-1.02.
@@ -861,9 +947,19 @@ def rank(model: PolyModel, machine: CpuTarget, limit: int = MAX_CANDIDATES) -> l
         best = ranked[0].schedule
         tiled = outer_tilings(model, best)
         variants = tiled + [v for x in (best, *tiled) for v in block_variants(model, x, machine)]
+        variants += [v for x in ranked[:3] for v in k_tilings(model, machine, x.schedule)]
         for schedule in variants:
             result = evaluate(model, machine, schedule, memo)
             if result is not None:
                 ranked.append(result)
         ranked.sort(key=lambda r: r.cost)
+        # and, where the best ones' parallel loops leave threads idle or waiting, a reduction
+        # split among the threads
+        uneven = [x.schedule for x in ranked[:3] if x.balance > 1.05]
+        if uneven and machine.cores > 1:
+            for schedule in (v for x in uneven for v in private_sum_splits(model, machine, x)):
+                result = evaluate(model, machine, schedule, memo)
+                if result is not None:
+                    ranked.append(result)
+            ranked.sort(key=lambda r: r.cost)
     return ranked

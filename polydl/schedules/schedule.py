@@ -2,7 +2,9 @@
 
 A schedule names loops of the band by their variable; a tiled variable `i` has a tile loop
 `i.t` (stepping by the tile size) and a point loop `i` (inside one tile). `order` lists the loops
-outermost first; `parallel` the loops run by OpenMP threads; `microkernel` the innermost loops
+outermost first; `parallel` the loops run by OpenMP threads (with `private_sums`, loops that
+carry the main statement's sum into its output too: each thread adds into a zeroed copy of
+the output of its own, and the copies are added into the output when the loop ends); `microkernel` the innermost loops
 replaced by a batch-reduce GEMM call; `epilogues` the statements fused into the band.
 `scheduler="affine"` leaves the main nest to the general scheduler instead (the other fields
 are then empty).
@@ -69,6 +71,7 @@ class Schedule:
     microkernel: MicrokernelBinding | None = None
     epilogues: tuple[str, ...] = ()
     scheduler: str = BAND
+    private_sums: bool = False
     # Numbers the ranking attached (working sets, score); informative, not part of identity.
     notes: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
@@ -82,6 +85,8 @@ class Schedule:
         data["notes"] = dict(self.notes)
         if data["microkernel"] is not None and data["microkernel"]["blocks"] is None:
             del data["microkernel"]["blocks"]  # the form of schedules stored before it existed
+        if not data["private_sums"]:
+            del data["private_sums"]  # likewise
         return data
 
     def to_json(self) -> str:
@@ -109,6 +114,7 @@ class Schedule:
             else None,
             epilogues=tuple(data.get("epilogues", ())),
             scheduler=_scheduler(data.get("scheduler", BAND)),
+            private_sums=bool(data.get("private_sums", False)),
             notes=tuple(sorted(dict(data.get("notes", {})).items())),
         )
 
@@ -122,7 +128,8 @@ class Schedule:
         parts = ["order " + " > ".join(self.order) if self.order else "original order"]
         if self.tiles:
             parts.append("tiles " + ", ".join(f"{v}={t}" for v, t in self.tiles))
-        parts.append("parallel " + (", ".join(self.parallel) if self.parallel else "none"))
+        parts.append("parallel " + (", ".join(self.parallel) if self.parallel else "none")
+                     + (" (a private sum per thread)" if self.private_sums else ""))
         if self.microkernel:
             mk = self.microkernel
             batch = f" batch({', '.join(mk.batch)})" if mk.batch else ""

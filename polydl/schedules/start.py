@@ -30,7 +30,8 @@ def fuse_start(scheduled: ScheduledNest) -> ScheduledNest:
     groups = list(scheduled.groups)
     main = scheduled.main
     index = groups.index(main)
-    if index == 0 or main.calls or main.tree is not None or main.instance_map is None:
+    if (index == 0 or main.calls or main.tree is not None or main.instance_map is None
+            or main.private_sum is not None):  # a start inside would set a thread's copy
         return scheduled
     start = start_statement(groups[index - 1])
     if start is None:
