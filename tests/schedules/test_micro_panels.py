@@ -218,3 +218,18 @@ def test_k_blocks_of_a_long_reduction_match_numpy() -> None:
                         microkernel=MicrokernelBinding("S0", m="i", n="j", k="k"))
     kernel = polydl.compile(MATMUL, {"M": 37, "N": 45, "K": 1000}, schedule=schedule)
     run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
+
+
+@pytest.mark.parametrize("machine, shape, offered", [
+    (CpuTarget(isa="avx512", cores=16, l2_bytes=2 << 20, l3_bytes=300 << 20), (512, 512, 512), True),
+    (CpuTarget(isa="avx2", cores=2), (512, 512, 512), False),
+    (CpuTarget(isa="avx512", cores=16, l2_bytes=2 << 20, l3_bytes=300 << 20), (4096, 16, 1024), False),
+], ids=["avx512", "avx2", "one-vector-wide-b"])
+def test_calls_of_128_rows_where_32_registers_hold_wide_tiles(
+        machine: CpuTarget, shape: tuple[int, int, int], offered: bool) -> None:
+    """Calls of 128 rows read each block of B for twice the rows; measured faster only with
+    AVX-512's 32 registers and a B several vectors wide."""
+    from polydl.schedules.rank import candidates
+    model = build_model(*builders.matmul(*shape))
+    rows = {dict(s.tiles).get("i", shape[0]) for s in candidates(model, machine) if s.microkernel}
+    assert (128 in rows) == offered
