@@ -1,6 +1,6 @@
 """Benchmark suites: polydl against reference libraries, timed interleaved in one run.
 
-Takes a suite name (`gemm`, `resnet50`, its backward passes `resnet50_bwd_data` and
+Takes a suite name (`gemm`, `gemm_reductions`, `resnet50`, its backward passes `resnet50_bwd_data` and
 `resnet50_bwd_weights`, or the A/B suites `resnet50_fused` and `resnet50_bf16`; shapes shipped
 as package data in `suites/`) and returns a table on stdout plus, optionally, a JSON report.
 Every case is run by polydl and by each reference available here (numpy; PyTorch's oneDNN paths

@@ -15,6 +15,7 @@ from polydl.errors import PolyDLError
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 SUITE_FILES = {
     "gemm": "gemm.json",
+    "gemm_reductions": "gemm_reductions.json",
     "resnet50": "resnet50_conv.json",
     "resnet50_bwd_data": "resnet50_conv.json",
     "resnet50_bwd_weights": "resnet50_conv.json",
@@ -31,7 +32,7 @@ CONV_PRIMITIVES = {
     "resnet50_bf16": "conv2d",
 }
 # Seconds of timing per case (references and polydl together), not counting compilation.
-DEFAULT_BUDGET_S = {"gemm": 10.0, "resnet50": 12.0, "resnet50_bwd_data": 8.0,
+DEFAULT_BUDGET_S = {"gemm": 10.0, "gemm_reductions": 10.0, "resnet50": 12.0, "resnet50_bwd_data": 8.0,
                     "resnet50_bwd_weights": 8.0, "resnet50_fused": 12.0, "resnet50_bf16": 12.0}
 
 
@@ -84,9 +85,9 @@ def load_suite(name: str, batch: int | None = None) -> list[Case]:
     if name not in SUITE_FILES:
         raise BenchError(f"unknown suite '{name}'; known: {', '.join(SUITE_FILES)}")
     data = json.loads((SUITES_DIR / SUITE_FILES[name]).read_text())
-    if name == "gemm":
+    if "shapes" in data:
         if batch is not None:
-            raise BenchError("the gemm suite has no minibatch; --batch is for convolution suites")
+            raise BenchError(f"the {name} suite has no minibatch; --batch is for convolution suites")
         return [
             Case(s["name"], "matmul", (("M", s["M"]), ("N", s["N"]), ("K", s["K"])),
                  s.get("dtype", "float32"))

@@ -506,12 +506,12 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
 
 def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
                   call: LevelWorkingSet, capacity: int, traffic: int) -> int:
-    """Two effects of a microkernel call on the traffic into a cache of `capacity` bytes that
+    """Effects of a microkernel call on the traffic into a cache of `capacity` bytes that
     the whole-level rule does not see. A block of A larger than half the cache is read once
     per register-tile column of the call (the call walks n outside m), not once. And where
     the loop right around the call is n's tile loop, the call's A block is the same in all
     its iterations: if it fits half the cache it is read once, and only B's panels and C's
-    tiles stream. A third: every register tile down m reads the strip's micro-panel of B
+    tiles stream (likewise A's rows over all of k, with k's tile loop between). And: every register tile down m reads the strip's micro-panel of B
     (k x nr); one larger than half of L2 (or L3) is read again for each of them (a call over all
     of k = 32768: 8 MiB of B a strip, read 11 times; two Zen 4 cores ran 128 x 128 x 32768 at
     42 GFLOP/s so, 136 over k blocks of 256)."""
@@ -527,6 +527,18 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     strips = math.ceil(n / nr)
     if a_bytes > capacity // 2 and strips > 1:
         traffic += (strips - 1) * a_bytes * call.executions
+    calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
+    if calls_loop == tile_loop(mk.n) and a_bytes <= capacity // 2:
+        trip = trip_count(model, schedule, calls_loop)
+        streamed = (call.lines - a_lines) * line * call.executions
+        traffic = min(traffic, streamed + a_bytes * call.executions // max(trip, 1))
+    outer = schedule.order[:len(schedule.order) - len(mk.loops)]
+    if (calls_loop == tile_loop(mk.k) and len(outer) > 1 and outer[-2] == tile_loop(mk.n)
+            and a_bytes * trip_count(model, schedule, calls_loop) <= capacity // 2):
+        # k blocks inside n blocks: A's rows over all of k stay in the cache across n blocks
+        trips = trip_count(model, schedule, calls_loop) * trip_count(model, schedule, outer[-2])
+        a_once = a_bytes * trip_count(model, schedule, calls_loop) * call.executions // max(trips, 1)
+        traffic = min(traffic, traffic - a_bytes * call.executions + a_once)
     operands = _gemm_operands(model, mk)
     m = min(schedule.tile_sizes.get(mk.m, loop_extent(model, mk.m)), loop_extent(model, mk.m))
     k = min(schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k)), loop_extent(model, mk.k))
@@ -534,11 +546,6 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     # (from L2 a panel streams at a fraction of L2's bandwidth: only the levels beyond count)
     if capacity > machine.l1_bytes and panel > capacity // 2 and m > MICRO_ROWS:
         traffic += (math.ceil(m / MICRO_ROWS) - 1) * panel * strips * call.executions
-    calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
-    if calls_loop == tile_loop(mk.n) and a_bytes <= capacity // 2:
-        trip = trip_count(model, schedule, calls_loop)
-        streamed = (call.lines - a_lines) * line * call.executions
-        traffic = min(traffic, streamed + a_bytes * call.executions // max(trip, 1))
     return traffic
 
 

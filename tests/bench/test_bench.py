@@ -43,6 +43,15 @@ def test_gemm_suite_has_the_issue_shapes() -> None:
     assert shapes["odd_primes"].shape == "257x131x509"
 
 
+def test_the_reductions_suite_sums_long_k_into_small_outputs() -> None:
+    shapes = cases.load_suite("gemm_reductions")
+    assert all(c.primitive == "matmul" for c in shapes)
+    # each output is at most 1 MiB (a private copy per thread) and k at least 4096
+    assert all(c.size["M"] * c.size["N"] * 4 <= 1 << 20 and c.size["K"] >= 4096 for c in shapes)
+    with pytest.raises(cases.BenchError, match="the gemm_reductions suite has no minibatch"):
+        cases.load_suite("gemm_reductions", 4)
+
+
 def test_suite_data_is_a_copy_of_the_shared_files() -> None:
     shared = Path(__file__).resolve().parents[3] / "shared" / "bench"
     if not shared.is_dir():
