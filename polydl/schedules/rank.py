@@ -345,14 +345,15 @@ def _with_parallel(
         except ScheduleError:
             return None
         return schedule, plan
+    # the loops chosen here carry nothing: no sum to split among the threads
     if not free:
-        return replace(schedule, parallel=()), plan
+        return replace(schedule, parallel=(), private_sums=False), plan
     first = plan.order.index(free[0])
     chosen = [free[0]]
     nxt = plan.order[first + 1] if first + 1 < len(plan.order) else None
     if trip_count(model, schedule, free[0]) < 4 * machine.cores and nxt in free:
         chosen.append(nxt)
-    final = replace(schedule, parallel=tuple(chosen))
+    final = replace(schedule, parallel=tuple(chosen), private_sums=False)
     try:
         apply_schedule(model, final)  # binds the microkernel: may still refuse it
     except ScheduleError:

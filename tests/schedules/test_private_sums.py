@@ -19,6 +19,7 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 from tests.kernels import run_and_check
 from tests.poly.test_model import MATMUL
+from tests.schedules.test_fusion import MATMUL_RELU
 
 SOCKET = CpuTarget(isa="avx512", cores=16, l2_bytes=2 << 20, l3_bytes=300 << 20)
 PAIR = CpuTarget(isa="avx512", cores=2, l2_bytes=1 << 20, l3_bytes=32 << 20)
@@ -105,17 +106,7 @@ def test_private_sums_are_refused_where_illegal(text: str, params: dict[str, int
 
 
 def test_consumers_stay_after_a_nest_of_private_sums() -> None:
-    text = """void mr(int M, int N, int K, float C[M][N], float Y[M][N], const float A[M][K],
-                      const float B[K][N]) {
-      for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++)
-          for (int k = 0; k < K; k++)
-            C[i][j] += A[i][k] * B[k][j];
-      for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++)
-          Y[i][j] = fmaxf(C[i][j], 0.0f);
-    }"""
-    model = build_model(*load_spec(text, {"M": 20, "N": 16, "K": 400}))
+    model = build_model(*load_spec(MATMUL_RELU, {"M": 20, "N": 16, "K": 400}))
     fused, decisions = choose_fusion(model, SPLIT_K, SOCKET)
     assert fused.epilogues == () and "complete only after the nest" in decisions[0].reason
     with pytest.raises(ScheduleError, match="fused epilogues"):
