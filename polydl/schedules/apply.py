@@ -234,6 +234,11 @@ def _group_plan(
 PRIVATE_SUM_MAX_BYTES = 1 << 20
 
 
+def array_bytes(model: PolyModel, name: str) -> int:
+    array = model.nest.array(name)
+    return math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
+
+
 def summed_output(model: PolyModel,
                   statements: tuple[StatementModel, ...]) -> tuple[str | None, str]:
     """(the array a nest of one statement `y[...] += e` sums into, where each thread may sum
@@ -248,7 +253,7 @@ def summed_output(model: PolyModel,
         return None, f"{s.name} reads {s.target.array} beside summing into it"
     if array.dtype not in ("float32", "float64"):
         return None, f"{s.target.array} is {array.dtype}; OpenMP sums float and double"
-    size = DTYPES[array.dtype].bytes * math.prod(array.concrete_shape(model.params))
+    size = array_bytes(model, s.target.array)
     if size > PRIVATE_SUM_MAX_BYTES:
         return None, (f"{s.target.array} is {size} bytes, over the {PRIVATE_SUM_MAX_BYTES} a "
                       "private copy per thread may take")
@@ -258,8 +263,7 @@ def summed_output(model: PolyModel,
 def _without_sum(deps: Dependences, band_deps: BandDependences, statement: StatementModel,
                  array: str) -> isl.UnionMap:
     """The group's dependences other than those of `statement`'s sum into `array`."""
-    sums = deps.through(statement.name, array)
-    return band_deps.relation.subtract(sums) if not sums.is_empty() else band_deps.relation
+    return band_deps.relation.subtract(deps.through(statement.name, array))
 
 
 def _bind_call(

@@ -26,6 +26,7 @@ from polydl.schedules import threads
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
+    array_bytes,
     band_of,
     group_statements,
     loop_is_parallel,
@@ -391,6 +392,12 @@ def trip_count(model: PolyModel, schedule: Schedule, loop: str) -> int:
     return min(tile, extent) if tile else extent
 
 
+def call_extent(model: PolyModel, schedule: Schedule, var: str) -> int:
+    """Iterations of `var` in one call: its tile size, at most its extent."""
+    extent = loop_extent(model, var)
+    return min(schedule.tile_sizes.get(var, extent), extent)
+
+
 def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTarget) -> float:
     """Fraction of peak FMA throughput the inner code reaches: the microkernel's register
     blocks over the calls' rows (a full tile and the remainder tile of m); plain loops reach
@@ -400,7 +407,7 @@ def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTar
         return 0.15
     lanes = accumulator_lanes(model, machine, mk)
     m_ext = loop_extent(model, mk.m)
-    m = min(schedule.tile_sizes.get(mk.m, m_ext), m_ext)
+    m = call_extent(model, schedule, mk.m)
     n = schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n))
     vectors = max(1, math.ceil(n / lanes))
     lane_use = n / (vectors * lanes)
@@ -449,7 +456,7 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget
     assert mk is not None
     nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
     strides = _b_strides(model, mk)
-    n = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n))
+    n = call_extent(model, schedule, mk.n)
     contiguous = (mk.pack_b and n <= nr) or (strides is not None and strides[:2] == (1, nr))
     if contiguous:
         return 1.0
@@ -494,8 +501,7 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
     a_m, a_k = element_stride(model, a, mk.m), element_stride(model, a, mk.k)
     if a_m is None or a_k is None:
         return None
-    m = min(schedule.tile_sizes.get(mk.m, loop_extent(model, mk.m)), loop_extent(model, mk.m))
-    k = min(schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k)), loop_extent(model, mk.k))
+    m, k = call_extent(model, schedule, mk.m), call_extent(model, schedule, mk.k)
     k *= math.prod(trip_count(model, schedule, b) for b in mk.batch)
     per_line = max(line_bytes // _element_bytes(model, a), 1)
     if a_k == 1:
@@ -512,10 +518,11 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     per register-tile column of the call (the call walks n outside m), not once. And where
     the loop right around the call is n's tile loop, the call's A block is the same in all
     its iterations: if it fits half the cache it is read once, and only B's panels and C's
-    tiles stream (likewise A's rows over all of k, with k's tile loop between). And: every register tile down m reads the strip's micro-panel of B
-    (k x nr); one larger than half of L2 (or L3) is read again for each of them (a call over all
-    of k = 32768: 8 MiB of B a strip, read 11 times; two Zen 4 cores ran 128 x 128 x 32768 at
-    42 GFLOP/s so, 136 over k blocks of 256)."""
+    tiles stream (likewise A's rows over all of k, with k's tile loop between). And every
+    register tile down m reads the strip's micro-panel of B (k x nr); one larger than half of
+    L2 (or L3) is read again for each of them (a call over all of k = 32768: 8 MiB of B a
+    strip, read 11 times; two Zen 4 cores ran 128 x 128 x 32768 at 42 GFLOP/s so, 136 over k
+    blocks of 256)."""
     mk = schedule.microkernel
     assert mk is not None
     line = machine.cache_line_bytes
@@ -524,8 +531,7 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
         return traffic
     a_bytes = a_lines * line
     nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
-    n = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n))
-    strips = math.ceil(n / nr)
+    strips = math.ceil(call_extent(model, schedule, mk.n) / nr)
     if a_bytes > capacity // 2 and strips > 1:
         traffic += (strips - 1) * a_bytes * call.executions
     calls_loop = schedule.order[-len(mk.loops) - 1] if len(schedule.order) > len(mk.loops) else None
@@ -534,20 +540,28 @@ def _call_traffic(model: PolyModel, machine: CpuTarget, schedule: Schedule,
         streamed = (call.lines - a_lines) * line * call.executions
         traffic = min(traffic, streamed + a_bytes * call.executions // max(trip, 1))
     outer = schedule.order[:len(schedule.order) - len(mk.loops)]
-    if (calls_loop == tile_loop(mk.k) and len(outer) > 1 and outer[-2] == tile_loop(mk.n)
-            and a_bytes * trip_count(model, schedule, calls_loop) <= capacity // 2):
+    if calls_loop == tile_loop(mk.k) and len(outer) > 1 and outer[-2] == tile_loop(mk.n):
         # k blocks inside n blocks: A's rows over all of k stay in the cache across n blocks
-        trips = trip_count(model, schedule, calls_loop) * trip_count(model, schedule, outer[-2])
-        a_once = a_bytes * trip_count(model, schedule, calls_loop) * call.executions // max(trips, 1)
-        traffic = min(traffic, traffic - a_bytes * call.executions + a_once)
-    operands = _gemm_operands(model, mk)
-    m = min(schedule.tile_sizes.get(mk.m, loop_extent(model, mk.m)), loop_extent(model, mk.m))
-    k = min(schedule.tile_sizes.get(mk.k, loop_extent(model, mk.k)), loop_extent(model, mk.k))
-    panel = k * min(n, nr) * (_element_bytes(model, operands[2]) if operands else 4)
+        k_blocks = trip_count(model, schedule, calls_loop)
+        if a_bytes * k_blocks <= capacity // 2:
+            n_blocks = trip_count(model, schedule, outer[-2])
+            traffic -= a_bytes * call.executions - a_bytes * call.executions // max(n_blocks, 1)
+    m = call_extent(model, schedule, mk.m)
+    panel = call_extent(model, schedule, mk.k) * _panel_row_bytes(model, machine, mk, schedule)
     # (from L2 a panel streams at a fraction of L2's bandwidth: only the levels beyond count)
     if capacity > machine.l1_bytes and panel > capacity // 2 and m > MICRO_ROWS:
         traffic += (math.ceil(m / MICRO_ROWS) - 1) * panel * strips * call.executions
     return traffic
+
+
+def _panel_row_bytes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBinding,
+                     schedule: Schedule) -> int:
+    """Bytes of one k row of a call's micro-panel of B: one register tile wide (nr), or the
+    call's n if narrower."""
+    operands = _gemm_operands(model, mk)
+    assert operands is not None
+    nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
+    return min(call_extent(model, schedule, mk.n), nr) * _element_bytes(model, operands[2])
 
 
 def _packed_rereads(model: PolyModel, schedule: Schedule, packed_bytes: int, cache: int) -> int:
@@ -689,8 +703,8 @@ def private_sum_splits(model: PolyModel, machine: CpuTarget, schedule: Schedule)
     loaded, with a reduction loop of its calls run among the threads as well, each thread
     summing into a copy of the output of its own (`Schedule.private_sums`): one of the two
     outermost batch loops taken out of the call, k's tile loop, or k split into tiles, in
-    front of the parallel loops. oneDNN splits the images of a small minibatch's weight gradient so (an
-    output of 64 x 3 x 7 x 7 cells is 28 units of work for 16 cores)."""
+    front of the parallel loops. oneDNN splits the images of a small minibatch's weight
+    gradient so (an output of 64 x 3 x 7 x 7 cells is 28 units of work for 16 cores)."""
     mk = schedule.microkernel
     if (mk is None or mk.pack_a or mk.pack_b or schedule.epilogues or not schedule.parallel
             or schedule.private_sums or machine.cores < 2
@@ -704,7 +718,6 @@ def private_sum_splits(model: PolyModel, machine: CpuTarget, schedule: Schedule)
         out.append(replace(schedule, order=order, parallel=(var, *schedule.parallel),
                            microkernel=replace(mk, batch=tuple(b for b in mk.batch if b != var)),
                            private_sums=True))
-    extent = loop_extent(model, mk.k)
     k_tile = tile_loop(mk.k)
     if not mk.batch and k_tile in schedule.order and k_tile not in schedule.parallel:
         # k's blocks run among the threads too, in front of the parallel loops
@@ -712,13 +725,14 @@ def private_sum_splits(model: PolyModel, machine: CpuTarget, schedule: Schedule)
                  *(loop for loop in inner if loop != k_tile))
         out.append(replace(schedule, order=order, parallel=(k_tile, *schedule.parallel),
                            private_sums=True))
+    extent = loop_extent(model, mk.k)
     for splits in SUM_SPLITS if not mk.batch and mk.k not in schedule.tile_sizes else ():
         tile = -(-extent // splits)
         if splits > machine.cores or tile * (splits - 1) >= extent:
             continue
-        out.append(replace(schedule, order=(*outer, tile_loop(mk.k), *inner),
+        out.append(replace(schedule, order=(*outer, k_tile, *inner),
                            tiles=tuple(sorted((*schedule.tiles, (mk.k, tile)))),
-                           parallel=(tile_loop(mk.k), *schedule.parallel), private_sums=True))
+                           parallel=(k_tile, *schedule.parallel), private_sums=True))
     return out
 
 
@@ -787,11 +801,6 @@ def moves_along(model: PolyModel, loops: Sequence[str]) -> dict[str, tuple[bool,
     return moves
 
 
-def array_bytes(model: PolyModel, name: str) -> int:
-    array = model.nest.array(name)
-    return math.prod(array.concrete_shape(model.params)) * DTYPES[array.dtype].bytes
-
-
 def shared_read_bytes(model: PolyModel, schedule: Schedule, cores: int) -> float:
     """Bytes the threads read beyond one copy of each array: an array that does not move
     along a parallel loop is read whole by every thread that loop splits it over, each into
@@ -851,12 +860,9 @@ def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[
     mk = schedule.microkernel
     if mk is None or mk.batch or mk.k in schedule.tile_sizes:
         return []
-    operands = _gemm_operands(model, mk)
-    if operands is None:
+    if _gemm_operands(model, mk) is None:
         return []
-    nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
-    strip = min(schedule.tile_sizes.get(mk.n, loop_extent(model, mk.n)), loop_extent(model, mk.n), nr)
-    row_bytes = strip * _element_bytes(model, operands[2])
+    row_bytes = _panel_row_bytes(model, machine, mk, schedule)
     k_ext = loop_extent(model, mk.k)
     if k_ext * row_bytes <= machine.l2_bytes // 2:
         return []
