@@ -102,7 +102,7 @@ def _printers(
     }
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
-    return layouts, printer, CallPrinter(printer, target.isa, constant)
+    return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes)
 
 
 def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:

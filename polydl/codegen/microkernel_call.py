@@ -14,6 +14,7 @@ from itertools import product
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
+from polydl.codegen.microkernels.blocking import DEFAULT_L1_BYTES
 from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
@@ -88,9 +89,10 @@ def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
 
 class CallPrinter:
     def __init__(self, printer: StatementPrinter, isa: str,
-                 constant: frozenset[str] = frozenset()) -> None:
+                 constant: frozenset[str] = frozenset(), l1_bytes: int = DEFAULT_L1_BYTES) -> None:
         self.printer = printer
         self.isa = isa
+        self.l1_bytes = l1_bytes  # register tiles keep A's rows within its sets
         self.constant = constant  # arrays no statement writes (the function's const inputs)
         self.microkernels: dict[str, Microkernel] = {}
         # the fused epilogue of a call's statement, applied inside its microkernels
@@ -106,7 +108,7 @@ class CallPrinter:
         name = microkernel_name(spec, self._name_isa(backend, b_constant))
         if name not in self.microkernels:
             self.microkernels[name] = choose_microkernel(spec, self.isa, name=name, backend=backend,
-                                                         b_constant=b_constant)
+                                                         b_constant=b_constant, l1_bytes=self.l1_bytes)
         return name
 
     def lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:
@@ -211,7 +213,8 @@ class CallPrinter:
                 name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
                 try:
                     made[name] = choose_microkernel(spec, self.isa, name=name,
-                                                    backend=binding.backend, b_constant=b_constant)
+                                                    backend=binding.backend, b_constant=b_constant,
+                                                    l1_bytes=self.l1_bytes)
                 except PostOpsUnsupported:
                     return False
         self.microkernels.update(made)

@@ -11,6 +11,7 @@ chain waits for its previous FMA (`fma_latency`).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from polydl.dtypes import DTYPES
@@ -53,6 +54,41 @@ def unit_for(isa: str) -> VectorUnit:
 
 def panel_vectors(unit: VectorUnit) -> int:
     return 4 if unit.registers >= 32 else 2
+
+
+# An L1 data cache picks a line's set from the address bits inside a 4 KiB page (64 sets of
+# 64-byte lines on every x86 core with AVX2 or AVX-512: 32 KiB of 8 ways, 48 KiB of 12), so
+# lines a multiple of 4 KiB apart compete for the ways of one set.
+L1_WAY_BYTES = 4096
+L1_LINE_BYTES = 64
+DEFAULT_L1_BYTES = 32 * 1024
+# Ways of a set left to the lines of B that pass through it beside A's rows.
+_OTHER_WAYS = 1
+
+
+def l1_ways(l1_bytes: int) -> int:
+    return max(l1_bytes // L1_WAY_BYTES, 1)
+
+
+def lines_per_set(row_bytes: int, rows: int) -> int:
+    """The most lines of `rows` rows `row_bytes` apart (a line each) that share an L1 set."""
+    sets = L1_WAY_BYTES // L1_LINE_BYTES
+    lines = {i * row_bytes // L1_LINE_BYTES for i in range(rows)}
+    return max(Counter(line % sets for line in lines).values())
+
+
+def alias_free_rows(row_bytes: int, most: int, l1_bytes: int) -> int:
+    """Rows (at most `most`) of a register tile whose A lines stay in L1 from one k step to
+    the next. A row's line serves the next k steps only while it stays cached: rows 4 KiB
+    apart (a K of 1024 floats) all fall in one set, and 28 of them evicted each other every
+    step (4096 x 16 x 1024 on two Zen 4 cores, 8 ways: 20 GFLOP/s in tiles of 28 rows, 131
+    in 12, 169 in 8, 180 in 6, 144 in 4). One way is left to B: a backward-data layer's 7
+    rows 8 KiB apart beside a B that walks one set ran 0.7x as fast in tiles of 4 and 3."""
+    ways = max(l1_ways(l1_bytes) - _OTHER_WAYS, 1)
+    rows = most
+    while rows > 1 and lines_per_set(row_bytes, rows) > ways:
+        rows -= 1
+    return rows
 
 
 def max_rows(unit: VectorUnit, vectors: int) -> int:

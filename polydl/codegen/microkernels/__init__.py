@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from polydl.codegen.microkernels import amx, dpbf16, postops
 from polydl.codegen.microkernels.blocking import (
+    DEFAULT_L1_BYTES,
     VECTOR_UNITS,
     Blocking,
     choose_dot_product,
@@ -47,7 +48,7 @@ BACKENDS = ("auto", "polydl", "libxsmm")
 
 
 def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "auto",
-                       b_constant: bool = False) -> Microkernel:
+                       b_constant: bool = False, l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
     """`b_constant`: B is a constant input of the generated function, which then counts its
     calls in `_pd_tile_generation` (kernels that reuse a packed B across calls need it)."""
     if isa not in ISAS:
@@ -55,15 +56,15 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
     if backend not in BACKENDS:
         raise ScheduleError(f"unknown microkernel backend '{backend}'; known: {', '.join(BACKENDS)}")
     if spec.normalized().n_blocks > 1 and not _blocks_native(spec.normalized(), isa, backend):
-        return blocks_kernel(spec, isa, name, backend)
+        return blocks_kernel(spec, isa, name, backend, l1_bytes)
     if spec.a_panel_rows:
         if backend == "libxsmm":
             raise ScheduleError("LIBXSMM takes A as a matrix, not packed in panels: pack_a needs "
                                 "backend 'polydl' or 'auto'")
-        return panel_kernel(spec, isa, name)
+        return panel_kernel(spec, isa, name, l1_bytes)
     if backend == "libxsmm" or (backend == "auto" and _libxsmm_preferred(spec, isa)):
-        return libxsmm_kernel(spec, isa, name)
-    return own_kernel(spec, isa, name, b_constant)
+        return libxsmm_kernel(spec, isa, name, l1_bytes)
+    return own_kernel(spec, isa, name, b_constant, l1_bytes)
 
 
 def _headline(spec: BrgemmSpec, name: str) -> str:
@@ -84,10 +85,11 @@ def _blocks_native(spec: BrgemmSpec, isa: str, backend: str) -> bool:
             and _vector_operands(spec))
 
 
-def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str) -> Microkernel:
+def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str,
+                  l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
     """A spec of several n blocks as one call of block 0's kernel per block, where no kernel
     takes them in one register tile (AMX, bf16 pairs, LIBXSMM, portable C, ragged vectors)."""
-    inner = choose_microkernel(spec.one_block(), isa, f"{name}_block", backend)
+    inner = choose_microkernel(spec.one_block(), isa, f"{name}_block", backend, l1_bytes=l1_bytes)
     description = f"{_headline(spec, name)}; one call per block of {inner.describe()}"
     ops = spec.postops
     source = render(
@@ -108,7 +110,8 @@ def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str) -> Microk
                    estimated_cycles=inner.estimated_cycles * spec.n_blocks)
 
 
-def panel_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
+def panel_kernel(spec: BrgemmSpec, isa: str, name: str,
+                 l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
     """The outer-product SIMD kernel over an A packed in panels of register-tile rows."""
     s = spec.normalized()
     unit = VECTOR_UNITS.get(isa)
@@ -117,7 +120,7 @@ def panel_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
             f"A packed in panels needs a SIMD outer-product microkernel (vectors along n) in "
             f"float32 or float64; ISA {isa}, dtype {s.dtype}, B's n stride {s.b_n}, C's {s.c_n}"
         )
-    blocking = choose_outer_product(s, unit)
+    blocking = choose_outer_product(s, unit, l1_bytes)
     description = (
         f"{name}: brgemm m={spec.m} n={spec.n} k={spec.k} {spec.dtype} beta={spec.beta:g}; "
         f"{unit.isa} outer-n over A panels of {spec.a_panel_rows} rows, register tile "
@@ -135,7 +138,8 @@ def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:
     return False
 
 
-def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) -> Microkernel:
+def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False,
+               l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
     """polydl's generated kernel: the form and register blocking with the fewest estimated
     cycles among those the strides allow, portable C if none does (or for isa "scalar")."""
     s = spec.normalized()
@@ -144,16 +148,16 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
             if amx.supports(view):
                 if spec.postops is not None:
                     raise postops.PostOpsUnsupported("the AMX kernel applies no post-ops")
-                return _amx_kernel(spec, view, view is not s, name, b_constant)
+                return _amx_kernel(spec, view, view is not s, name, b_constant, l1_bytes)
     unit = VECTOR_UNITS.get(isa)
     candidates: list[tuple[float, str, BrgemmSpec, Blocking]] = []
     if unit is not None:
         if s.b_n == 1 and s.c_n == 1:
-            b = choose_outer_product(s, unit)
+            b = choose_outer_product(s, unit, l1_bytes)
             candidates.append((b.cycles, "outer-n", s, b))
         t = s.transposed() if s.n_blocks == 1 else None  # n blocks: outer-n only
         if t is not None and t.b_n == 1 and t.c_n == 1:
-            b = choose_outer_product(t, unit)
+            b = choose_outer_product(t, unit, l1_bytes)
             candidates.append((b.cycles, "outer-m", t, b))
         if t is not None and s.a_k == 1 and s.b_k == 1:
             b = choose_dot_product(s, unit)
@@ -203,11 +207,11 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False) 
 
 
 def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
-                b_constant: bool) -> Microkernel:
+                b_constant: bool, l1_bytes: int) -> Microkernel:
     """The AMX tile kernel of `view` (`spec` itself or its transpose), with the vdpbf16ps
     kernel of the same view as its fallback where the OS refuses the tile state."""
     inner = f"{name}_t" if swapped else name
-    fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni")
+    fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni", l1_bytes=l1_bytes)
     rows, columns = amx.tile_shape(view)
     description = (
         f"{_headline(spec, name)}; AMX tiles, C blocks of {rows} x {columns} tiles, "
@@ -282,14 +286,15 @@ def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkern
     )
 
 
-def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str) -> Microkernel:
+def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str,
+                   l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
     """LIBXSMM's JIT kernel, with polydl's own as the fallback where the JIT refuses."""
     if spec.postops is not None:
         raise postops.PostOpsUnsupported("the LIBXSMM kernel applies no post-ops")
     if not libxsmm_available():
         raise ScheduleError("the LIBXSMM backend needs libxsmm (Debian: apt-get install libxsmm-dev)")
     plan = libxsmm_plan(spec)
-    fallback = own_kernel(spec, isa, f"{name}_own")
+    fallback = own_kernel(spec, isa, f"{name}_own", l1_bytes=l1_bytes)
     description = (
         f"{_headline(spec, name)}; LIBXSMM {'offset' if plan.first_offsets else 'stride'}"
         f"-based batch reduce"

@@ -17,8 +17,11 @@ from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.schedules.register_blocking import (  # noqa: F401 - the model's names, here too
+    DEFAULT_L1_BYTES,
+    L1_LINE_BYTES,
     VECTOR_UNITS,
     VectorUnit,
+    alias_free_rows,
     max_rows,
     step_cycles,
 )
@@ -78,14 +81,19 @@ def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
     return total
 
 
-def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
+def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
+                         l1_bytes: int = DEFAULT_L1_BYTES) -> Blocking:
     """Rows of C times vectors along n. Accumulators + the B vectors of one k step + one
     register for the broadcast A element + one spare must fit the register file: on AVX2
     (16 ymm) 6x2 (12 + 2 + 1 + 1) or 3x3 -- 4x3 (12 + 3 + 1) leaves none and ran at 0.7x of
     6x2 on a 131-wide GEMM; on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3 or 14x2.
     (LIBXSMM's 7x4 needs the A element as an embedded {1to16} memory operand; gcc keeps a
-    broadcast used by several FMAs in a register and spills with 28 accumulators.)"""
+    broadcast used by several FMAs in a register and spills with 28 accumulators.)
+    Where a line of A's rows serves several k steps, no more rows than an L1 of `l1_bytes`
+    keeps in its sets (`alias_free_rows`)."""
     lanes = unit.lanes(spec.compute_dtype)
+    a_bytes = DTYPES[spec.dtype].bytes
+    a_lines_reused = spec.a_k * a_bytes < L1_LINE_BYTES
     steps = spec.k * spec.batch_count
     best: Blocking | None = None
     n = spec.n * spec.n_blocks
@@ -96,6 +104,8 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit) -> Blocking:
         if spec.n_blocks > 1 and spec.n % width and width % spec.n:
             continue  # a tile within one block, or of whole blocks
         most = max_rows(unit, vectors)
+        if a_lines_reused:
+            most = alias_free_rows(spec.a_m * a_bytes, most, l1_bytes)
         row_options = range(1, min(most, spec.m) + 1)
         if spec.a_panel_rows:  # a packed A fixes the rows of a register tile
             if spec.a_panel_rows > most:
