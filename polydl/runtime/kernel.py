@@ -9,9 +9,12 @@ otherwise they are allocated zero-filled. The call returns the output, or a tupl
 
 from __future__ import annotations
 
+import ctypes
 import math
+import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,8 @@ from polydl.schedules.schedule import Schedule
 NUMPY_DTYPES: dict[str, np.dtype] = {name: np.dtype(d.numpy) for name, d in DTYPES.items()}
 
 ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
+# (the values a kernel's C function takes, in order; the arrays the call returns)
+BoundCall = tuple[list[Any], list[np.ndarray]]
 
 
 def _is_bfloat16(dtype: np.dtype) -> bool:
@@ -158,20 +163,169 @@ class Kernel(CompiledKernel):
         self.cannot_run = cannot_run
         if not cannot_run:
             self._ffi, self._function = _load(library_path, code)
+            self._call_plan = CallPlan(self._ffi, code.arguments)
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         if self.cannot_run:
             raise TargetError(self.cannot_run)
+        bound = self._call_plan.bind(args, named)
+        if bound is None:  # something is off or unusual: the full checks raise or accept it
+            bound = self._bind_checked(args, named)
+        # the arrays stay alive through the call: held by `args`, `named` and `outputs`, and by
+        # the from_buffer cdata in c_values
+        c_values, outputs = bound
+        status = self._function(*c_values)
+        if status != 0:
+            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
+        return _result(outputs)
+
+    def _bind_checked(self, args: tuple[Any, ...], named: dict[str, Any]) -> BoundCall:
+        """The C arguments and the outputs of a call that passes every check, or the
+        ShapeError of the first check it fails."""
         arrays, outputs = bind_host(self.arguments, self._gather(args, named))
-        pointers = [
+        c_values = [
             self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) if a.shape
             else arrays[a.name].item()  # a scalar parameter, by value
             for a in self.arguments
         ]
-        status = self._function(*pointers)
-        if status != 0:
-            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
-        return _result(outputs)
+        return c_values, outputs
+
+
+_MISSING = object()  # an argument the call did not give
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """What a call checks of one argument, and how it reaches C."""
+
+    argument: KernelArgument
+    spelling: str  # the keyword it is passed by
+    position: int  # where it may come positionally; outputs, by name only, lie past any call's
+    shape: tuple[int, ...]
+    dtype: np.dtype  # the numpy dtype of the array C reads
+    c_array: Any  # the cffi type `<c_type>[]` ffi.from_buffer gives it; None: a scalar input
+    is_output: bool
+    is_bfloat16: bool  # ml_dtypes.bfloat16 arrays are accepted and viewed as their bits
+
+
+class CallPlan:
+    """A kernel's arguments resolved once for all its calls. `bind` accepts the common call
+    (every array an ndarray of the right dtype, shape and layout, no output sharing memory)
+    with plain comparisons; anything else it answers None, and `bind_host`'s full checks then
+    raise the exact error (or accept what is unusual but right, an ndarray subclass say)."""
+
+    def __init__(self, ffi: cffi.FFI, arguments: tuple[KernelArgument, ...]) -> None:
+        self.ffi = ffi
+        position = {a.name: i for i, a in enumerate(a for a in arguments if a.is_input)}
+        self.input_count = len(position)
+        self.slots = tuple(
+            _Slot(a, spelling(a.name), position.get(a.name, sys.maxsize), a.shape,
+                  NUMPY_DTYPES[a.dtype], ffi.typeof(f"{a.c_type}[]") if a.shape else None,
+                  not a.is_input, a.dtype == "bfloat16")
+            for a in arguments
+        )
+        # the pairs of arrays (by slot) that may not share memory: those with an output
+        self.separate_pairs = tuple(
+            (i, j) for j, b in enumerate(self.slots) for i, a in enumerate(self.slots[:j])
+            if a.shape and b.shape and (a.is_output or b.is_output)
+        )
+
+    def bind(self, args: tuple[Any, ...], named: dict[str, Any]) -> BoundCall | None:
+        """The C arguments and the outputs of a call that passes every check; None if the call
+        may not (too many, unknown, repeated or missing arguments, a wrong or unusual value)."""
+        positional = len(args)
+        if positional > self.input_count:
+            return None
+        from_buffer = self.ffi.from_buffer
+        c_values: list[Any] = []  # its from_buffer cdata keep the arrays alive
+        arrays: list[np.ndarray | None] = []  # by slot; None for a scalar or an output not given
+        outputs: list[Any] = []  # None for an output not given
+        named_taken = missing_outputs = 0
+        for slot in self.slots:
+            if slot.position < positional:
+                value = args[slot.position]
+            else:
+                value = named.get(slot.spelling, _MISSING)
+                if value is _MISSING:
+                    if not slot.is_output:  # a missing input
+                        return None
+                    c_values.append(None)
+                    arrays.append(None)
+                    outputs.append(None)
+                    missing_outputs += 1
+                    continue
+                named_taken += 1
+            if slot.c_array is None:
+                number = _scalar_value(slot.argument, value)
+                if number is None:
+                    return None
+                c_values.append(number)
+                arrays.append(None)
+                continue
+            array = _checked_quickly(slot, value)
+            if array is None:
+                return None
+            c_values.append(from_buffer(slot.c_array, array))
+            arrays.append(array)
+            if slot.is_output:
+                outputs.append(value)  # as given: a bfloat16 array, not its bits
+        if named_taken != len(named):  # an unknown name, or an input given twice
+            return None
+        if self._any_overlap(arrays):
+            return None
+        if missing_outputs:
+            self._allocate_outputs(c_values, outputs)
+        return c_values, outputs
+
+    def _any_overlap(self, arrays: list[np.ndarray | None]) -> bool:
+        """Whether two of the arrays given that may not share memory may."""
+        for i, j in self.separate_pairs:
+            first, second = arrays[i], arrays[j]
+            if first is not None and second is not None and _may_share_memory(first, second):
+                return True
+        return False
+
+    def _allocate_outputs(self, c_values: list[Any], outputs: list[Any]) -> None:
+        """Zero-filled arrays for the outputs not given, in `outputs` and `c_values`."""
+        output = 0
+        for i, slot in enumerate(self.slots):
+            if not slot.is_output:
+                continue
+            if outputs[output] is None:
+                outputs[output] = _zero_output(slot.argument)
+                c_values[i] = self.ffi.from_buffer(slot.c_array, outputs[output])
+            output += 1
+
+
+def _checked_quickly(slot: _Slot, value: Any) -> np.ndarray | None:
+    """The array C reads for `value` (bfloat16 viewed as its bits) if it passes every check of
+    `_checked`; None if it may not."""
+    if type(value) is not np.ndarray:  # no array, or a subclass: checked in full
+        return None
+    array, dtype = value, value.dtype
+    if dtype is not slot.dtype and dtype != slot.dtype:  # (numpy's dtypes are mostly singletons)
+        if not (slot.is_bfloat16 and _is_bfloat16(dtype)):
+            return None
+        array = value.view(np.uint16)
+    if array.shape != slot.shape:
+        return None
+    flags = array.flags
+    if not flags.c_contiguous or (slot.is_output and not flags.writeable):
+        return None
+    return array
+
+
+def _scalar_value(arg: KernelArgument, value: Any) -> Any:
+    """A scalar parameter's C value, or None where `_scalar` refuses it."""
+    try:
+        return _scalar(arg, value).item()
+    except ShapeError:
+        return None
+
+
+# np.may_share_memory without its __array_function__ dispatch, which has nothing to do for the
+# exact ndarrays `_checked_quickly` lets through (half the time of a call through numpy's)
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 OUTPUT_ALIGNMENT = 64  # one cache line and one AVX-512 vector
@@ -183,8 +337,14 @@ def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.zeros(nbytes + OUTPUT_ALIGNMENT, dtype=np.uint8)
-    skip = -raw.ctypes.data % OUTPUT_ALIGNMENT
+    skip = -_address(raw) % OUTPUT_ALIGNMENT
     return raw[skip : skip + nbytes].view(dtype).reshape(shape)
+
+
+def _address(array: np.ndarray) -> int:
+    """Where a writeable array's data starts (what `array.ctypes.data` says, in a fraction of
+    its time)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(array.data))
 
 
 def bind_host(
@@ -200,18 +360,23 @@ def bind_host(
             if copy_outputs and not arg.is_input:
                 array = array.copy()
         else:
-            try:
-                array = aligned_zeros(arg.shape, NUMPY_DTYPES[arg.dtype])
-            except (MemoryError, ValueError) as exc:
-                raise ShapeError(
-                    arg.name, f"cannot allocate the output ({exc})",
-                    expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
-                ) from None
+            array = _zero_output(arg)
         arrays[arg.name] = array
         if not arg.is_input:
             outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
     _check_aliasing(arguments, arrays, given)
     return arrays, outputs
+
+
+def _zero_output(arg: KernelArgument) -> np.ndarray:
+    """A new zero-filled array for an output not given, or ShapeError if it cannot be had."""
+    try:
+        return aligned_zeros(arg.shape, NUMPY_DTYPES[arg.dtype])
+    except (MemoryError, ValueError) as exc:
+        raise ShapeError(
+            arg.name, f"cannot allocate the output ({exc})",
+            expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
+        ) from None
 
 
 # Loaded libraries stay loaded for the life of the process: unloading one whose OpenMP runtime

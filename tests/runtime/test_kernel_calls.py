@@ -25,6 +25,23 @@ def test_inputs_positional_or_by_name(mm: polydl.Kernel) -> None:
     np.testing.assert_allclose(mm(a, B=b), a @ b)
 
 
+class _Tagged(np.ndarray):
+    """An ndarray subclass: calls with one take the full checks, not the quick ones."""
+
+
+def test_array_subclasses_and_read_only_inputs(mm: polydl.Kernel) -> None:
+    a = np.arange(15, dtype=np.float32).reshape(5, 3)
+    b = np.linspace(-1, 1, 21, dtype=np.float32).reshape(3, 7)
+    c = np.full((5, 7), 2, dtype=np.float32).view(_Tagged)
+    frozen = b.copy()
+    frozen.flags.writeable = False
+    result = mm(a.view(_Tagged), frozen, C=c)
+    assert result is c
+    np.testing.assert_allclose(np.asarray(c), 2 + a @ b, rtol=1e-6)
+    # the same arrays again: the same answer
+    np.testing.assert_allclose(np.asarray(mm(a, frozen, C=c)), 2 + 2 * (a @ b), rtol=1e-6)
+
+
 def test_outputs_it_allocates_start_on_a_cache_line(mm: polydl.Kernel) -> None:
     a = np.ones((5, 3), dtype=np.float32)
     b = np.ones((3, 7), dtype=np.float32)
