@@ -95,16 +95,33 @@ def compiler_march(compiler: str) -> str | None:
     return name if name in MARCH_FEATURES else None
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: the union of its threads' affinities. Once an OpenMP
+    runtime (a kernel's, PyTorch's) has run a parallel region under `OMP_PROC_BIND`, the
+    main thread is bound to one place, and its own affinity alone says 1."""
+    try:
+        cpus = set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # no /proc
+        tasks = []
+    for task in tasks:
+        try:
+            cpus |= os.sched_getaffinity(int(task))
+        except (OSError, ValueError):  # a thread that ended meanwhile
+            continue
+    return len(cpus)
+
+
 def detect(compiler: str = "cc") -> CpuTarget:
     """The running machine as a target (no environment overrides)."""
     cpuinfo = _cpuinfo()
     isa = isa_from_flags(cpu_flags_of(cpuinfo))
     model_match = re.search(r"^model name\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
     defaults = CpuTarget()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cpus()
     march = compiler_march(compiler) if isa != "scalar" else None
     return CpuTarget(
         name="native",

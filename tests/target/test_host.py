@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from polydl.errors import TargetError
@@ -52,3 +57,31 @@ def test_this_machine_is_detected_once_and_sane() -> None:
     assert m.march != "native"  # a concrete name, meaningful on another machine
     assert m.cores >= 1 and m.l1_bytes <= m.l2_bytes <= m.l3_bytes
     assert m.cache_line_bytes in (32, 64, 128)
+
+
+BOUND_MAIN_THREAD = """
+import os
+import numpy as np
+import polydl
+from polydl.target.host import usable_cpus
+before = len(os.sched_getaffinity(0))
+kernel = polydl.matmul(M=256, N=256, K=32)
+assert kernel.schedule.parallel, kernel.schedule.describe()
+kernel(np.ones((256, 32), np.float32), np.ones((32, 256), np.float32))
+print(before, len(os.sched_getaffinity(0)), usable_cpus())
+"""
+
+
+def test_cores_survive_openmp_binding_the_main_thread(tmp_path: Path) -> None:
+    """Under OMP_PROC_BIND the first parallel region binds the main thread to one core; the
+    cores a later detection counts are still all the process's (its threads' union)."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one CPU: nothing to bind away")
+    env = {**os.environ, "OMP_PROC_BIND": "close", "OMP_PLACES": "cores",
+           "OMP_NUM_THREADS": str(cpus), "POLYDL_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", BOUND_MAIN_THREAD], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    before, main_thread, usable = map(int, out)
+    assert usable == before == cpus
+    assert main_thread <= before  # (1 where the runtime binds the main thread)
