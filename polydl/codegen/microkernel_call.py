@@ -14,7 +14,6 @@ from itertools import product
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
-from polydl.codegen.microkernels.blocking import DEFAULT_L1_BYTES
 from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.microkernel import MicrokernelCall
@@ -88,8 +87,8 @@ def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
 
 
 class CallPrinter:
-    def __init__(self, printer: StatementPrinter, isa: str,
-                 constant: frozenset[str] = frozenset(), l1_bytes: int = DEFAULT_L1_BYTES) -> None:
+    def __init__(self, printer: StatementPrinter, isa: str, constant: frozenset[str],
+                 l1_bytes: int) -> None:
         self.printer = printer
         self.isa = isa
         self.l1_bytes = l1_bytes  # register tiles keep A's rows within its sets

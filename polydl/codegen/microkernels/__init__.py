@@ -64,7 +64,7 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
         return panel_kernel(spec, isa, name, l1_bytes)
     if backend == "libxsmm" or (backend == "auto" and _libxsmm_preferred(spec, isa)):
         return libxsmm_kernel(spec, isa, name, l1_bytes)
-    return own_kernel(spec, isa, name, b_constant, l1_bytes)
+    return own_kernel(spec, isa, name, b_constant, l1_bytes=l1_bytes)
 
 
 def _headline(spec: BrgemmSpec, name: str) -> str:
@@ -86,7 +86,7 @@ def _blocks_native(spec: BrgemmSpec, isa: str, backend: str) -> bool:
 
 
 def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str,
-                  l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
+                  l1_bytes: int) -> Microkernel:
     """A spec of several n blocks as one call of block 0's kernel per block, where no kernel
     takes them in one register tile (AMX, bf16 pairs, LIBXSMM, portable C, ragged vectors)."""
     inner = choose_microkernel(spec.one_block(), isa, f"{name}_block", backend, l1_bytes=l1_bytes)
@@ -110,8 +110,7 @@ def blocks_kernel(spec: BrgemmSpec, isa: str, name: str, backend: str,
                    estimated_cycles=inner.estimated_cycles * spec.n_blocks)
 
 
-def panel_kernel(spec: BrgemmSpec, isa: str, name: str,
-                 l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
+def panel_kernel(spec: BrgemmSpec, isa: str, name: str, l1_bytes: int) -> Microkernel:
     """The outer-product SIMD kernel over an A packed in panels of register-tile rows."""
     s = spec.normalized()
     unit = VECTOR_UNITS.get(isa)
@@ -138,8 +137,8 @@ def _libxsmm_preferred(spec: BrgemmSpec, isa: str) -> bool:
     return False
 
 
-def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False,
-               l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
+def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False, *,
+               l1_bytes: int) -> Microkernel:
     """polydl's generated kernel: the form and register blocking with the fewest estimated
     cycles among those the strides allow, portable C if none does (or for isa "scalar")."""
     s = spec.normalized()
@@ -286,8 +285,7 @@ def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkern
     )
 
 
-def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str,
-                   l1_bytes: int = DEFAULT_L1_BYTES) -> Microkernel:
+def libxsmm_kernel(spec: BrgemmSpec, isa: str, name: str, l1_bytes: int) -> Microkernel:
     """LIBXSMM's JIT kernel, with polydl's own as the fallback where the JIT refuses."""
     if spec.postops is not None:
         raise postops.PostOpsUnsupported("the LIBXSMM kernel applies no post-ops")
