@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import islpy as isl
@@ -225,8 +225,22 @@ def _group_plan(
         inner = len(order) - len(microkernel.loops)
         if any(d >= inner for d in dims):
             raise ScheduleError("a parallel loop must stay outside the microkernel call")
+        dims = _parallel_around_copies(dims, calls.values())
     return GroupPlan(group, statements, band, order, tiles, smap, dims, calls, instance_map,
                      private_sum=str(summed) if summing else None)
+
+
+def _parallel_around_copies(dims: tuple[int, ...], calls: Iterable[MicrokernelCall]) -> tuple[int, ...]:
+    """The parallel loops that run in parallel where a packed operand's copy sits between
+    them: the copy is the body of the loops outside it, before the loops inside it, so those
+    no longer nest perfectly and OpenMP runs only the outer ones on the threads (n blocks
+    outside m blocks with B copied per n block: the n blocks alone are the threads' units)."""
+    for call in calls:
+        for packed in (call.pack, call.pack_a):
+            level = packed.level if packed is not None else 0
+            if any(d < level for d in dims) and any(d >= level for d in dims):
+                dims = tuple(d for d in dims if d < level)
+    return dims
 
 
 # OpenMP adds the threads' private copies into the output one thread at a time: beyond this

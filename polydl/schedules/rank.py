@@ -81,10 +81,26 @@ def _m_tiles(extent: int, tall: bool) -> list[int]:
     return sorted(options, reverse=True)[:4]
 
 
-def _n_tiles(extent: int, lanes: int) -> list[int]:
+def _n_tiles(extent: int, lanes: int, cores: int) -> list[int]:
     if extent <= 4 * lanes:
         return [extent]
-    return [t for t in (4 * lanes, 2 * lanes, lanes * 8) if t < extent][:2] + [extent] * (extent <= 256)
+    out = [t for t in (4 * lanes, 2 * lanes, lanes * 8) if t < extent][:2] + [extent] * (extent <= 256)
+    balanced = _balanced_n_tile(extent, lanes, cores)
+    return out + [balanced] * (balanced is not None and balanced not in out)
+
+
+def _balanced_n_tile(extent: int, lanes: int, cores: int) -> int | None:
+    """An n block of 2-4 vectors whose count is a multiple of the cores, on many cores: a
+    packed B is then copied block by block by the threads that read it, each thread as many
+    blocks (n blocks outside m blocks; 16 Sapphire Rapids cores: copies per block ran ahead of
+    one copy of all of B before the nest, and 12 or 36 blocks left threads idle)."""
+    if cores <= 2:
+        return None
+    for units in (cores, 2 * cores, 3 * cores):
+        tile = lanes * -(-extent // (units * lanes))
+        if 2 * lanes <= tile <= 4 * lanes and -(-extent // tile) % cores == 0:
+            return tile
+    return None
 
 
 def microkernel_candidates(
@@ -101,7 +117,7 @@ def microkernel_candidates(
     out: list[Schedule] = []
     tall = unit_for(machine.isa).registers >= 32 and n_ext >= 4 * lanes
     for mt in _m_tiles(m_ext, tall):
-        for nt in _n_tiles(n_ext, lanes):
+        for nt in _n_tiles(n_ext, lanes, machine.cores):
             tiles = {}
             if mt < m_ext:
                 tiles[binding.m] = mt
@@ -342,10 +358,10 @@ def _with_parallel(
         if not schedule.private_sums and not set(schedule.parallel) <= set(free):
             return None
         try:
-            apply_schedule(model, schedule)
+            applied = apply_schedule(model, schedule).main
         except ScheduleError:
             return None
-        return schedule, plan
+        return _as_run(schedule, applied), plan
     # the loops chosen here carry nothing: no sum to split among the threads
     if not free:
         return replace(schedule, parallel=(), private_sums=False), plan
@@ -356,10 +372,17 @@ def _with_parallel(
         chosen.append(nxt)
     final = replace(schedule, parallel=tuple(chosen), private_sums=False)
     try:
-        apply_schedule(model, final)  # binds the microkernel: may still refuse it
+        applied = apply_schedule(model, final).main  # binds the microkernel: may still refuse it
     except ScheduleError:
         return None
-    return final, plan  # the parallel loops do not change the time map the reuse model reads
+    return _as_run(final, applied), plan  # the parallel loops do not change the time map the reuse model reads
+
+
+def _as_run(schedule: Schedule, applied: GroupPlan) -> Schedule:
+    """`schedule` with the parallel loops its code runs in parallel: a packed operand's copy
+    between two of them leaves only the outer one (`apply._parallel_around_copies`)."""
+    running = tuple(applied.order[d] for d in applied.parallel_dims)
+    return schedule if running == schedule.parallel else replace(schedule, parallel=running)
 
 
 def _free_loops(model: PolyModel, schedule: Schedule, plan: GroupPlan) -> list[str]:

@@ -111,3 +111,40 @@ def test_pack_flag_survives_json() -> None:
     schedule = Schedule(order=("j.t", "i", "j", "k"), tiles=(("j", 8),), microkernel=PACKED)
     assert Schedule.from_json(schedule.to_json()) == schedule
     assert "B packed" in schedule.describe()
+
+
+def test_copy_between_parallel_loops_leaves_the_outer_one_parallel() -> None:
+    # n blocks outside m blocks, B copied per n block: the copy is the body of j.t before i.t,
+    # so OpenMP can only run j.t on the threads; the plan, the description and the code agree
+    schedule = Schedule(order=("j.t", "i.t", "i", "j", "k"), tiles=(("i", 16), ("j", 16)),
+                        parallel=("j.t", "i.t"), microkernel=PACKED)
+    model = build_model(*builders.matmul(M=64, N=64, K=16))
+    main = apply_schedule(model, schedule).main
+    assert [main.order[d] for d in main.parallel_dims] == ["j.t"]
+    kernel = polydl.compile(MATMUL, {"M": 64, "N": 64, "K": 16}, schedule=schedule)
+    assert kernel.schedule.parallel == ("j.t",)
+    assert "collapse" not in kernel.source
+    run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
+    # without the copy both loops run, collapsed
+    plain = Schedule(order=("j.t", "i.t", "i", "j", "k"), tiles=(("i", 16), ("j", 16)),
+                     parallel=("j.t", "i.t"), microkernel=MicrokernelBinding("S0", m="i", n="j", k="k"))
+    assert polydl.compile(MATMUL, {"M": 64, "N": 64, "K": 16}, schedule=plain).schedule.parallel == ("j.t", "i.t")
+
+
+def test_ranking_counts_the_threads_a_copy_leaves() -> None:
+    # 512^3 on 16 cores, n blocks of 64 outside m blocks of 128, B copied per n block: the
+    # copy leaves 8 units of j.t for 16 threads, or i.t's 4 inside each block, never 32
+    target = CpuTarget(isa="avx512", cores=16, l1_bytes=48 << 10, l2_bytes=2 << 20,
+                       l3_bytes=60 << 20)
+    model = build_model(*builders.matmul(M=512, N=512, K=512))
+    ranked = rank(model, target)
+    copied_per_block = [
+        r for r in ranked
+        if r.schedule.microkernel is not None and r.schedule.microkernel.pack_b
+        and r.schedule.order[:2] == ("j.t", "i.t") and r.schedule.tile_sizes.get("j") == 64
+        and r.schedule.tile_sizes.get("i") == 128
+    ]
+    assert copied_per_block
+    for r in copied_per_block:
+        assert len(r.schedule.parallel) == 1
+        assert r.balance >= 2.0
