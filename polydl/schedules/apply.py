@@ -237,9 +237,10 @@ def _parallel_around_copies(dims: tuple[int, ...], calls: Iterable[MicrokernelCa
     outside m blocks with B copied per n block: the n blocks alone are the threads' units)."""
     for call in calls:
         for packed in (call.pack, call.pack_a):
-            level = packed.level if packed is not None else 0
-            if any(d < level for d in dims) and any(d >= level for d in dims):
-                dims = tuple(d for d in dims if d < level)
+            if packed is None:
+                continue
+            if any(d < packed.level for d in dims) and any(d >= packed.level for d in dims):
+                dims = tuple(d for d in dims if d < packed.level)
     return dims
 
 

@@ -118,6 +118,20 @@ def test_a_socket_ranks_gemm_calls_over_all_of_k_by_column_blocks() -> None:
     assert best.order[:2] == ("j.t", "i.t") and best.parallel == ("j.t",)
 
 
+def test_a_socket_sizes_column_blocks_to_a_multiple_of_its_cores() -> None:
+    # n = 768 is 12 blocks of 64 for 16 threads; 16 blocks of 48 give each thread one, copied
+    # by the thread that reads it (16 Sapphire Rapids cores: 1.30x over the 64-column blocks)
+    model = build_model(*builders.matmul(M=512, N=768, K=3072))
+    sapphire = CpuTarget(isa="avx512", cores=16, l1_bytes=48 << 10, l2_bytes=2 << 20,
+                         l3_bytes=300 << 20)
+    best = rank(model, sapphire)[0].schedule
+    assert best.tile_sizes.get("j") == 48 and best.parallel == ("j.t",)
+    assert best.microkernel is not None and best.microkernel.pack_b
+    # two cores have no such blocks to offer: their picks stay as they were
+    pair = CpuTarget(isa="avx512", cores=2)
+    assert 48 not in {r.schedule.tile_sizes.get("j") for r in rank(model, pair)}
+
+
 def test_b_rows_that_share_few_cache_sets_are_packed_and_others_read_in_place() -> None:
     # 64 rows of C reuse each B row little; B rows 4000 bytes apart spread over every L1 set
     # and are read in place, rows 4096 bytes apart fall into one set and are packed
