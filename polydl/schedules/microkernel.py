@@ -329,8 +329,6 @@ def _pack_b(
     array = model.nest.array(b.array)
     if _written(model, s, b.array):
         raise ScheduleError(f"cannot pack {b.array}: the nest writes it")
-    if array.dtype != model.nest.array(s.statement.target.array).dtype:
-        raise ScheduleError(f"cannot pack {b.array}: only same-dtype operands are packed")
     for var in (binding.n, binding.k):
         if ranges[var].lower != 0:
             raise ScheduleError(f"cannot pack {b.array}: loop '{var}' does not start at 0")

@@ -192,8 +192,17 @@ def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBindi
     n_ext = loop_extent(model, binding.n)
     # rows of B a page or more apart: each k step of a register tile misses the TLB
     row_bytes = abs(b_k) * _element_bytes(model, b)
-    reshaped = b_n != 1 or (n_ext > lanes * _micro_vectors(machine) and row_bytes >= 1024)
+    long_rows = n_ext > lanes * _micro_vectors(machine) and row_bytes >= 1024
+    reshaped = b_n != 1 or (long_rows and not _bf16_b(model, binding))
     return reshaped and loop_extent(model, binding.m) >= 4 * MICRO_ROWS
+
+
+def _bf16_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
+    """Whether B is bfloat16. Its kernels need B unit-stride along n, so a strided B is copied;
+    but over a unit-stride B the AMX kernel copies each block into k pairs itself, and on Zen 4
+    the vdpbf16ps kernel ran GEMMs 0.89-1.09x as fast over a copy: long rows alone do not pay."""
+    operands = _gemm_operands(model, binding)
+    return operands is not None and model.nest.array(operands[2].array).dtype == "bfloat16"
 
 
 def packed_candidates(
@@ -245,7 +254,8 @@ def micro_panel_candidates(
     calls of the n loop inside it; k is blocked near K_TILE so that the micro-panel fits L1."""
     nr = accumulator_lanes(model, machine, binding) * _micro_vectors(machine)
     m_ext, n_ext, k_ext = (loop_extent(model, v) for v in (binding.m, binding.n, binding.k))
-    if binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None:
+    if (binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or _b_strides(model, binding) is None
+            or _bf16_b(model, binding)):
         return []
     # A stays in place: its packed panels (`pack_a`) measured 0-11% slower in these blockings
     # on one and two threads (the copy costs more than the strided broadcasts it saves)

@@ -58,23 +58,28 @@ def test_transposed_b_is_packed_into_unit_stride() -> None:
     run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b.T)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("q_tile", [None, 4])
-def test_strided_convolution_packs_an_im2col_copy(q_tile: int | None) -> None:
+def test_strided_convolution_packs_an_im2col_copy(q_tile: int | None, dtype: str) -> None:
     """Plain layout, stride 2: x is read with stride 2 along q; the copy per (n, p) makes it
-    unit stride and merges the (c, r, s) reduction into one call."""
+    unit stride and merges the (c, r, s) reduction into one call. A bfloat16 x is copied as
+    bfloat16 (the output accumulates in float32)."""
     binding = MicrokernelBinding("S1", m="k", n="q", k="s", batch=("c", "r"), pack_b=True)
     order = ("n", "p") + (("q.t",) if q_tile else ()) + ("c", "r", "k", "q", "s")
     schedule = Schedule(order=order, tiles=(("q", q_tile),) if q_tile else (),
                         parallel=("n",), microkernel=binding)
     kernel = polydl.conv2d(N=2, C=3, K=10, H=15, W=17, R=3, S=3, stride=2, padding=1,
-                           schedule=schedule)
-    assert "_pd_packed_xp" in kernel.source
+                           dtype=dtype, schedule=schedule)
+    packed_type = "uint16_t" if dtype == "bfloat16" else "float"
+    assert f"{packed_type} *restrict _pd_packed_xp" in kernel.source
     run_and_check(kernel)
 
 
-def test_ranking_packs_the_first_resnet_layer() -> None:
-    nest, params = builders.conv2d(N=2, C=3, K=64, H=224, W=224, R=7, S=7, stride=2, padding=3)
-    best = rank(build_model(nest, params), CpuTarget(isa="avx2", cores=2))[0].schedule
+@pytest.mark.parametrize("dtype, isa, cores", [("float32", "avx2", 2), ("bfloat16", "avx512amx", 16)])
+def test_ranking_packs_the_first_resnet_layer(dtype: str, isa: str, cores: int) -> None:
+    nest, params = builders.conv2d(N=2, C=3, K=64, H=224, W=224, R=7, S=7, stride=2, padding=3,
+                                   dtype=dtype)
+    best = rank(build_model(nest, params), CpuTarget(isa=isa, cores=cores))[0].schedule
     mk = best.microkernel
     assert mk is not None and mk.pack_b and (mk.m, mk.n, mk.k) == ("k", "q", "s")
 
