@@ -326,7 +326,6 @@ def _pack_b(
 ) -> PackedB:
     """The packed copy of B, if copying is legal: no statement of the nest writes B (a
     statement of an earlier nest, such as a zero-padding copy, has finished before)."""
-    array = model.nest.array(b.array)
     if _written(model, s, b.array):
         raise ScheduleError(f"cannot pack {b.array}: the nest writes it")
     for var in (binding.n, binding.k):
