@@ -741,8 +741,10 @@ def amx_repacked_bytes(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     whose output-channel blocks were the innermost loop outside the calls ran 1.25-2.2x as long
     as with the blocks outside the rows and images."""
     mk = schedule.microkernel
-    operands = _gemm_operands(model, mk) if mk is not None else None
-    if mk is None or operands is None or machine.isa != "avx512amx" or not _bf16_b(model, mk):
+    if mk is None or machine.isa != "avx512amx":
+        return 0
+    operands = _gemm_operands(model, mk)
+    if operands is None or not _bf16_b(model, mk):
         return 0
     _, a, b = operands
     if (element_stride(model, a, mk.k) != 1 or call_extent(model, schedule, mk.k) % 2
