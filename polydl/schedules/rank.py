@@ -705,8 +705,7 @@ def _evaluate(
             memory += sum(_packed_rereads(model, final, b_bytes, caches[c]) for c in ("l2", "l3")) / BANDWIDTH["l3"]
         if b_bytes and cores > 1:
             memory += packed_elsewhere(model, final, cores) * b_bytes / BANDWIDTH["l3"]
-    if final.microkernel is not None:
-        memory += amx_repacked_bytes(model, machine, final, plan.order) / BANDWIDTH["l3"]
+    memory += amx_repacked_bytes(model, machine, final, plan.order) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:
         cost += FORK_JOIN_CYCLES_PER_THREAD * cores
@@ -744,17 +743,21 @@ def amx_repacked_bytes(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     if mk is None or machine.isa != "avx512amx":
         return 0
     operands = _gemm_operands(model, mk)
-    if operands is None or not _bf16_b(model, mk):
+    if operands is None:
         return 0
     _, a, b = operands
+    if model.nest.array(b.array).dtype != "bfloat16":
+        return 0
     if (element_stride(model, a, mk.k) != 1 or call_extent(model, schedule, mk.k) % 2
             or (element_stride(model, b, mk.n) != 1 and not mk.pack_b)):
         return 0  # not the AMX kernel's operands (a transposed view packs A, not B; odd k)
-    per_call = 2 * math.prod(call_extent(model, schedule, v) for v in (mk.n, mk.k, *mk.batch))
+    per_call = _element_bytes(model, b) * math.prod(
+        call_extent(model, schedule, v) for v in (mk.n, mk.k, *mk.batch))
     outer = [loop for loop in order if loop not in mk.loops]  # tile loops of the call's too
     trips = [trip_count(model, schedule, loop) for loop in outer]
-    cached = (not mk.pack_b and call_extent(model, schedule, mk.n) <= AMX_CACHED_COLUMNS
-              and not any(st.statement.target.array == b.array for st in model.statements))
+    # the kernel keeps its copy only of a constant input, as codegen passes it (`b_constant`)
+    constant = b.array in {arr.name for arr in model.nest.inputs}
+    cached = not mk.pack_b and call_extent(model, schedule, mk.n) <= AMX_CACHED_COLUMNS and constant
     moving = [i for i, loop in enumerate(outer) if element_stride(model, b, loop_var(loop)) != 0]
     last = (moving[-1] + 1 if moving else 0) if cached else len(outer)
     return per_call * math.prod(trips[:last])
