@@ -70,10 +70,15 @@ class Case:
     backend: str = "polydl"
 
 
-def entry_source(mk: Microkernel, entry: str) -> str:
+def entry_source(mk: Microkernel, entry: str, enter: bool = True) -> str:
+    """`mk` and a function `entry` that calls it once; `enter`: as a call of a generated
+    function, which counts its calls for the AMX kernels (they keep tile configurations and
+    packed constants only within one)."""
     in_t, out_t = mk.spec.input_ctype, mk.spec.output_ctype
+    count = "  __atomic_add_fetch(&_pd_tile_generation, 1, __ATOMIC_RELAXED);\n"
     return (
         f"{mk.source}\nvoid {entry}(const void *a, const void *b, void *c)\n{{\n"
+        f"{count if enter and '_pd_tile_generation' in mk.source else ''}"
         f"  {mk.name}((const {in_t} *)a, (const {in_t} *)b, ({out_t} *)c);\n}}\n"
     )
 
@@ -408,21 +413,82 @@ def test_amx_tile_kernels(library: KernelLibrary, case: Case) -> None:
         assert "_tile_dpbf16ps(" not in mk.source and "_mm512_dpbf16_ps(" in mk.source
 
 
-def test_amx_kernel_builds_with_mamx(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rows, b_constant, configurations", [(56, True, 2), (28, False, 1)])
+def test_amx_kernel_builds_with_mamx(tmp_path: Path, rows: int, b_constant: bool,
+                                     configurations: int) -> None:
     """The whole kernel, compiled for a CPU with AMX, issues tile loads, products and stores
-    and keeps the vdpbf16ps kernel as its fallback."""
-    mk = choose_microkernel(replace(CONV16, dtype="bfloat16"), "avx512amx", "_pd_amx",
-                            b_constant=True)
-    assert "_pd_tile_generation" in mk.source  # one block of n: B packed once per generation
+    and keeps the vdpbf16ps kernel as its fallback. A call in one tile configuration (28 rows:
+    tiles of 16 and 12) leaves it loaded for the next; one in two (56 rows: 48, then 8)
+    loads both and releases the tiles."""
+    mk = choose_microkernel(replace(CONV16, m=rows, dtype="bfloat16"), "avx512amx", "_pd_amx",
+                            b_constant=b_constant)
+    # B packed once per generation where one block of n holds it; the configuration kept
+    assert ("_pd_tile_generation" in mk.source) == (b_constant or configurations == 1)
+    assert ("_tile_release();" in mk.source) == (configurations > 1)
     c_file = tmp_path / "k.c"
     c_file.write_text(entry_source(mk, "entry"))
     asm = tmp_path / "k.s"
     subprocess.run([GCC, "-O3", "-march=sapphirerapids", "-Wall", "-Werror", "-S", str(c_file),
                     "-o", str(asm)], check=True)
     text = asm.read_text()
-    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease",
-                        "vdpbf16ps"):
+    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored", "vdpbf16ps"):
         assert instruction in text, instruction
+    assert ("tilerelease" in text) == (configurations > 1)
+
+
+def _amx_library(directory: Path, specs: dict[str, BrgemmSpec]) -> tuple[cffi.FFI, object]:
+    """One translation unit: each spec's kernel behind `run_NAME` (a call within a call of the
+    generated function) and `enter` (a new call of it)."""
+    directory.mkdir()
+    ffi = cffi.FFI()
+    sources = []
+    for name, spec in specs.items():
+        mk = choose_microkernel(spec, "avx512amx", f"_pd_{name}")
+        sources.append(entry_source(mk, f"run_{name}", enter=False))
+        ffi.cdef(f"void run_{name}(const void *a, const void *b, void *c);")
+    sources.append("void enter(void) { __atomic_add_fetch(&_pd_tile_generation, 1, __ATOMIC_RELAXED); }")
+    ffi.cdef("void enter(void);")
+    out = directory / "amx.so"
+    proc = gcc(sources, out, link=True)
+    output, _ = proc.communicate()
+    assert proc.returncode == 0, output[:5000]
+    lib = ffi.dlopen(str(out))
+    _LOADED.append((ffi, lib))
+    return ffi, lib
+
+
+@pytest.mark.skipif(not RUNNABLE["avx512amx"], reason="needs a CPU with AMX-BF16")
+def test_amx_kernels_keep_and_reload_tile_configurations(tmp_path: Path) -> None:
+    """Calls within one call of the generated function alternate kernels of one configuration
+    each (kept loaded between calls), of two (which release the tiles) and, across a new call,
+    a kernel of another library that loads its own: every result matches the reference."""
+    specs = {"rows28": replace(CONV16, m=28, dtype="bfloat16"),
+             "wide": spec_for((16, 32, 32), "dense", "two", dtype="bfloat16"),
+             "rows56": replace(CONV16, m=56, dtype="bfloat16")}
+    ffi, lib = _amx_library(tmp_path / "one", specs)
+    other_ffi, other = _amx_library(tmp_path / "two", {"rows7": replace(CONV16, m=7, dtype="bfloat16")})
+    rng = np.random.default_rng(0)
+
+    def run(ffi: cffi.FFI, library: object, name: str, spec: BrgemmSpec) -> None:
+        a = make_operand(rng, [(spec.m, spec.a_m), (spec.k, spec.a_k),
+                               *((d.extent, d.a_stride) for d in spec.batch)], spec.dtype)
+        b = make_operand(rng, [(spec.k, spec.b_k), (spec.n, spec.b_n),
+                               *((d.extent, d.b_stride) for d in spec.batch)], spec.dtype)
+        c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n)], spec.compute_dtype)
+        want = reference(spec, a, b, c)
+        getattr(library, f"run_{name}")(*(ffi.cast("char *", ffi.from_buffer(op.buffer))
+                                          + op.base * op.buffer.itemsize for op in (a, b, c)))
+        steps = spec.k * max(spec.batch_count, 1)
+        np.testing.assert_allclose(c.buffer.astype(np.float64), want, rtol=4e-6, atol=4e-6 * steps,
+                                   err_msg=name)
+
+    lib.enter()
+    for name in ("rows28", "rows28", "wide", "rows28", "rows56", "rows28", "wide"):
+        run(ffi, lib, name, specs[name])
+    other.enter()
+    run(other_ffi, other, "rows7", replace(CONV16, m=7, dtype="bfloat16"))
+    lib.enter()
+    run(ffi, lib, "rows28", specs["rows28"])
 
 
 def test_bf16_dot_product_kernel_builds_with_mavx512bf16(tmp_path: Path) -> None:
