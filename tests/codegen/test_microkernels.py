@@ -25,6 +25,7 @@ from polydl.codegen.microkernels import (
     BatchDim,
     BrgemmSpec,
     Microkernel,
+    amx,
     choose_microkernel,
     libxsmm_available,
 )
@@ -413,13 +414,13 @@ def test_amx_tile_kernels(library: KernelLibrary, case: Case) -> None:
         assert "_tile_dpbf16ps(" not in mk.source and "_mm512_dpbf16_ps(" in mk.source
 
 
-@pytest.mark.parametrize("rows, b_constant, configurations", [(56, True, 2), (28, False, 1)])
+@pytest.mark.parametrize("rows, b_constant, configurations", [(80, True, 2), (56, False, 1)])
 def test_amx_kernel_builds_with_mamx(tmp_path: Path, rows: int, b_constant: bool,
                                      configurations: int) -> None:
     """The whole kernel, compiled for a CPU with AMX, issues tile loads, products and stores
-    and keeps the vdpbf16ps kernel as its fallback. A call in one tile configuration (28 rows:
-    tiles of 16 and 12) leaves it loaded for the next; one in two (56 rows: 48, then 8)
-    loads both and releases the tiles."""
+    and keeps the vdpbf16ps kernel as its fallback. A call in one tile configuration (56 rows:
+    two blocks of tiles of 16 and 12) leaves it loaded for the next; one in two (80 rows: 48,
+    then 32) loads both and releases the tiles."""
     mk = choose_microkernel(replace(CONV16, m=rows, dtype="bfloat16"), "avx512amx", "_pd_amx",
                             b_constant=b_constant)
     # B packed once per generation where one block of n holds it; the configuration kept
@@ -464,7 +465,7 @@ def test_amx_kernels_keep_and_reload_tile_configurations(tmp_path: Path) -> None
     a kernel of another library that loads its own: every result matches the reference."""
     specs = {"rows28": replace(CONV16, m=28, dtype="bfloat16"),
              "wide": spec_for((16, 32, 32), "dense", "two", dtype="bfloat16"),
-             "rows56": replace(CONV16, m=56, dtype="bfloat16")}
+             "rows80": replace(CONV16, m=80, dtype="bfloat16")}
     ffi, lib = _amx_library(tmp_path / "one", specs)
     other_ffi, other = _amx_library(tmp_path / "two", {"rows7": replace(CONV16, m=7, dtype="bfloat16")})
     rng = np.random.default_rng(0)
@@ -483,7 +484,7 @@ def test_amx_kernels_keep_and_reload_tile_configurations(tmp_path: Path) -> None
                                    err_msg=name)
 
     lib.enter()
-    for name in ("rows28", "rows28", "wide", "rows28", "rows56", "rows28", "wide"):
+    for name in ("rows28", "rows28", "wide", "rows28", "rows80", "rows28", "wide"):
         run(ffi, lib, name, specs[name])
     other.enter()
     run(other_ffi, other, "rows7", replace(CONV16, m=7, dtype="bfloat16"))
@@ -692,3 +693,11 @@ def test_avx2_blocking_keeps_a_register_spare() -> None:
     blocking = choose_outer_product(spec, VECTOR_UNITS["avx2"])
     assert blocking.accumulators + blocking.vectors + 2 <= 16
     assert (blocking.rows, blocking.vectors) == (6, 2)
+
+
+@pytest.mark.parametrize("m, rows, block", [(56, 48, 28), (64, 48, 32), (50, 32, 25), (28, 48, 28),
+                                            (80, 48, 48), (112, 48, 48), (128, 32, 32)])
+def test_amx_row_blocks_of_one_height_where_no_more_tiles(m: int, rows: int, block: int) -> None:
+    """Equal blocks of C rows (one tile configuration) only where they take as many blocks
+    and tiles as full blocks and a remainder (80 rows in 2 x 40 would be 6 tiles, not 5)."""
+    assert amx.row_block(m, rows) == block

@@ -221,7 +221,7 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
                                    b_constant=b_constant and not swapped)
     if swapped:
         source = _swap_wrapper(spec, name, inner, source, description)
-    tile_m = min(rows * amx.TILE_ROWS, view.m)
+    tile_m = min(amx.row_block(view.m, rows * amx.TILE_ROWS), view.m)
     tile_n = min(columns * amx.TILE_COLUMNS, view.n)
     if swapped:
         tile_m, tile_n = tile_n, tile_m
