@@ -71,15 +71,18 @@ class Case:
     backend: str = "polydl"
 
 
+# what a generated function does on entry for its AMX kernels (they keep tile configurations
+# and packed constants only within one of its calls)
+COUNT_CALL = "  __atomic_add_fetch(&_pd_tile_generation, 1, __ATOMIC_RELAXED);\n"
+
+
 def entry_source(mk: Microkernel, entry: str, enter: bool = True) -> str:
-    """`mk` and a function `entry` that calls it once; `enter`: as a call of a generated
-    function, which counts its calls for the AMX kernels (they keep tile configurations and
-    packed constants only within one)."""
+    """`mk` and a function `entry` that calls it once; `enter`: as a new call of a generated
+    function (`COUNT_CALL`)."""
     in_t, out_t = mk.spec.input_ctype, mk.spec.output_ctype
-    count = "  __atomic_add_fetch(&_pd_tile_generation, 1, __ATOMIC_RELAXED);\n"
     return (
         f"{mk.source}\nvoid {entry}(const void *a, const void *b, void *c)\n{{\n"
-        f"{count if enter and '_pd_tile_generation' in mk.source else ''}"
+        f"{COUNT_CALL if enter and '_pd_tile_generation' in mk.source else ''}"
         f"  {mk.name}((const {in_t} *)a, (const {in_t} *)b, ({out_t} *)c);\n}}\n"
     )
 
@@ -132,9 +135,13 @@ class KernelLibrary:
 
     def run(self, case: Case, a: Operand, b: Operand, c: Operand) -> None:
         _, entry, index = self.entries[case]
-        ptr = [self.ffi.cast("char *", self.ffi.from_buffer(op.buffer)) + op.base * op.buffer.itemsize
-               for op in (a, b, c)]
-        getattr(self.libraries[index], entry)(*ptr)
+        getattr(self.libraries[index], entry)(*pointers(self.ffi, (a, b, c)))
+
+
+def pointers(ffi: cffi.FFI, operands: tuple[Operand, ...]) -> list[object]:
+    """Each operand's pointer: the address of its element `base`."""
+    return [ffi.cast("char *", ffi.from_buffer(op.buffer)) + op.base * op.buffer.itemsize
+            for op in operands]
 
 
 def extent_range(terms: list[tuple[int, int]]) -> tuple[int, int]:
@@ -196,7 +203,15 @@ def check(library: KernelLibrary, case: Case, seed: int = 0) -> Microkernel:
     if not RUNNABLE[case.isa]:
         return mk  # compiled only
     spec = case.spec
-    rng = np.random.default_rng(seed)
+    a, b, c = random_operands(spec, np.random.default_rng(seed))
+    want = reference(spec, a, b, c)
+    library.run(case, a, b, c)
+    assert_matches(spec, c, want)
+    return mk
+
+
+def random_operands(spec: BrgemmSpec, rng: np.random.Generator) -> tuple[Operand, Operand, Operand]:
+    """A, B and C of a call of `spec`, random, padded on both sides."""
     batch_a = [(d.extent, d.a_stride) for d in spec.batch]
     batch_b = [(d.extent, d.b_stride) for d in spec.batch]
     a = make_operand(rng, [(spec.m, spec.a_m), (spec.k, spec.a_k), *batch_a], spec.dtype)
@@ -205,13 +220,15 @@ def check(library: KernelLibrary, case: Case, seed: int = 0) -> Microkernel:
                      spec.dtype)
     c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n), (blocks, spec.c_nb)],
                      spec.compute_dtype)
-    want = reference(spec, a, b, c)
-    library.run(case, a, b, c)
-    got = c.buffer.astype(np.float64)
+    return a, b, c
+
+
+def assert_matches(spec: BrgemmSpec, c: Operand, want: np.ndarray, message: str = "") -> None:
+    """C equals the reference everywhere, to the rounding of k x batch products."""
     steps = spec.k * max(spec.batch_count, 1)
     tol = 1e-12 if spec.dtype == "float64" else 1e-6
-    np.testing.assert_allclose(got, want, rtol=tol * 4, atol=tol * 4 * steps)
-    return mk
+    np.testing.assert_allclose(c.buffer.astype(np.float64), want, rtol=tol * 4,
+                               atol=tol * 4 * steps, err_msg=message)
 
 
 # --- the cases ------------------------------------------------------------------------------
@@ -447,7 +464,7 @@ def _amx_library(directory: Path, specs: dict[str, BrgemmSpec]) -> tuple[cffi.FF
         mk = choose_microkernel(spec, "avx512amx", f"_pd_{name}")
         sources.append(entry_source(mk, f"run_{name}", enter=False))
         ffi.cdef(f"void run_{name}(const void *a, const void *b, void *c);")
-    sources.append("void enter(void) { __atomic_add_fetch(&_pd_tile_generation, 1, __ATOMIC_RELAXED); }")
+    sources.append(f"void enter(void)\n{{\n{COUNT_CALL}}}\n")
     ffi.cdef("void enter(void);")
     out = directory / "amx.so"
     proc = gcc(sources, out, link=True)
@@ -471,17 +488,10 @@ def test_amx_kernels_keep_and_reload_tile_configurations(tmp_path: Path) -> None
     rng = np.random.default_rng(0)
 
     def run(ffi: cffi.FFI, library: object, name: str, spec: BrgemmSpec) -> None:
-        a = make_operand(rng, [(spec.m, spec.a_m), (spec.k, spec.a_k),
-                               *((d.extent, d.a_stride) for d in spec.batch)], spec.dtype)
-        b = make_operand(rng, [(spec.k, spec.b_k), (spec.n, spec.b_n),
-                               *((d.extent, d.b_stride) for d in spec.batch)], spec.dtype)
-        c = make_operand(rng, [(spec.m, spec.c_m), (spec.n, spec.c_n)], spec.compute_dtype)
+        a, b, c = random_operands(spec, rng)
         want = reference(spec, a, b, c)
-        getattr(library, f"run_{name}")(*(ffi.cast("char *", ffi.from_buffer(op.buffer))
-                                          + op.base * op.buffer.itemsize for op in (a, b, c)))
-        steps = spec.k * max(spec.batch_count, 1)
-        np.testing.assert_allclose(c.buffer.astype(np.float64), want, rtol=4e-6, atol=4e-6 * steps,
-                                   err_msg=name)
+        getattr(library, f"run_{name}")(*pointers(ffi, (a, b, c)))
+        assert_matches(spec, c, want, name)
 
     lib.enter()
     for name in ("rows28", "rows28", "wide", "rows28", "rows80", "rows28", "wide"):
