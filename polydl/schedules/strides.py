@@ -60,16 +60,34 @@ def _constant(expr: IntExpr) -> int | None:
 
 
 def element_stride(model: PolyModel, access: Access, var: str) -> int | None:
-    """Elements advanced in the flat array per unit step of `var` (None if not constant)."""
+    """Elements advanced in the flat array per unit step of `var` (None if not constant).
+
+    Two neighbouring subscripts `[e / Q][e % Q]` over a dimension of extent Q address the flat
+    position `e` of both dimensions (Q * (e / Q) + e % Q = e, for the e >= 0 that the bounds
+    proof leaves), so a loop that runs over both at once, the positions of a 7 x 7 image as one
+    row of 49, has the constant stride of `e`."""
     shape = model.nest.array(access.array).concrete_shape(model.params)
+    indices = access.indices
     stride, total = 1, 0
-    for extent, index in zip(reversed(shape), reversed(access.indices), strict=True):
-        coeff = linear_coefficient(index, var)
+    d = len(shape) - 1
+    while d >= 0:
+        merged = _merged_position(indices[d - 1], indices[d], shape[d]) if d > 0 else None
+        coeff = linear_coefficient(merged if merged is not None else indices[d], var)
         if coeff is None:
             return None
         total += coeff * stride
-        stride *= extent
+        stride *= shape[d] * (shape[d - 1] if merged is not None else 1)
+        d -= 2 if merged is not None else 1
     return total
+
+
+def _merged_position(outer: IntExpr, inner: IntExpr, extent: int) -> IntExpr | None:
+    """`e` where the subscripts are `[e / extent][e % extent]`, else None."""
+    if not (isinstance(outer, IntBinary) and isinstance(inner, IntBinary)
+            and outer.op == "/" and inner.op == "%" and outer.left == inner.left):
+        return None
+    divisors = (_constant(outer.right), _constant(inner.right))
+    return outer.left if divisors == (extent, extent) else None
 
 
 def streams(model: PolyModel, access: Access, var: str) -> bool:

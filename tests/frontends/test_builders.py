@@ -194,7 +194,8 @@ def test_conv2d_nhwc_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  # t
 
 @pytest.mark.parametrize(
     "n, c, k, h, w, r, s, stride, padding",
-    [(1, 3, 5, 5, 6, 3, 3, 1, 1), (1, 17, 18, 5, 4, 3, 2, 2, 1), (2, 16, 16, 3, 3, 1, 1, 1, 0)],
+    [(1, 3, 5, 5, 6, 3, 3, 1, 1), (1, 17, 18, 5, 4, 3, 2, 2, 1), (2, 16, 16, 3, 3, 1, 1, 1, 0),
+     (2, 20, 33, 5, 6, 1, 1, 1, 0), (1, 16, 16, 9, 9, 1, 1, 1, 0)],
 )
 def test_conv2d_blocked_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  # type: ignore[no-untyped-def]
     nest, params = conv2d(
@@ -210,6 +211,37 @@ def test_conv2d_blocked_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  
     got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], k)
     want = np.maximum(conv2d_numpy(x, wt, stride, padding) + b[None, :, None, None], 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def loop_vars(nest: LoopNest) -> list[list[str]]:
+    """The loop variables of each top-level nest, outermost first."""
+    out = []
+    for node in nest.body:
+        found: list[str] = []
+        while isinstance(node, Loop):
+            found.append(node.var)
+            node = node.body[0]
+        out.append(found)
+    return out
+
+
+def test_blocked_1x1_over_short_rows_runs_the_image_as_one_loop() -> None:
+    """A 1 x 1 stride-1 layer over rows of fewer than 8 outputs indexes its positions as one
+    loop m (`[m / W][m % W]`), the epilogues with it; wider rows, strides, padding and windows
+    keep their rows and columns."""
+    nest, _ = conv2d(N=2, C=32, K=48, H=7, W=6, R=1, S=1, layout="nchw16c",
+                     fuse=("bias", "relu"), accumulate=False)
+    assert loop_vars(nest) == [["n", "kb", "m", "k"], ["n", "kb", "m", "cb", "c", "k"],
+                               ["n", "kb", "m", "k"], ["n", "kb", "m", "k"]]
+    m_loop = nest.body[1].body[0].body[0]  # type: ignore[union-attr]
+    assert isinstance(m_loop, Loop) and m_loop.upper.value == 42  # type: ignore[attr-defined]
+    for sizes in (dict(H=8, W=8), dict(H=7, W=7, stride=2), dict(H=7, W=7, padding=1),
+                  dict(H=7, W=7, R=3, S=3, padding=1)):
+        args = dict(N=1, C=16, K=16, R=1, S=1, layout="nchw16c") | sizes
+        nest, _ = conv2d(**args)  # type: ignore[arg-type]
+        assert "m" not in loop_vars(nest)[-1] and "q" in loop_vars(nest)[-1], sizes
+    nest, _ = conv2d(N=1, C=16, K=16, H=7, W=7, R=1, S=1)  # NCHW: as written
+    assert "m" not in loop_vars(nest)[-1]
 
 
 def test_conv2d_blocked_residual_numbers() -> None:

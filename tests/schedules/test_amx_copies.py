@@ -13,7 +13,8 @@ CALL = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("cb", "r", "s"))
 INNER = ("cb", "r", "s", "q", "k", "c")
 
 
-def _conv(dtype: str, n: int = 2, c: int = 64, k: int = 256, hw: int = 7) -> object:
+def _conv(dtype: str, n: int = 2, c: int = 64, k: int = 256, hw: int = 8) -> object:
+    # rows of 8: a call over one row (7 x 7 layers run their positions as one loop)
     nest, params = builders.conv2d(N=n, C=c, K=k, H=hw, W=hw, R=1, S=1, layout="nchw16c",
                                    dtype=dtype)
     return build_model(nest, params)
@@ -24,9 +25,9 @@ def test_a_copy_serves_the_calls_until_the_weights_block_changes() -> None:
     per_call = 16 * 16 * 4 * 2  # a 16 x 16 block of bf16 weights per input-channel block, 4 blocks
     blocks_outside = Schedule(order=("n", "kb", "p") + INNER, microkernel=CALL)
     blocks_inside = Schedule(order=("n", "p", "kb") + INNER, microkernel=CALL)
-    # one copy per image and block; with the blocks innermost, one per call (7 rows more)
+    # one copy per image and block; with the blocks innermost, one per call (8 rows more)
     assert amx_repacked_bytes(model, AMX, blocks_outside, blocks_outside.order) == 2 * 16 * per_call
-    assert amx_repacked_bytes(model, AMX, blocks_inside, blocks_inside.order) == 2 * 7 * 16 * per_call
+    assert amx_repacked_bytes(model, AMX, blocks_inside, blocks_inside.order) == 2 * 8 * 16 * per_call
     images_inside = Schedule(order=("kb", "p", "n") + INNER, microkernel=CALL)
     assert amx_repacked_bytes(model, AMX, images_inside, images_inside.order) == 16 * per_call
 
@@ -51,8 +52,9 @@ def test_a_wide_or_packed_b_is_copied_at_every_call() -> None:
 
 
 def test_amx_ranking_keeps_the_weights_block_across_consecutive_calls() -> None:
-    """ResNet-50's res5_1x1c at N=2: with the output-channel blocks the innermost loop outside
-    the calls, every call copied its weights again and ran 1.74x as long on 16 cores."""
+    """ResNet-50's res5_1x1c at N=2 (then calls over one 7-wide row): with the output-channel
+    blocks the innermost loop outside the calls, every call copied its weights again and ran
+    1.74x as long on 16 cores."""
     model = _conv("bfloat16", c=512, k=2048)
     best = rank(model, AMX)[0].schedule
     outer = [loop for loop in best.order if loop not in INNER]

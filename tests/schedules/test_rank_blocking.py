@@ -53,7 +53,8 @@ def test_a_short_m_extent_is_not_split_into_a_ragged_tile() -> None:
 
 
 def test_outer_tilings_move_the_point_loop_next_to_the_call() -> None:
-    nest, params = builders.conv2d(N=2, C=32, K=128, H=6, W=6, R=1, S=1, layout="nchw16c")
+    # 3 x 3 without padding: rows and columns of 6 (a 1 x 1 over 6 x 6 runs them as one loop)
+    nest, params = builders.conv2d(N=2, C=32, K=128, H=8, W=8, R=3, S=3, layout="nchw16c")
     model = build_model(nest, params)
     binding = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("cb", "r", "s"))
     base = Schedule(order=("n", "kb", "p", "cb", "r", "s", "q", "k", "c"), microkernel=binding)
@@ -62,7 +63,7 @@ def test_outer_tilings_move_the_point_loop_next_to_the_call() -> None:
     assert [v.order[:4] for v in variants] == [("n", "kb.t", "p", "kb")] * 2
     assert sorted(v.tile_sizes["kb"] for v in variants) == [4, 8]
     for variant in variants:
-        kernel = polydl.conv2d(N=2, C=32, K=128, H=6, W=6, R=1, S=1, layout="nchw16c",
+        kernel = polydl.conv2d(N=2, C=32, K=128, H=8, W=8, R=3, S=3, layout="nchw16c",
                                schedule=variant)
         run_and_check(kernel)
 
