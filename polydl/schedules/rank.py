@@ -78,7 +78,12 @@ def _m_tiles(extent: int, tall: bool) -> list[int]:
     options.add(extent if extent <= 64 else 64)
     if extent >= 256 and tall:
         options.add(128)
-    return sorted(options, reverse=True)[:4]
+    out = sorted(options, reverse=True)[:4]
+    if all(extent % t for t in out if t < extent):
+        # none splits the rows evenly (a 7 x 7 image's 49 positions as one loop: 16 leaves a
+        # call of 1 row): also 2-4 tiles of nearly one size, units of work for the threads
+        out += sorted({-(-extent // k) for k in (2, 3, 4)} - set(out) & set(range(4, 33)), reverse=True)
+    return out
 
 
 def _n_tiles(extent: int, lanes: int, cores: int) -> list[int]:

@@ -6,6 +6,7 @@ import pytest
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
+from polydl.schedules import rank as rank_module
 from polydl.schedules import threads
 from polydl.schedules.rank import (
     evaluate,
@@ -75,6 +76,19 @@ def test_a_stem_on_a_socket_runs_both_images_rows_in_parallel() -> None:
                                    layout="nchw")
     best = rank(build_model(nest, params), SOCKET)[0].schedule
     assert best.parallel == ("n", "p")  # 2 x 112 units, not 2 images for 16 threads
+
+
+def test_an_image_of_49_positions_splits_into_tiles_of_nearly_one_size() -> None:
+    """960 -> 160 channels at 7 x 7 (mobilenet_v2, one image): 10 output-channel blocks leave
+    6 of 16 threads idle; tiles of 16 positions leave a call of 1. The ranking takes 3 tiles
+    of 17 (16, 16 and 17 rows would be 48 + 1)."""
+    assert rank_module._m_tiles(49, tall=True)[:4] == [49, 32, 28, 16]
+    assert set(rank_module._m_tiles(49, tall=True)[4:]) == {25, 17, 13}
+    assert rank_module._m_tiles(56, tall=True) == [56, 32, 28, 16]  # 28 splits it: as before
+    nest, params = builders.conv2d(N=1, C=960, K=160, H=7, W=7, R=1, S=1, layout="nchw16c")
+    ranked = rank(build_model(nest, params), SOCKET)[0]
+    assert ranked.schedule.tile_sizes.get("m") in (13, 17, 25), ranked.schedule.describe()
+    assert ranked.balance < 1.3
 
 
 def _gemm_over_packed_b(order: tuple[str, ...], parallel: tuple[str, ...]) -> Schedule:
