@@ -41,8 +41,8 @@ CONV_LAYOUTS = (*LAYOUTS, "nhwc")
 # A blocked 1 x 1 stride-1 convolution over rows of fewer outputs than this runs an image's
 # positions as one loop (`[m / W][m % W]`): its calls then span the image, not one 7-wide row
 # (7 rows of C: 7 of 16 AMX tile rows, or 7 accumulators behind two FMA pipes). On the 16-core
-# Sapphire Rapids host, 7 x 7 layers at N=32 ran 1.30x (fp32) and 1.40x (bf16) as fast, N=2
-# 1.12-1.19x; at 14 x 14 the row's own calls were as fast or faster (0.80-0.91x merged).
+# Sapphire Rapids host ResNet-50's 7 x 7 1 x 1 layers ran 1.07-1.18x (fp32) and 1.10-1.71x
+# (bf16) as fast, but for bf16 res5_1x1b at N=2 (0.91x); 14 x 14 layers merged ran 0.80-0.91x.
 SHORT_ROW = 8
 
 
