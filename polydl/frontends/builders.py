@@ -239,7 +239,7 @@ def conv2d(
         # more than the copy at N=1 (2.2 against 1.8 ms), so it keeps the copy.
         source = "x"
         row, col, guard = _unpadded_taps(row, col, (top, left, bottom, right))
-    if layout == "nchw16c" and _positions_merged(sizes, stride, (top, left, bottom, right), groups):
+    if layout == "nchw16c" and positions_merged(sizes, stride, (top, left, bottom, right), groups):
         cb, kb = f"(C + {BLOCK - 1}) / {BLOCK}", f"(K + {BLOCK - 1}) / {BLOCK}"
         W = sizes["W"]
         out_shape = ["N", kb, "H", "W", str(BLOCK)]
@@ -324,10 +324,10 @@ def conv2d(
     return parse_built("conv2d", text, sizes, local=("xp",))
 
 
-def _positions_merged(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
-    """Whether a blocked convolution runs its output positions as one loop: a dense 1 x 1
-    window at stride 1 without padding (output position = input position), rows shorter
-    than SHORT_ROW."""
+def positions_merged(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
+    """Whether a blocked convolution (and its backward passes) runs its output positions as one
+    loop: a dense 1 x 1 window at stride 1 without padding (output position = input position),
+    rows shorter than SHORT_ROW."""
     return (sizes["R"] == sizes["S"] == 1 and stride == 1 and not any(padding)
             and sizes["W"] < SHORT_ROW and sizes["H"] > 1
             and grouped_form(sizes["C"], sizes["K"], groups) == "dense")

@@ -28,6 +28,7 @@ from polydl.frontends.builders import (
     lane_channel,
     output_size,
     padding_arg,
+    positions_merged,
 )
 from polydl.frontends.spec_writing import (
     Built,
@@ -68,6 +69,8 @@ class ConvSizes:
         self.P = output_size(s["H"], s["R"], self.stride, self.top + self.bottom)
         self.Q = output_size(s["W"], s["S"], self.stride, self.left + self.right)
         self.blocked = self.layout == "nchw16c"
+        # a 7 x 7 1 x 1 layer's positions as one loop m (`builders.SHORT_ROW`)
+        self.merged = self.blocked and positions_merged(s, self.stride, self.pads, self.groups)
         self.CB = -(-s["C"] // BLOCK)
         self.KB = -(-s["K"] // BLOCK)
         if self.blocked:
@@ -139,11 +142,16 @@ class ConvSizes:
             return f"[{self.channel('k')}][cb][{r}][{s}][c][k]"
         return f"[{self.channel('k')}][c][{r}][{s}]"
 
-    def transposed_weight(self) -> str:
+    def transposed_weight(self, r: str = "r", s: str = "s") -> str:
         """Subscript of the weights with C and K swapped: `wt[cb][kb][r][s][k][c]`."""
         if self.blocked:
-            return f"[{self.channel('c')}][kb][r][s][k][c]"
-        return f"[{self.channel('c')}][k][r][s]"
+            return f"[{self.channel('c')}][kb][{r}][{s}][k][c]"
+        return f"[{self.channel('c')}][k][{r}][{s}]"
+
+    def position(self) -> tuple[str, str]:
+        """(row, column) subscripts of output position m where the positions are one loop."""
+        w = self.sizes["W"]
+        return f"m / {w}", f"m % {w}"
 
     def transposed_shape(self) -> list[str]:
         if self.blocked:
@@ -211,6 +219,10 @@ def conv2d_backward_data(
                 + [("r", 0, "R"), ("s", 0, "S")] + k_loops[1:] + c_loops[1:])
         body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
                 f"wt{cs.transposed_weight()};")
+        if cs.merged:
+            at = cs.position()
+            main = image_loop + c_loops[:1] + [("m", 0, s["H"] * s["W"])] + k_loops + c_loops[1:]
+            body = f"dx{cs.at('c', *at)} += dy{cs.at('k', *at)} * wt{cs.transposed_weight('0', '0')};"
         main_nest = nest(main, body)
     else:
         target = "dx" if not cs.padded else "dxp"
@@ -373,9 +385,13 @@ def conv2d_backward_weights(
             main = cs.group_loops() + zero_based(("k", k_extent), ("c", c_extent), ("r", "R"),
                                                  ("s", "S"), ("n", "N"), ("p", cs.P),
                                                  ("q", cs.Q))
-        read = cs.at("c", rows, cols)
-        nests.append(nest(main, f"dw{cs.weight('r', 's')} += {source}{read} * "
-                                f"dy{cs.at('k', 'p', 'q')};"))
+        read, out, cell = cs.at("c", rows, cols), cs.at("k", "p", "q"), cs.weight("r", "s")
+        if cs.merged:
+            # the call's k runs over an image's positions (49, not a row of 7), batched over n
+            main = (k_loops[:1] + c_loops[:1] + [("n", 0, "N"), ("m", 0, s["H"] * s["W"])]
+                    + c_loops[1:] + k_loops[1:])
+            read, out, cell = cs.at("c", *cs.position()), cs.at("k", *cs.position()), cs.weight("0", "0")
+        nests.append(nest(main, f"dw{cell} += {source}{read} * dy{out};"))
         if cs.form == "in_block":
             # the product of a block is dense: its cells between groups are no weights
             cells = zero_based(("kb", cs.KB), ("r", "R"), ("s", "S"), ("c", BLOCK), ("k", BLOCK))

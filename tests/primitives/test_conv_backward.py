@@ -25,6 +25,7 @@ SHAPES = [
     (1, 2, 3, 5, 5, 1, 1, 1, 2),
     (1, 3, 2, 8, 8, 3, 3, 3, 0),
     (1, 17, 18, 6, 6, 3, 3, 1, 0),
+    (2, 20, 33, 7, 5, 1, 1, 1, 0),  # blocked: the 35 positions as one loop
 ]
 LAYOUTS = ("nchw", "nchw16c")
 
@@ -193,3 +194,13 @@ def test_any_stride_and_padding(data: st.DataObject, stride: int, padding: int, 
              h, w, r, s, stride, padding)
     test_backward_data_matches_numpy(shape, layout)
     test_backward_weights_matches_numpy(shape, layout)
+
+
+def test_blocked_1x1_backward_calls_span_the_image_where_rows_are_short() -> None:
+    """Both passes of a 1 x 1 layer over rows of 5 run the 35 positions as one loop: backward
+    data's calls take them as rows of C, backward weights' as the sum (k), batched over n."""
+    s = sizes((2, 20, 33, 7, 5, 1, 1, 1, 0))
+    data = polydl.conv2d_backward_data(**s, layout="nchw16c").schedule.microkernel
+    weights = polydl.conv2d_backward_weights(**s, layout="nchw16c").schedule.microkernel
+    assert data is not None and data.m == "m"
+    assert weights is not None and weights.k == "m" and weights.batch == ("n",)
