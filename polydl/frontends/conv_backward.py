@@ -390,7 +390,8 @@ def conv2d_backward_weights(
             # the call's k runs over an image's positions (49, not a row of 7), batched over n
             main = (k_loops[:1] + c_loops[:1] + [("n", 0, "N"), ("m", 0, s["H"] * s["W"])]
                     + c_loops[1:] + k_loops[1:])
-            read, out, cell = cs.at("c", *cs.position()), cs.at("k", *cs.position()), cs.weight("0", "0")
+            at = cs.position()
+            read, out, cell = cs.at("c", *at), cs.at("k", *at), cs.weight("0", "0")
         nests.append(nest(main, f"dw{cell} += {source}{read} * dy{out};"))
         if cs.form == "in_block":
             # the product of a block is dense: its cells between groups are no weights

@@ -82,7 +82,8 @@ def _m_tiles(extent: int, tall: bool) -> list[int]:
     if all(extent % t for t in out if t < extent):
         # none splits the rows evenly (a 7 x 7 image's 49 positions as one loop: 16 leaves a
         # call of 1 row): also 2-4 tiles of nearly one size, units of work for the threads
-        out += sorted({-(-extent // k) for k in (2, 3, 4)} - set(out) & set(range(4, 33)), reverse=True)
+        near_even = {-(-extent // k) for k in (2, 3, 4)} & set(range(4, 33))
+        out += sorted(near_even - set(out), reverse=True)
     return out
 
 
