@@ -56,7 +56,7 @@ def brgemm_spec(call: MicrokernelCall, m: int, n: int, dtype: str, k: int | None
         c_m=st[("c", b.m)],
         c_n=st[("c", b.n)],
         batch=tuple(
-            BatchDim(call.ranges[v].extent, st[("a", v)], b_stride)
+            BatchDim(call.extent_variants(v)[0], st[("a", v)], b_stride)
             for v, b_stride in zip(b.batch, b_batch, strict=True)
         ),
         dtype=dtype,

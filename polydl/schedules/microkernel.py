@@ -254,8 +254,12 @@ def bind_microkernel(
             f"the microkernel loops {loops} must be the innermost loops of the order {order}"
         )
     for var in binding.batch:
-        if var in tiles:
-            raise ScheduleError(f"batch loop '{var}' of the microkernel cannot be tiled")
+        # a tiled batch loop: each call reduces one tile of it (its tile loop outside, such
+        # as a convolution's input-channel blocks outside the output rows); whole tiles only
+        if var in tiles and (binding.pack_b or binding.pack_a or extents[var] % tiles[var]):
+            raise ScheduleError(
+                f"batch loop '{var}' of the microkernel is tiled by {tiles[var]}: a tile must "
+                f"divide its extent {extents[var]}, and a call over tiles of it packs no operand")
     # Inside one call, only the accumulation into C may depend on another instance.
     if not _only_accumulation(s, loops):
         raise ScheduleError(

@@ -10,7 +10,7 @@ import polydl
 from polydl.errors import ScheduleError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import outer_tilings, rank
+from polydl.schedules.rank import outer_tilings, rank, window_calls
 from polydl.schedules.register_blocking import VECTOR_UNITS, rows_step_cycles
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
@@ -152,3 +152,80 @@ def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
     model = build_model(nest, params)
     from polydl.schedules.rank import microkernel_efficiency
     assert microkernel_efficiency(best, model, SPR) > microkernel_efficiency(one, model, SPR)
+
+
+# --- calls over a tile of the input-channel blocks ------------------------------------------
+
+def _window_schedule(cb_tile: int, kb_tile: int = 2, epilogues: tuple[str, ...] = (),
+                     blocks: bool = True, statement: str = "S1") -> Schedule:
+    """Input-channel blocks tiled, their tile loop outside the output rows: each call reduces
+    `cb_tile` blocks' 3 x 3 windows into partial sums."""
+    return Schedule(order=("n", "kb.t", "cb.t", "p", "kb", "cb", "r", "s", "q", "k", "c"),
+                    tiles=(("cb", cb_tile), ("kb", kb_tile)), parallel=("n", "kb.t"),
+                    microkernel=replace(BLOCKS, statement=statement, blocks="kb" if blocks else None),
+                    epilogues=epilogues)
+
+
+@pytest.mark.parametrize("cb_tile", [1, 2])
+def test_calls_over_a_tile_of_input_channel_blocks_match_numpy(cb_tile: int) -> None:
+    """4 input-channel blocks reduced 1 or 2 at a time, the rows inside the tile loop: the
+    bias, residual and ReLU apply once, after the last tile's call (K = 80: a call of one
+    block after those of two)."""
+    from tests.schedules.test_postops import _check_conv, _uses_postops
+
+    sizes = dict(N=2, C=64, K=80, H=7, W=7, R=3, S=3, stride=1, padding=1)
+    chain = ("bias", "residual", "relu")
+    kernel = polydl.conv2d(**sizes, layout="nchw16c", fuse=chain,
+                           schedule=_window_schedule(cb_tile, epilogues=("S2", "S3", "S4")))
+    assert f"cb={cb_tile}" in kernel.schedule.describe() and _uses_postops(kernel)
+    _check_conv(kernel, sizes, chain, blocked=True)
+    run_and_check(kernel)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_calls_over_one_input_channel_block_overwrite_y(dtype: str) -> None:
+    """`accumulate=False`: the first tile's calls start from zero, not from y's old values
+    (bf16 inputs on one block's calls, as the AMX and vdpbf16ps kernels take them)."""
+    import ml_dtypes
+
+    from tests.codegen.test_bfloat16 import f32
+    from tests.frontends.test_builders import conv2d_numpy
+
+    n, c, k, h = 2, 48, 32, 6
+    schedule = _window_schedule(1, 2, blocks=dtype == "float32", statement="S2")  # S1 sets y
+    kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=h, R=3, S=3, padding=1, layout="nchw16c",
+                         dtype=dtype, accumulate=False, schedule=schedule)
+    assert "cb=1" in kern.schedule.describe()
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32)
+    w = rng.uniform(-1, 1, (k, c, 3, 3)).astype(np.float32)
+    xb, wb = polydl.layouts.to_nchw16c(x), polydl.layouts.to_kcrs16c16k(w)
+    if dtype == "bfloat16":
+        x, w = f32(x.astype(ml_dtypes.bfloat16)), f32(w.astype(ml_dtypes.bfloat16))
+        xb, wb = xb.astype(ml_dtypes.bfloat16), wb.astype(ml_dtypes.bfloat16)
+    stale = np.full((n, 2, h, h, 16), 7.0, np.float32)
+    got = polydl.layouts.from_nchw16c(kern(xb, wb, y=stale), k)
+    np.testing.assert_allclose(got, conv2d_numpy(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_tile_must_divide_its_loop() -> None:
+    with pytest.raises(ScheduleError, match="batch loop 'cb' of the microkernel is tiled by 3"):
+        polydl.conv2d(N=1, C=64, K=32, H=7, W=7, R=3, S=3, padding=1, layout="nchw16c",
+                      schedule=_window_schedule(3))
+
+
+def test_res5_3x3_calls_keep_one_window_of_weights_in_l1() -> None:
+    """res5's 3 x 3 layer at N=32: a call over all 32 input-channel blocks of 4 output blocks
+    streams 1.2 MiB of weights from L2 for 7 rows; the ranking takes calls over one block's
+    window (18 KiB for 2 output blocks) with the tile loop outside the rows. A layer whose
+    calls' weights fit L1 gets no such variant."""
+    nest, params = builders.conv2d(N=32, C=512, K=512, H=7, W=7, R=3, S=3, padding=1,
+                                   layout="nchw16c")
+    model = build_model(nest, params)
+    best = rank(model, SPR)[0].schedule
+    assert best.tile_sizes.get("cb") == 1, best.describe()
+    assert best.order.index("cb.t") < best.order.index("p") and best.microkernel.blocks == "kb"
+    small, small_params = builders.conv2d(N=2, C=16, K=32, H=7, W=7, R=3, S=3, padding=1,
+                                          layout="nchw16c")
+    small_model = build_model(small, small_params)
+    assert window_calls(small_model, rank(small_model, SPR)[0].schedule, SPR) == []

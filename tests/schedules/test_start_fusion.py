@@ -15,6 +15,7 @@ from polydl.api import build_kernel, lower
 from polydl.driver.explain import explain
 from polydl.frontends import builders
 from polydl.schedules.postops import postop_plan
+from polydl.schedules.schedule import Schedule
 
 CONV = dict(N=2, C=32, K=20, H=6, W=5, R=3, S=3, stride=1, padding=1)
 GEMM = """
@@ -52,11 +53,22 @@ def _body(kernel) -> str:  # type: ignore[no-untyped-def]
     return kernel.source[kernel.source.index(f"int {kernel.code.function}("):]
 
 
+def _one_call_per_tile(schedule: Schedule) -> Schedule:
+    """`schedule` with its calls' batch loops untiled: one call reduces a whole tile of y."""
+    mk = schedule.microkernel
+    assert mk is not None
+    tiled = {v for v in mk.batch if v in schedule.tile_sizes}
+    return replace(schedule, order=tuple(o for o in schedule.order if o not in {v + ".t" for v in tiled}),
+                   tiles=tuple((v, t) for v, t in schedule.tiles if v not in tiled), parallel=())
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
 @pytest.mark.parametrize("fuse", [(), ("bias", "relu")])
 def test_a_convolution_that_sets_its_output_overwrites_it_in_the_microkernel(
         layout: str, fuse: tuple[str, ...]) -> None:
-    kernel = polydl.conv2d(**CONV, layout=layout, fuse=fuse, accumulate=False)
+    auto = polydl.conv2d(**CONV, layout=layout, fuse=fuse, accumulate=False)
+    nest, params = builders.conv2d(**CONV, layout=layout, fuse=fuse, accumulate=False)
+    kernel = build_kernel(nest, params, schedule=_one_call_per_tile(auto.schedule))
     (placement,) = kernel.code.placements
     assert placement.as_postops and "C starts at 0" in placement.reason
     assert "beta=0" in kernel.source and "beta=1" not in kernel.source
