@@ -181,6 +181,9 @@ class StatementPrinter:
                 if s.op != "=":
                     value = f"(({self.ctype}){target} {s.op[0]} {value})"
             return f"{target} = ({dtype.c_type})({value});"
+        if (dtype.name == "bfloat16" and s.op == "=" and isinstance(s.value, Load)
+                and self.layouts[s.value.access.array].dtype == "bfloat16"):
+            return f"{target} = {self.element(s.value.access)};"  # a copy: the same bits
         value = self.expr(s.value)
         if dtype.name == "bfloat16":
             if s.op != "=":

@@ -248,19 +248,30 @@ def conv2d(
         bias_shape, bias = [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]"
         x_shape = ["N", cb, "H", "W", str(BLOCK)]
         xp_shape = ["N", cb, *padded, str(BLOCK)]
-        copy_loops = [("n", "N"), ("cb", cb), ("ih", "H"), ("iw", "W"), ("c", str(BLOCK))]
-        copy = f"xp[n][cb][{ih}][{iw}][c] = x[n][cb][ih][iw][c];"
+        copy = zero_based_nest([("n", "N"), ("cb", cb), ("ih", "H"), ("iw", "W"), ("c", str(BLOCK))],
+                               f"xp[n][cb][{ih}][{iw}][c] = x[n][cb][ih][iw][c];")
         conv_loops, body, w_shape = _blocked_conv(
             sizes, groups, Cg, Kg, out_loops, source, row, col
         )
         body = guard + body
-        if positions_merged(sizes, stride, (top, left, bottom, right), groups):
-            # the output position (= the input's) as one loop m; no padding, so no copy
-            W = sizes["W"]
-            out_loops = [("n", "N"), ("kb", kb), ("m", str(sizes["H"] * W)), ("k", str(BLOCK))]
+        strided = subsampled_positions(sizes, stride, (top, left, bottom, right), groups)
+        if strided or positions_merged(sizes, stride, (top, left, bottom, right), groups):
+            # the output position as one loop m; no padding, so no padded copy. At a stride,
+            # the input positions read are copied together first (xs, one cache line each),
+            # so that m walks them at one stride as well
+            rows, W = sizes["H"], sizes["W"]
+            if strided:
+                rows, W = (sizes["H"] - 1) // stride + 1, (sizes["W"] - 1) // stride + 1
+                source = "xs"
+                xp_shape = ["N", cb, str(rows), str(W), str(BLOCK)]
+                copy = zero_based_nest(
+                    [("n", "N"), ("cb", cb), ("p", rows), ("q", W), ("c", str(BLOCK))],
+                    f"xs[n][cb][p][q][c] = x[n][cb][p * {stride}][q * {stride}][c];")
+            out_loops = [("n", "N"), ("kb", kb), ("m", str(rows * W)), ("k", str(BLOCK))]
             out = f"[n][kb][m / {W}][m % {W}][k]"
             conv_loops = out_loops[:3] + [("cb", cb), ("c", str(BLOCK)), out_loops[3]]
-            body = f"y{out} += x[n][cb][m / {W}][m % {W}][c] * w[kb][cb][0][0][c][k];"
+            body = (f"y{out} += {'xs' if strided else 'x'}[n][cb][m / {W}][m % {W}][c] * "
+                    "w[kb][cb][0][0][c][k];")
     elif layout == "nhwc":
         out_shape = ["N", P, Q, "K"]
         out_loops = [("n", "N"), ("p", P), ("q", Q), ("k", "K")]
@@ -268,8 +279,8 @@ def conv2d(
         bias_shape, bias = ["K"], "[k]"
         x_shape = ["N", "H", "W", "C"]
         xp_shape = ["N", *padded, "C"]
-        copy_loops = [("n", "N"), ("ih", "H"), ("iw", "W"), ("c", "C")]
-        copy = f"xp[n][{ih}][{iw}][c] = x[n][ih][iw][c];"
+        copy = zero_based_nest([("n", "N"), ("ih", "H"), ("iw", "W"), ("c", "C")],
+                               f"xp[n][{ih}][{iw}][c] = x[n][ih][iw][c];")
         conv_loops = out_loops + [("r", "R"), ("s", "S"), ("c", "C")]
         body = f"y{out} += {source}[n][{row}][{col}][c] * w[k][r][s][c];"
         w_shape = ["K", "R", "S", "C"]
@@ -280,8 +291,8 @@ def conv2d(
         bias_shape, bias = ["K"], "[k]"
         x_shape = ["N", "C", "H", "W"]
         xp_shape = ["N", "C", *padded]
-        copy_loops = [("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")]
-        copy = f"xp[n][c][{ih}][{iw}] = x[n][c][ih][iw];"
+        copy = zero_based_nest([("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")],
+                               f"xp[n][c][{ih}][{iw}] = x[n][c][ih][iw];")
         if groups == 1:
             conv_loops = out_loops + [("c", "C"), ("r", "R"), ("s", "S")]
             body = f"y{out} += {source}[n][c][{row}][{col}] * w[k][c][r][s];"
@@ -303,9 +314,9 @@ def conv2d(
 
     arrays = [declaration(ctype, "y", out_shape, False)]
     nests = []
-    if source == "xp":
-        arrays.append(declaration(in_type, "xp", xp_shape, False))
-        nests.append(zero_based_nest(copy_loops, copy))
+    if source in ("xp", "xs"):
+        arrays.append(declaration(in_type, source, xp_shape, False))
+        nests.append(copy)
     arrays += [declaration(in_type, "x", x_shape, True), declaration(in_type, "w", w_shape, True)]
     if not accumulate:
         nests.append(zero_based_nest(out_loops, f"y{out} = {'0.0f' if ctype == 'float' else '0.0'};"))
@@ -316,7 +327,16 @@ def conv2d(
     arrays += fused_arrays
     nests += fused_nests
     text = function_text("conv2d", list(sizes), arrays, nests)
-    return parse_built("conv2d", text, sizes, local=("xp",))
+    return parse_built("conv2d", text, sizes, local=("xp", "xs"), filled=("xs",))
+
+
+def subsampled_positions(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
+    """Whether a blocked forward convolution copies the input positions it reads together and
+    runs its output positions as one loop: a dense 1 x 1 window at a stride > 1 without
+    padding whose output rows are shorter than SHORT_ROW (ResNet's 14 x 14 -> 7 x 7 ones)."""
+    return (sizes["R"] == sizes["S"] == 1 and stride > 1 and not any(padding)
+            and (sizes["W"] - 1) // stride + 1 < SHORT_ROW and (sizes["H"] - 1) // stride > 0
+            and grouped_form(sizes["C"], sizes["K"], groups) == "dense")
 
 
 def positions_merged(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:

@@ -121,10 +121,13 @@ def function_text(
     return f"void {name}({params}) {{\n" + "\n".join(nests) + "\n}\n"
 
 
-def parse_built(name: str, text: str, sizes: dict[str, int], local: Sequence[str] = ()) -> Built:
-    """Parse a builder's text; `local` names its scratch arrays (no caller sees them)."""
+def parse_built(name: str, text: str, sizes: dict[str, int], local: Sequence[str] = (),
+                filled: Sequence[str] = ()) -> Built:
+    """Parse a builder's text; `local` names its scratch arrays (no caller sees them), `filled`
+    those of them its nests write in full before reading (not cleared on each call)."""
     parsed = read_c(text, f"<{name}>").nest
-    arrays = tuple(replace(a, local=True) if a.name in local else a for a in parsed.arrays)
+    arrays = tuple(replace(a, local=True, filled=a.name in filled) if a.name in local else a
+                   for a in parsed.arrays)
     return replace(parsed, arrays=arrays), sizes
 
 

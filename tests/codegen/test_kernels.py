@@ -149,15 +149,17 @@ def test_fused_bias_relu_builder() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_blocked_1x1_calls_span_the_image_where_rows_are_short(dtype: str) -> None:
-    """A 7 x 5 layer's positions run as one loop: the call spans them (35 rows of C, not 5),
-    with the bias, residual and ReLU fused and y set, not added to."""
+@pytest.mark.parametrize("stride", [1, 2])
+def test_blocked_1x1_calls_span_the_image_where_rows_are_short(dtype: str, stride: int) -> None:
+    """A layer of 7 x 5 outputs runs its positions as one loop: the call spans them (35 rows of
+    C, not 5), with the bias, residual and ReLU fused and y set, not added to; at stride 2
+    (13 x 9 inputs) over the copy of the positions it reads."""
     from tests.codegen.test_bfloat16 import f32
     from tests.frontends.test_builders import conv2d_numpy
 
-    n, c, k, h, w = 2, 32, 40, 7, 5
-    kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=1, S=1, layout="nchw16c", dtype=dtype,
-                         fuse=("bias", "residual", "relu"), accumulate=False)
+    n, c, k, h, w = 2, 32, 40, 7 * stride - stride + 1, 5 * stride - stride + 1
+    kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=1, S=1, stride=stride, layout="nchw16c",
+                         dtype=dtype, fuse=("bias", "residual", "relu"), accumulate=False)
     binding = kern.schedule.microkernel
     assert binding is not None and binding.m == "m", kern.schedule.describe()
     rng = np.random.default_rng(4)
@@ -168,13 +170,13 @@ def test_blocked_1x1_calls_span_the_image_where_rows_are_short(dtype: str) -> No
 
         x, wt = f32(x.astype(ml_dtypes.bfloat16)), f32(wt.astype(ml_dtypes.bfloat16))
     b = rng.uniform(-1, 1, 48).astype(np.float32)
-    res = rng.uniform(-1, 1, (n, k, h, w)).astype(np.float32)
+    res = rng.uniform(-1, 1, (n, k, 7, 5)).astype(np.float32)
     xb, wb = polydl.layouts.to_nchw16c(x), polydl.layouts.to_kcrs16c16k(wt)
     if dtype == "bfloat16":
         xb, wb = xb.astype(ml_dtypes.bfloat16), wb.astype(ml_dtypes.bfloat16)
-    stale = np.full((n, 3, h, w, 16), 7.0, np.float32)  # overwritten, not added to
+    stale = np.full((n, 3, 7, 5, 16), 7.0, np.float32)  # overwritten, not added to
     got = polydl.layouts.from_nchw16c(kern(xb, wb, b, polydl.layouts.to_nchw16c(res), y=stale), k)
-    want = np.maximum(conv2d_numpy(x, wt, 1, 0) + b[None, :k, None, None] + res, 0)
+    want = np.maximum(conv2d_numpy(x, wt, stride, 0) + b[None, :k, None, None] + res, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     run_and_check(kern)
 

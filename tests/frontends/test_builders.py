@@ -235,13 +235,41 @@ def test_blocked_1x1_over_short_rows_runs_the_image_as_one_loop() -> None:
                                ["n", "kb", "m", "k"], ["n", "kb", "m", "k"]]
     m_loop = nest.body[1].body[0].body[0]  # type: ignore[union-attr]
     assert isinstance(m_loop, Loop) and m_loop.upper.value == 42  # type: ignore[attr-defined]
-    for sizes in (dict(H=8, W=8), dict(H=7, W=7, stride=2), dict(H=7, W=7, padding=1),
+    for sizes in (dict(H=8, W=8), dict(H=16, W=16, stride=2), dict(H=7, W=7, padding=1),
                   dict(H=7, W=7, R=3, S=3, padding=1)):
         args = dict(N=1, C=16, K=16, R=1, S=1, layout="nchw16c") | sizes
         nest, _ = conv2d(**args)  # type: ignore[arg-type]
         assert "m" not in loop_vars(nest)[-1] and "q" in loop_vars(nest)[-1], sizes
     nest, _ = conv2d(N=1, C=16, K=16, H=7, W=7, R=1, S=1)  # NCHW: as written
     assert "m" not in loop_vars(nest)[-1]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_strided_1x1_over_short_rows_reads_a_copy_of_the_positions_it_takes(dtype: str) -> None:
+    """A 1 x 1 layer at stride 2 with output rows shorter than 8 (13 x 11 -> 7 x 6) copies the
+    input positions it reads into xs (a scratch array written in full: not cleared per call),
+    then runs its positions as one loop over it; the nest's numbers match numpy."""
+    nest, params = conv2d(N=2, C=24, K=20, H=13, W=11, R=1, S=1, stride=2, layout="nchw16c",
+                          dtype=dtype, fuse=("bias",))
+    assert loop_vars(nest)[:2] == [["n", "cb", "p", "q", "c"], ["n", "kb", "m", "cb", "c", "k"]]
+    (xs,) = [a for a in nest.arrays if a.name == "xs"]
+    assert xs.local and xs.filled
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-1, 1, (2, 24, 13, 11)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (20, 24, 1, 1)).astype(np.float32)
+    b = rng.uniform(-1, 1, 32).astype(np.float32)
+    import ml_dtypes
+
+    if dtype == "bfloat16":
+        from tests.codegen.test_bfloat16 import f32
+
+        x, wt = f32(x.astype(ml_dtypes.bfloat16)), f32(wt.astype(ml_dtypes.bfloat16))
+    inputs = {"x": layouts.to_nchw16c(x), "w": layouts.to_kcrs16c16k(wt), "b": b}
+    if dtype == "bfloat16":
+        inputs |= {name: inputs[name].astype(ml_dtypes.bfloat16) for name in ("x", "w")}
+    got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], 20)
+    want = conv2d_numpy(x, wt, 2, 0) + b[None, :20, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_conv2d_blocked_residual_numbers() -> None:
