@@ -15,6 +15,7 @@ from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
 from polydl.codegen.register_tiles import RowTilePrinter
+from polydl.codegen.scratch_clearing import clearing
 from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
@@ -163,11 +164,12 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, accumulators=sums,
                             row_tiles=RowTilePrinter(printer, plan.tiles)).lines()
-    locals_ = [
-        {"name": a.name, "c_type": layouts[a.name].c_type,
-         "count": math.prod(layouts[a.name].shape), "zeroed": not a.filled}
-        for a in model.nest.locals
-    ]
+    locals_ = []
+    for a in model.nest.locals:
+        zeroed, clear = clearing(model, layouts[a.name], a.filled)
+        locals_.append({"name": a.name, "c_type": layouts[a.name].c_type,
+                        "count": math.prod(layouts[a.name].shape), "zeroed": zeroed,
+                        "zero_lines": clear})
     # packed copies are written in full before they are read: no need to zero them
     locals_ += [
         {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,

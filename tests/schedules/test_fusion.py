@@ -179,8 +179,10 @@ def test_blocked_conv_fuses_after_the_microkernel_call() -> None:
     body = k.source[k.source.index("int conv2d("):]
     call = body.index("_pd_brgemm_")
     assert call < body.index("> 0.0f)")  # the ReLU, after the call
-    top = [line for line in body.splitlines() if line.startswith("  for (")]
-    assert len(top) == 2  # the padding copy and the main nest, epilogues inside the latter
+    # the padding copy and the main nest, epilogues inside the latter (before them, the
+    # loops that zero the copy's border: `for (int c...)`)
+    top = [line for line in body.splitlines() if line.startswith("  for (long ")]
+    assert len(top) == 2
     run_and_check(k)
 
 
