@@ -24,23 +24,17 @@ from polydl.poly.model import PolyModel
 def cells_read_unwritten(model: PolyModel, array: str) -> isl.Set | None:
     """The cells of `array` that some statement instance reads before any writes them (None
     where no statement touches it)."""
-    touching = [(a.is_write, a.relation) for s in model.statements for a in s.accesses
-                if a.access.array == array]
-    if not touching:
+    cells = isl.UnionSet.from_set(model.extents[array])
+    reads, writes = model.reads.intersect_range(cells), model.writes.intersect_range(cells)
+    if reads.is_empty() and writes.is_empty():
         return None
-    reads, writes = (isl.UnionMap.empty(touching[0][1].get_space().params()) for _ in range(2))
-    for is_write, relation in touching:
-        if is_write:
-            writes = writes.union(isl.UnionMap.from_map(relation))
-        else:
-            reads = reads.union(isl.UnionMap.from_map(relation))
-    empty = isl.Set.empty(touching[0][1].get_space().range())
+    empty = isl.Set.empty(model.extents[array].get_space())
     if reads.is_empty():
         return empty
     info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
     unsourced = info.set_schedule_map(model.original_schedule).compute_flow().get_may_no_source()
-    cells = unsourced.range()
-    return empty if cells.is_empty() else isl.Set.from_union_set(cells).coalesce()
+    read = unsourced.range()
+    return empty if read.is_empty() else isl.Set.from_union_set(read).coalesce()
 
 
 # Cleared on the threads from this many bytes (a parallel region costs microseconds)
@@ -86,8 +80,6 @@ def clearing(model: PolyModel, layout: ArrayLayout, filled: bool) -> tuple[bool,
     cells = cells_read_unwritten(model, layout.name)
     if cells is None or cells.is_empty():
         return False, []
-    dims = ", ".join(f"i{d}" for d in range(len(layout.shape)))
-    bounds = " and ".join(f"0 <= i{d} < {n}" for d, n in enumerate(layout.shape)) or "true"
-    box = isl.Set(f"{{ {layout.name}[{dims}] : {bounds} }}")
-    lines = None if box.is_subset(cells) else clearing_lines(layout, cells)
+    whole = model.extents[layout.name].is_subset(cells)
+    lines = None if whole else clearing_lines(layout, cells)
     return (True, []) if lines is None else (False, lines)

@@ -270,8 +270,7 @@ def conv2d(
             out_loops = [("n", "N"), ("kb", kb), ("m", str(rows * W)), ("k", str(BLOCK))]
             out = f"[n][kb][m / {W}][m % {W}][k]"
             conv_loops = out_loops[:3] + [("cb", cb), ("c", str(BLOCK)), out_loops[3]]
-            body = (f"y{out} += {'xs' if strided else 'x'}[n][cb][m / {W}][m % {W}][c] * "
-                    "w[kb][cb][0][0][c][k];")
+            body = f"y{out} += {source}[n][cb][m / {W}][m % {W}][c] * w[kb][cb][0][0][c][k];"
     elif layout == "nhwc":
         out_shape = ["N", P, Q, "K"]
         out_loops = [("n", "N"), ("p", P), ("q", Q), ("k", "K")]
@@ -332,19 +331,23 @@ def conv2d(
 
 def subsampled_positions(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
     """Whether a blocked forward convolution copies the input positions it reads together and
-    runs its output positions as one loop: a dense 1 x 1 window at a stride > 1 without
-    padding whose output rows are shorter than SHORT_ROW (ResNet's 14 x 14 -> 7 x 7 ones)."""
-    return (sizes["R"] == sizes["S"] == 1 and stride > 1 and not any(padding)
-            and (sizes["W"] - 1) // stride + 1 < SHORT_ROW and (sizes["H"] - 1) // stride > 0
-            and grouped_form(sizes["C"], sizes["K"], groups) == "dense")
+    runs its output positions as one loop: as `positions_merged`, at a stride > 1 (ResNet's
+    14 x 14 -> 7 x 7 ones)."""
+    return stride > 1 and _short_dense_1x1(sizes, stride, padding, groups)
 
 
 def positions_merged(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
     """Whether a blocked convolution (and its backward passes) runs its output positions as one
     loop: a dense 1 x 1 window at stride 1 without padding (output position = input position),
     rows shorter than SHORT_ROW."""
-    return (sizes["R"] == sizes["S"] == 1 and stride == 1 and not any(padding)
-            and sizes["W"] < SHORT_ROW and sizes["H"] > 1
+    return stride == 1 and _short_dense_1x1(sizes, stride, padding, groups)
+
+
+def _short_dense_1x1(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:
+    """A dense 1 x 1 window without padding, output rows shorter than SHORT_ROW, more than one
+    row."""
+    return (sizes["R"] == sizes["S"] == 1 and not any(padding)
+            and (sizes["W"] - 1) // stride + 1 < SHORT_ROW and (sizes["H"] - 1) // stride > 0
             and grouped_form(sizes["C"], sizes["K"], groups) == "dense")
 
 

@@ -208,10 +208,15 @@ def test_calls_over_one_input_channel_block_overwrite_y(dtype: str) -> None:
     np.testing.assert_allclose(got, conv2d_numpy(x, w, 1, 1), rtol=1e-4, atol=1e-4)
 
 
-def test_a_batch_tile_must_divide_its_loop() -> None:
+def test_a_batch_tile_must_divide_its_loop_and_pack_nothing() -> None:
     with pytest.raises(ScheduleError, match="batch loop 'cb' of the microkernel is tiled by 3"):
         polydl.conv2d(N=1, C=64, K=32, H=7, W=7, R=3, S=3, padding=1, layout="nchw16c",
                       schedule=_window_schedule(3))
+    packed = _window_schedule(2, 1, blocks=False)
+    packed = replace(packed, microkernel=replace(packed.microkernel, pack_b=True))
+    with pytest.raises(ScheduleError, match="is tiled by 2: .* packs no operand"):
+        polydl.conv2d(N=1, C=64, K=32, H=7, W=7, R=3, S=3, padding=1, layout="nchw16c",
+                      schedule=packed)
 
 
 def test_res5_3x3_calls_keep_one_window_of_weights_in_l1() -> None:
