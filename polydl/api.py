@@ -142,6 +142,7 @@ def conv2d(
         dilation=dilation,
         accumulate=accumulate,
         out_dtype=out_dtype,
+        column_phases=target_of(target, machine).kind == "c",
     )
 
 

@@ -303,6 +303,7 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"layout": "nhwc16c"}, "layout"),
         ({"layout": "nhwc", "C": 4, "K": 4, "groups": 2}, "groups"),
         ({"accumulate": 1}, "accumulate"),
+        ({"column_phases": "yes"}, "column_phases"),
         ({"fuse": ("bias", "bias")}, "fuse"),
         ({"fuse": ("gelu",)}, "fuse"),
         ({"fuse": "relu"}, "fuse"),
@@ -348,3 +349,49 @@ def test_conv2d_bf16_output_is_refused_on_the_cpu_with_a_reason() -> None:
                           fuse=("bias",))
     assert {a.name: a.dtype for a in nest.arrays}["y"] == "bfloat16"
     assert {a.name: a.dtype for a in nest.arrays}["b"] == "bfloat16"
+
+
+def conv2d_numpy_padded(x: np.ndarray, w: np.ndarray, stride: int,
+                        padding: tuple[int, int, int, int]) -> np.ndarray:
+    """`conv2d_numpy` with (top, left, bottom, right) padding."""
+    top, left, bottom, right = padding
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    return conv2d_numpy(xp, w, stride, 0)
+
+
+STEM_CASES = [
+    # c, k, h, w, r, s, stride, (top, left, bottom, right)
+    (3, 8, 20, 22, 7, 7, 2, (3, 3, 3, 3)),  # ResNet's stem, smaller
+    (3, 5, 17, 15, 3, 5, 3, (1, 2, 0, 1)),
+    (4, 6, 9, 9, 3, 3, 2, (0, 0, 0, 0)),
+    (1, 4, 12, 13, 5, 5, 4, (2, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("c, k, h, w, r, s, stride, padding", STEM_CASES)
+def test_strided_nchw_stem_reads_its_input_columns_by_phase(c, k, h, w, r, s, stride, padding) -> None:  # type: ignore[no-untyped-def]
+    """With `column_phases`, an NCHW layer of fewer input channels than a block at a stride
+    copies column iw + left of x into phase (iw + left) % stride of xd and its taps into wd,
+    zero-padded to a whole number of taps a phase; the window then moves at unit stride
+    along q. Both copies leave cells unwritten (cleared, not `filled`); numbers match numpy."""
+    nest, params = conv2d(N=2, C=c, K=k, H=h, W=w, R=r, S=s, stride=stride, padding=padding,
+                          column_phases=True)
+    taps = -(-s // stride)
+    assert loop_vars(nest)[-1] == ["n", "k", "p", "q", "c", "r", "h", "t"]
+    xd, wd = (next(a for a in nest.arrays if a.name == name) for name in ("xd", "wd"))
+    assert xd.local and wd.local and not xd.filled and not wd.filled
+    assert wd.concrete_shape(params) == (k, c, r, stride, taps)
+    inputs = random_inputs(nest, params, seed=5)
+    got = evaluate(nest, params, inputs)["y"]
+    np.testing.assert_allclose(got, conv2d_numpy_padded(inputs["x"], inputs["w"], stride, padding),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("changes", [
+    {"column_phases": False}, {"C": 16}, {"stride": 1}, {"dilation": 2}, {"C": 4, "groups": 2},
+    {"S": 1, "R": 1}, {"layout": "nchw16c"},
+])
+def test_column_phases_only_for_strided_stems(changes: dict) -> None:
+    args = dict(N=1, C=3, K=8, H=15, W=15, R=3, S=3, stride=2, padding=1, column_phases=True)
+    nest, _ = conv2d(**{**args, **changes})  # type: ignore[arg-type]
+    assert "xd" not in {a.name for a in nest.arrays}

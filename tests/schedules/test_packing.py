@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import polydl
+from polydl.api import build_kernel
 from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
 from polydl.poly.model import build_model
@@ -63,13 +64,15 @@ def test_transposed_b_is_packed_into_unit_stride() -> None:
 def test_strided_convolution_packs_an_im2col_copy(q_tile: int | None, dtype: str) -> None:
     """Plain layout, stride 2: x is read with stride 2 along q; the copy per (n, p) makes it
     unit stride and merges the (c, r, s) reduction into one call. A bfloat16 x is copied as
-    bfloat16 (the output accumulates in float32)."""
+    bfloat16 (the output accumulates in float32). (The builder's form that reads x in place:
+    `polydl.conv2d` splits such a stem's columns by phase on the C target instead.)"""
     binding = MicrokernelBinding("S1", m="k", n="q", k="s", batch=("c", "r"), pack_b=True)
     order = ("n", "p") + (("q.t",) if q_tile else ()) + ("c", "r", "k", "q", "s")
     schedule = Schedule(order=order, tiles=(("q", q_tile),) if q_tile else (),
                         parallel=("n",), microkernel=binding)
-    kernel = polydl.conv2d(N=2, C=3, K=10, H=15, W=17, R=3, S=3, stride=2, padding=1,
-                           dtype=dtype, schedule=schedule)
+    nest, params = builders.conv2d(N=2, C=3, K=10, H=15, W=17, R=3, S=3, stride=2, padding=1,
+                                   dtype=dtype)
+    kernel = build_kernel(nest, params, schedule=schedule)
     packed_type = "uint16_t" if dtype == "bfloat16" else "float"
     assert f"{packed_type} *restrict _pd_packed_xp" in kernel.source
     run_and_check(kernel)
