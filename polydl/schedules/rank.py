@@ -183,6 +183,31 @@ def _gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Ac
     return c, a, b
 
 
+@dataclass(frozen=True)
+class _Call:
+    """A microkernel schedule's call, as the variant generators below read it: its binding,
+    its statement and (C, A, B), and the schedule's loops outside the call and its own."""
+
+    mk: MicrokernelBinding
+    statement: StatementModel
+    c: Access
+    a: Access
+    b: Access
+    outer: tuple[str, ...]
+    inner: tuple[str, ...]
+
+
+def _call_of(model: PolyModel, schedule: Schedule) -> _Call | None:
+    """The call of a schedule whose microkernel binds a GEMM-shaped statement; None otherwise."""
+    mk = schedule.microkernel
+    operands = None if mk is None else _gemm_operands(model, mk)
+    if mk is None or operands is None:
+        return None
+    calls = len(mk.loops)
+    return _Call(mk, _bound_statement(model, mk), *operands,
+                 schedule.order[:-calls], schedule.order[-calls:])
+
+
 def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBinding) -> bool:
     """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
     or its k rows are longer than a block) and enough rows of C reuse every block."""
@@ -895,19 +920,15 @@ def outer_tilings(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     tile loop stays in place and its point loop moves in, next to the call, so that a block of
     B (the weights) stays in cache across the loops in between. (Tiling the loops B does not
     index instead measured slower.)"""
-    mk = schedule.microkernel
-    if mk is None:
+    call = _call_of(model, schedule)
+    if call is None:
         return []
-    operands = _gemm_operands(model, mk)
-    if operands is None:
-        return []
-    _, a, _ = operands
-    s = _bound_statement(model, mk)
     out = []
-    for var in schedule.order[:-len(mk.loops)]:
-        if var not in s.iterators or var in schedule.tile_sizes or loop_extent(model, var) < 8:
+    for var in call.outer:
+        if (var not in call.statement.iterators or var in schedule.tile_sizes
+                or loop_extent(model, var) < 8):
             continue
-        if element_stride(model, a, var) != 0:
+        if element_stride(model, call.a, var) != 0:
             continue
         out += [tiled_next_to_call(schedule, var, size) for size in (4, 8)]
     return out
@@ -966,23 +987,18 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     windows 1.07-1.21x), or it reads A, larger than half of L1, again for every block at few
     flops per byte (1 x 1 layers 1.1-2x). Elsewhere more blocks only crowd L1 (a 28-row 1 x 1
     call over 4 blocks ran at 0.67x on 16 cores)."""
-    mk = schedule.microkernel
-    if mk is None or mk.blocks or mk.pack_a or mk.pack_b:
+    call = _call_of(model, schedule)
+    if call is None or call.mk.blocks or call.mk.pack_a or call.mk.pack_b:
         return []
-    operands = _gemm_operands(model, mk)
-    lanes = accumulator_lanes(model, machine, mk)
-    if operands is None or not _native_blocks(model, mk) or trip_count(model, schedule, mk.n) % lanes:
+    mk, s, c, a, b = call.mk, call.statement, call.c, call.a, call.b
+    if not _native_blocks(model, mk) or trip_count(model, schedule, mk.n) % accumulator_lanes(model, machine, mk):
         return []  # no register tile over blocks: whole vectors of float accumulators only
-    c, a, b = operands
-    s = _bound_statement(model, mk)
     a_bytes = _call_bytes(model, schedule, s, a)
     flops = 2 * count_points(_call_cells(model, schedule, s))
     reused = flops >= BLOCKS_A_INTENSITY * a_bytes  # A's cells serve many flops within a call
     if not ((reused and _latency_bound(model, machine, schedule))
             or (not reused and a_bytes > machine.l1_bytes // 2)):
         return []
-    calls = len(mk.loops)
-    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
 
     def moves(var: str) -> bool:
         return (var in s.iterators and var not in mk.loops and element_stride(model, a, var) == 0
@@ -990,10 +1006,11 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
                 and element_stride(model, b, var) not in (0, None))
 
     out = []
-    if outer and moves(outer[-1]) and outer[-1] in schedule.tile_sizes:
-        out.append(replace(schedule, order=tuple(outer[:-1] + [outer[-1]] + inner), parallel=(),
-                           microkernel=replace(mk, blocks=outer[-1])))
-    for var in outer:
+    last = call.outer[-1] if call.outer else None
+    if last is not None and moves(last) and last in schedule.tile_sizes:
+        # already a point loop right outside the call: the call runs it, the order unchanged
+        out.append(replace(schedule, parallel=(), microkernel=replace(mk, blocks=last)))
+    for var in call.outer:
         if not moves(var) or var in schedule.tile_sizes:
             continue
         out += [replace(tiled_next_to_call(schedule, var, size), microkernel=replace(mk, blocks=var))
@@ -1012,19 +1029,14 @@ def window_calls(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> li
     against calls that read 1.2 MiB of weights each (1.09x on 2 of its cores); its backward
     data 1.25x; backward weights at N=32, an image's output gradient kept across the filter
     taps, 1.23-1.68x."""
-    mk = schedule.microkernel
-    if mk is None or not mk.batch or mk.pack_a or mk.pack_b or mk.batch[0] in schedule.tile_sizes:
+    call = _call_of(model, schedule)
+    if (call is None or not call.mk.batch or call.mk.pack_a or call.mk.pack_b
+            or call.mk.batch[0] in schedule.tile_sizes):
         return []
-    operands = _gemm_operands(model, mk)
-    if operands is None:
-        return []
-    c, a, b = operands
-    s = _bound_statement(model, mk)
+    s, c, a, b, outer, inner = call.statement, call.c, call.a, call.b, call.outer, call.inner
     if _call_bytes(model, schedule, s, b) <= machine.l1_bytes // 2:
         return []
-    var = mk.batch[0]
-    calls = len(mk.loops)
-    outer, inner = list(schedule.order[:-calls]), list(schedule.order[-calls:])
+    var = call.mk.batch[0]
     at, sums = len(outer), _call_bytes(model, schedule, s, c)
     while at:  # out past the rows while their partial sums stay in L1 beside B
         loop = outer[at - 1]
