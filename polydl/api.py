@@ -68,8 +68,9 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     of a C file that defines several. A C spec goes through the C preprocessor where it has
     directives or `defines` are given (`{"N": 64}` is `-D N=64`, a None value `-D N`), with
     `include_dirs` searched for its headers (`-I DIR`)."""
-    nest, bound = load_spec(spec, params, function, defines, include_dirs)
-    return build_kernel(nest, bound, target, schedule, machine=machine)
+    resolved = target_of(target, machine)
+    nest, bound = load_spec(spec, params, function, defines, include_dirs, target_kind=resolved.kind)
+    return build_kernel(nest, bound, resolved, schedule)
 
 
 def _build(
@@ -142,7 +143,7 @@ def conv2d(
         dilation=dilation,
         accumulate=accumulate,
         out_dtype=out_dtype,
-        column_phases=target_of(target, machine).kind == "c",
+        **builders.target_options("conv2d", target_of(target, machine).kind),
     )
 
 

@@ -53,12 +53,12 @@ def _params(values: list[str]) -> dict[str, int]:
     return out
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, kind: str = "c"):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
     return load_spec(Path(args.spec), _params(args.param) or None, args.function,
-                     args.define, args.include_dir)
+                     args.define, args.include_dir, target_kind=kind)
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -71,7 +71,7 @@ def _lower(args: argparse.Namespace, kind: str = "c"):
     from polydl.driver.pipeline import lower
 
     target = _target(args, kind)
-    nest, params = _load(args)
+    nest, params = _load(args, kind)
     return lower(nest, params, target, getattr(args, "schedule", "auto"))
 
 

@@ -295,7 +295,7 @@ def run_kernel(name: str, sizes: Mapping[str, int], sides: tuple[str, ...], roun
     path = kernel_path(name)
     result = Result(name, dict(sizes))
     try:
-        nest, params = load_spec(path, dict(sizes))
+        nest, params = load_spec(path, dict(sizes), target_kind="c")
     except PolyDLError as exc:
         result.status = "refused: " + str(exc).splitlines()[0]
         return result

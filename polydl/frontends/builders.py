@@ -202,7 +202,7 @@ def conv2d(
     kernel that fuses that start never reads y; by default the convolution adds into y.
     `column_phases`: an NCHW stem (`phased_columns`) reads its input's columns split by their
     phase modulo the stride, so that its window moves along a row of outputs at unit stride;
-    `polydl.conv2d` asks for it on the C target (CUDA's kernels ran it at 0.83-0.95x)."""
+    `polydl.conv2d` and TOML specs ask for it on the C target (`target_options`)."""
     sizes = {
         name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
@@ -355,6 +355,13 @@ def conv2d(
     nests += fused_nests
     text = function_text("conv2d", list(sizes), arrays, nests)
     return parse_built("conv2d", text, sizes, local=("xp", "xs", "xd", "wd"), filled=("xs",))
+
+
+def target_options(primitive: str, kind: str | None) -> dict[str, bool]:
+    """The builder options the kernels of a target kind ("c", "cuda", "hip"; None: not known)
+    take unless a caller sets them: the C target's NCHW stems read their input's columns by
+    phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place)."""
+    return {"column_phases": True} if primitive == "conv2d" and kind == "c" else {}
 
 
 def phased_columns(sizes: dict[str, int], stride: int, dilation: int, groups: int) -> bool:

@@ -99,10 +99,13 @@ def load_spec(
     function: str | None = None,
     defines: Mapping[str, object] | Iterable[str] | None = None,
     include_dirs: Iterable[str | os.PathLike[str]] | None = None,
+    target_kind: str | None = None,
 ) -> tuple[LoopNest, dict[str, int]]:
     """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes;
     `function` picks one function of a C file that defines several; `defines` and
-    `include_dirs` are the C preprocessor's macros and header folders (`-D`, `-I`)."""
+    `include_dirs` are the C preprocessor's macros and header folders (`-D`, `-I`);
+    `target_kind` the kind of target it is built for (a TOML primitive's form may follow it:
+    `builders.target_options`)."""
     text, filename, kind = read_spec(spec)
     check_size(text, filename)
     if kind == "toml":
@@ -112,7 +115,7 @@ def load_spec(
         if defines or include_dirs:
             raise SpecError("defines and include_dirs are for the C preprocessor; a TOML spec "
                             "names a primitive", filename)
-        return parse_toml(text, filename, params)
+        return parse_toml(text, filename, params, target_kind)
     base_dir = None if filename == "<spec>" else str(Path(filename).resolve().parent)
     options = preprocessing(defines, include_dirs, base_dir)
     parsed = read_c(text, filename, function, options)

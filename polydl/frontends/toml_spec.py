@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from polydl.errors import ArgumentError, SourcePosition, SpecError
-from polydl.frontends.builders import Built
+from polydl.frontends.builders import Built, target_options
 from polydl.frontends.primitives import PRIMITIVES
 from polydl.ir import LoopNest
 
@@ -108,7 +108,8 @@ def _describe(value: object) -> str:
 
 
 def parse_toml(
-    text: str, filename: str = "<spec>", overrides: Mapping[str, int] | None = None
+    text: str, filename: str = "<spec>", overrides: Mapping[str, int] | None = None,
+    target_kind: str | None = None,
 ) -> tuple[LoopNest, dict[str, int]]:
     try:
         document = tomllib.loads(text)
@@ -167,6 +168,8 @@ def parse_toml(
             f"primitive '{primitive}' needs the size(s) {', '.join(missing)}; missing",
             where.key("primitive"),
         )
+    for key, value in target_options(primitive, target_kind).items():
+        arguments.setdefault(key, value)
     try:
         return builder(**arguments)
     except ArgumentError as exc:

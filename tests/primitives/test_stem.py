@@ -68,3 +68,35 @@ def test_the_form_follows_the_target(monkeypatch: pytest.MonkeyPatch, target: st
     monkeypatch.setattr(api, "build_kernel", lambda nest, params, *a, **k: built.append(nest))
     polydl.conv2d(N=1, C=3, K=16, H=32, W=32, R=7, S=7, stride=2, padding=3, target=target)
     assert ("xd" in {a.name for a in built[0].arrays}) == phased
+
+
+STEM_TOML = """primitive = "conv2d"
+N = 1
+C = 3
+K = 16
+H = 32
+W = 32
+R = 7
+S = 7
+stride = 2
+padding = 3
+"""
+
+
+def test_a_toml_stem_takes_the_form_of_its_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A TOML spec compiled for the C target gets the phase form as `polydl.conv2d` does
+    (`builders.target_options`), unless it sets `column_phases`; loaded without a target it
+    is the builder's default."""
+    from polydl.frontends import load_spec
+
+    spec = tmp_path / "stem.toml"
+    spec.write_text(STEM_TOML)
+    k = polydl.compile(str(spec), machine=host_target())
+    assert "xd" in {a.name for a in k.nest.arrays}
+    run_and_check(k, lambda x, w: conv2d_numpy_padded(x, w, 2, (3, 3, 3, 3)))
+    spec.write_text(STEM_TOML + "column_phases = false\n")
+    assert "xd" not in {a.name for a in polydl.compile(str(spec), machine=host_target()).nest.arrays}
+    spec.write_text(STEM_TOML)
+    assert "xd" not in {a.name for a in load_spec(spec)[0].arrays}
+    assert "xd" in {a.name for a in load_spec(spec, target_kind="c")[0].arrays}
+    assert "xd" not in {a.name for a in load_spec(spec, target_kind="cuda")[0].arrays}
