@@ -76,8 +76,11 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
 def _build(
     builder: str, target: TargetArg, machine: MachineArg, schedule: ScheduleArg, **sizes: Any
 ) -> Kernel:
-    nest, params = builders.PRIMITIVES[builder](**sizes)
-    return build_kernel(nest, params, target, schedule, machine=machine)
+    resolved = target_of(target, machine)
+    # the builder's form for the target where the caller leaves it (as a TOML spec's loading)
+    options = builders.target_options(builder, resolved.kind)
+    nest, params = builders.PRIMITIVES[builder](**{**options, **sizes})
+    return build_kernel(nest, params, resolved, schedule)
 
 
 def matmul(
@@ -143,7 +146,6 @@ def conv2d(
         dilation=dilation,
         accumulate=accumulate,
         out_dtype=out_dtype,
-        **builders.target_options("conv2d", target_of(target, machine).kind),
     )
 
 

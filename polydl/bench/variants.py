@@ -84,7 +84,7 @@ def _build(case: Case, layout: str, dtype: str, fuse: tuple[str, ...], x: np.nda
         nest, params = builders.conv2d(
             N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
             stride=s["stride"], padding=s["padding"], dtype=dtype, layout=layout, fuse=fuse,
-            column_phases=True)
+            **builders.target_options("conv2d", "c"))
         kernel = build_kernel(nest, params, schedule=schedule)
     compile_s = time.perf_counter() - t0
     inputs, plain = _layout_inputs(case, layout, x, w, extra, dtype)

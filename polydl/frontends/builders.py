@@ -296,8 +296,8 @@ def conv2d(
         bias_shape, bias = ["K"], "[k]"
         x_shape = ["N", "C", "H", "W"]
         xp_shape = ["N", "C", *padded]
-        copy = zero_based_nest([("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")],
-                               f"xp[n][c][{ih}][{iw}] = x[n][c][ih][iw];")
+        copy_loops: list[tuple[str, int | str]] = [("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")]
+        copy = zero_based_nest(copy_loops, f"xp[n][c][{ih}][{iw}] = x[n][c][ih][iw];")
         if column_phases and phased_columns(sizes, stride, dilation, groups):
             # column iw + left of the padded input goes to phase (iw + left) % stride, place
             # (iw + left) / stride; tap s to phase s % stride, place s / stride, its weights
@@ -308,8 +308,7 @@ def conv2d(
             source = "xd"
             xp_shape = ["N", "C", padded[0], str(stride), str(places)]
             copy = zero_based_nest(
-                [("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")],
-                f"xd[n][c][{ih}][({iw}) % {stride}][({iw}) / {stride}] = x[n][c][ih][iw];")
+                copy_loops, f"xd[n][c][{ih}][({iw}) % {stride}][({iw}) / {stride}] = x[n][c][ih][iw];")
             weight_copy = zero_based_nest(
                 [("k", "K"), ("c", "C"), ("r", "R"), ("s", "S")],
                 f"wd[k][c][r][s % {stride}][s / {stride}] = w[k][c][r][s];")

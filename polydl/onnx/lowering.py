@@ -415,7 +415,8 @@ def _conv(low: Lowering, node: Node) -> None:
     pads = geometry.pads
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
-                            dilation=dh, accumulate=in_place, column_phases=True)
+                            dilation=dh, accumulate=in_place,
+                            **builders.target_options("conv2d", "c"))
     w32 = weights.astype(np.float32)
     arguments = {"y": out.buffer, "x": x.buffer}
     if blocked:

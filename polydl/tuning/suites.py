@@ -69,7 +69,7 @@ def _problem(name: str, primitive: str, sizes: dict[str, int], dtype: str) -> Su
                           f"matmul, {', '.join(_CONV)}")
     # blocked where the channels allow it, as the networks and the benchmarks run them
     layout = "nchw16c" if sizes["C"] % BLOCK == 0 and sizes["K"] % BLOCK == 0 else "nchw"
-    # the C target's form of a stem, as `polydl.conv2d` builds it there
-    form = {"column_phases": True} if primitive == "conv2d" else {}
-    nest, params = _CONV[primitive](**sizes, dtype=dtype, layout=layout, **form)
+    # the C target's forms (a stem's column phases), as `polydl.conv2d` builds them there
+    options = builders.target_options(primitive, "c")
+    nest, params = _CONV[primitive](**sizes, dtype=dtype, layout=layout, **options)
     return SuiteProblem(name, nest, dict(params))
