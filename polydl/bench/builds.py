@@ -12,6 +12,7 @@ import numpy as np
 
 from polydl.bench.cases import Case
 from polydl.bench.timing import Runner, time_runners
+from polydl.runtime.kernel import aligned_zeros
 from polydl.runtime.verify import compare
 
 Shape = tuple[int, ...]
@@ -41,9 +42,12 @@ class Pass:
 def polydl_runner(
     kernel: Any, inputs: list[np.ndarray], plain: Callable[[np.ndarray], np.ndarray]
 ) -> Runner:
-    """Timed through the in-place call `k(*inputs, C=out)`: the kernel, not an allocation."""
+    """Timed through the in-place call `k(*inputs, C=out)`: the kernel, not an allocation.
+    `out` starts on a cache line, as the output of `k(*inputs)` does and as PyTorch's tensors
+    do (a large `np.zeros` starts 16 bytes past one, and every stored vector would straddle
+    two lines); the inputs are numpy's as they come."""
     out_arg = next(a for a in kernel.arguments if not a.is_input)
-    out = np.zeros(out_arg.shape, dtype=np.dtype(out_arg.dtype))
+    out = aligned_zeros(out_arg.shape, np.dtype(out_arg.dtype))
     named = {out_arg.name: out}
     return Runner("polydl", lambda: kernel(*inputs, **named), lambda: plain(kernel(*inputs)))
 

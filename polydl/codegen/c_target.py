@@ -8,10 +8,12 @@ declaration order (`const` for inputs); size parameters are compile-time constan
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from polydl.codegen.accumulators import AccumulatorPrinter
 from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
+from polydl.codegen.line_copies import line_copies
 from polydl.codegen.loops import LoopPrinter
 from polydl.codegen.microkernel_call import CallPrinter
 from polydl.codegen.register_tiles import RowTilePrinter
@@ -49,11 +51,14 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
     )
 
 
-def c_parameters(arguments: tuple[KernelArgument, ...]) -> list[str]:
-    """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value."""
+def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None) -> list[str]:
+    """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value.
+    `renamed`: parameters the definition spells otherwise (the body reads a local by the
+    array's name: `line_copies`)."""
+    renamed = renamed or {}
     return [
         f"const {a.c_type} {a.name}" if not a.shape
-        else f"{'const ' if a.is_input else ''}{a.c_type} *restrict {a.name}"
+        else f"{'const ' if a.is_input else ''}{a.c_type} *restrict {renamed.get(a.name, a.name)}"
         for a in arguments
     ]
 
@@ -184,20 +189,24 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if call.pack_a is not None
     ]
 
+    # inputs read in vectors that the caller may give off a cache line: copied onto one
+    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
+    on_line = [{"name": a, "given": g, "c_type": layouts[a].c_type, "count": math.prod(layouts[a].shape)}
+               for a, g in given.items()]
     name = model.nest.name
-    parameters = c_parameters(arguments)
     origin = comment_text(model.nest.filename)
-    values = dict(name=name, version=__version__, origin=origin, parameters=parameters,
+    values = dict(name=name, version=__version__, origin=origin, parameters=c_parameters(arguments),
                   target=comment_text(target.describe()))
     source = render(
         "c/kernel.c.j2",
-        **values,
+        **{**values, "parameters": c_parameters(arguments, given)},
         schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS,
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,
+        line_copies=on_line,
         body=body,
         # microkernels that reuse a packed constant input across calls count the calls
         tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
