@@ -34,7 +34,7 @@ from polydl.errors import (
     ToolchainWarning,
     UnsupportedOperator,
 )
-from polydl.runtime.kernel import Kernel
+from polydl.runtime.kernel import Kernel, aligned
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget, GpuTarget, Target
 from polydl.version import __version__
@@ -57,6 +57,7 @@ __all__ = [
     "GpuTarget",
     "Target",
     "__version__",
+    "aligned",
     "batchnorm_inference",
     "batchnorm_statistics",
     "compile",

@@ -341,6 +341,19 @@ def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 
 
+def aligned(array: Any) -> np.ndarray:
+    """`array` as a C-contiguous numpy array whose data starts on a 64-byte cache line: the
+    array itself where it is one, else a copy. Weights held this way spare a kernel its copy
+    onto a line per call, or the split vector loads where the copy does not pay
+    (`codegen/line_copies.py`): a large numpy array starts 16 bytes past a line."""
+    array = np.asarray(array)
+    if array.flags.c_contiguous and array.ctypes.data % OUTPUT_ALIGNMENT == 0:
+        return array
+    out = aligned_zeros(array.shape, array.dtype)
+    out[...] = array
+    return out
+
+
 def _address(array: np.ndarray) -> int:
     """Where a writeable array's data starts (what `array.ctypes.data` says, in a fraction of
     its time)."""

@@ -93,3 +93,15 @@ def test_operands_whose_vectors_are_not_on_lines_or_are_packed_are_not_copied() 
     gemm = polydl.matmul(M=1024, N=1024, K=1024, machine=spr)
     assert gemm.schedule.microkernel is not None and gemm.schedule.microkernel.pack_b
     assert not _copies(gemm)
+
+
+def test_aligned_gives_an_array_on_a_line_and_keeps_one_that_is() -> None:
+    w = np.arange(40000, dtype=np.float32).reshape(200, 200)
+    off = _at(w, 16)
+    on = polydl.aligned(off)
+    assert on.ctypes.data % 64 == 0 and on.flags.c_contiguous and on.dtype == np.float32
+    np.testing.assert_array_equal(on, w)
+    assert polydl.aligned(on) is on
+    strided = polydl.aligned(_at(w, 0)[:, ::2])  # not contiguous: copied
+    assert strided.flags.c_contiguous and strided.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(strided, w[:, ::2])
