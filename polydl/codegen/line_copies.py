@@ -9,7 +9,8 @@ layers 4-23% slower (1 x 1 layers the most: their calls issue a load of B per 7 
 broadcasts). Such an input is copied, once per call, into scratch that starts on a line, and the
 kernel reads the copy; an input already on a line is read in place. The copy is made only where
 its estimated time is within 2% of the kernel's: on 16 cores a 0.2-0.5 ms layer at N=2 ran
-4-11% slower with its weights copied (256-512 KiB), a 3 ms one at N=32 5-16% faster.
+4-11% slower with its weights copied (256-512 KiB), a 3 ms one at N=32 5-16% faster, and copies
+of 1-6 MiB (weights, or a weight gradient's dy) gained nothing or lost up to 6%.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from polydl.target.cpu import CpuTarget
 
 LINE_BYTES = 64  # a cache line, and an AVX-512 vector
 COPY_SHARE = 0.02  # the most of a kernel's time a copy may take
-# The copy's estimate: one thread's memcpy below PARALLEL_COPY_BYTES (as the kernel does it),
-# else all the threads' after a fork and join.
+# The copy's estimate. Copies from PARALLEL_COPY_BYTES on are made by all the threads (after a
+# fork and join), but what a copy added to a kernel on the 16-core host came to 5.5-9.7 GB/s
+# all the same (the kernel over copied weights against the same kernel over weights on a line:
+# forward res4_1x1b and res4_3x3, weight gradients of res4_3x3 and res5_1x1c at N=32): the
+# other cores then read the copy from the caches of the cores that wrote it.
 PARALLEL_COPY_BYTES = 512 << 10
-MEMCPY_BYTES_PER_S = 10e9
-THREAD_COPY_BYTES_PER_S = 6e9
+COPY_BYTES_PER_S = 8e9
 FORK_JOIN_S = 5e-6
 # The kernel's estimate: 60% of two FMA pipes' peak at 2.5 GHz on every core.
 CORE_HZ, KERNEL_EFFICIENCY = 2.5e9, 0.6
@@ -73,10 +76,8 @@ def _pays(model: PolyModel, target: CpuTarget, array: str) -> bool:
     a = model.nest.array(array)
     nbytes = math.prod(a.concrete_shape(model.params)) * DTYPES[a.dtype].bytes
     cores = max(target.cores, 1)
-    if nbytes < PARALLEL_COPY_BYTES or cores == 1:
-        copy_s = nbytes / MEMCPY_BYTES_PER_S
-    else:
-        copy_s = FORK_JOIN_S + nbytes / (cores * THREAD_COPY_BYTES_PER_S)
+    forks = nbytes >= PARALLEL_COPY_BYTES and cores > 1
+    copy_s = FORK_JOIN_S * forks + nbytes / COPY_BYTES_PER_S
     core_flops = 2 * 2 * target.vector_lanes(a.dtype) * CORE_HZ * KERNEL_EFFICIENCY
     return copy_s <= COPY_SHARE * model.flops / (cores * core_flops)
 
