@@ -43,6 +43,8 @@ def line_copies(scheduled: ScheduledNest, target: CpuTarget) -> tuple[str, ...]:
     """The kernel's input arrays (names, in declaration order) to copy onto a line when the
     caller gives them off one: read in place as a call's B, every vector of them a whole number
     of lines from the array's start, and a copy short beside the kernel on `target`."""
+    if target.isa == "scalar":
+        return ()  # no vectors to straddle a line
     model = scheduled.model
     inputs = {a.name: a for a in model.nest.parameters if a.is_input and a.shape}
     chosen: set[str] = set()

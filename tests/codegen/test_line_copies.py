@@ -105,3 +105,11 @@ def test_aligned_gives_an_array_on_a_line_and_keeps_one_that_is() -> None:
     strided = polydl.aligned(_at(w, 0)[:, ::2])  # not contiguous: copied
     assert strided.flags.c_contiguous and strided.ctypes.data % 64 == 0
     np.testing.assert_array_equal(strided, w[:, ::2])
+
+
+def test_scalar_code_reads_its_inputs_in_place() -> None:
+    generic = polydl.target.CPU_PRESETS["generic"]
+    assert generic.isa == "scalar"
+    kernel = polydl.conv2d(N=4, C=32, K=64, H=28, W=28, R=1, S=1, layout="nchw16c",
+                           machine=replace(generic, cores=2))
+    assert not _copies(kernel)
