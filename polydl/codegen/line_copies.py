@@ -8,9 +8,10 @@ costs two loads. On the 16-core Sapphire Rapids host, weights 16 bytes off a lin
 layers 4-23% slower (1 x 1 layers the most: their calls issue a load of B per 7 to 28
 broadcasts). Such an input is copied, once per call, into scratch that starts on a line, and the
 kernel reads the copy; an input already on a line is read in place. The copy is made only where
-its estimated time is within 2% of the kernel's: on 16 cores a 0.2-0.5 ms layer at N=2 ran
-4-11% slower with its weights copied (256-512 KiB), a 3 ms one at N=32 5-16% faster, and copies
-of 1-6 MiB (weights, or a weight gradient's dy) gained nothing or lost up to 6%.
+its estimated time is within 2% of the kernel's: on 16 cores, layers of 0.2-0.5 ms at N=2 ran
+3-16% slower with their weights copied (150-512 KiB), those of 2-8 ms at N=32 1.00-1.16x as
+fast (16-576 KiB), and copies of 1-6 MiB (weights, or a weight gradient's dy) gained nothing or
+lost up to 6%.
 """
 
 from __future__ import annotations
