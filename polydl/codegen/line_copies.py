@@ -17,10 +17,9 @@ lost up to 6%.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from polydl.dtypes import DTYPES
-from polydl.ir import Access, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar
+from polydl.ir import Access, eval_int
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import ScheduledNest
 from polydl.schedules.strides import element_stride
@@ -71,7 +70,7 @@ def _vectors_on_lines(model: PolyModel, b: Access, n: str, iterators: tuple[str,
         stride = element_stride(model, b, var)
         if stride is None or (var != n and stride % per_line):
             return False
-    start = _offset_at_zero(model, b)
+    start = _offset_at_zero(model, b, iterators)
     return start is not None and start % per_line == 0
 
 
@@ -85,35 +84,15 @@ def _pays(model: PolyModel, target: CpuTarget, array: str) -> bool:
     return copy_s <= COPY_SHARE * model.flops / (cores * core_flops)
 
 
-def _offset_at_zero(model: PolyModel, access: Access) -> int | None:
+def _offset_at_zero(model: PolyModel, access: Access, iterators: tuple[str, ...]) -> int | None:
     """The flat element offset of `access` with every loop variable at 0 (sizes at their
-    values); None where a subscript is not plain arithmetic."""
+    values); None where a subscript cannot be evaluated so."""
     shape = model.nest.array(access.array).concrete_shape(model.params)
+    env = {**model.params, **dict.fromkeys(iterators, 0)}
     offset = 0
     for index, extent in zip(access.indices, shape, strict=True):
-        value = _value(index, model.params)
-        if value is None:
+        try:
+            offset = offset * extent + eval_int(index, env)
+        except (KeyError, ZeroDivisionError):
             return None
-        offset = offset * extent + value
     return offset
-
-
-def _value(expr: IntExpr, params: Mapping[str, int]) -> int | None:
-    if isinstance(expr, IntConst):
-        return expr.value
-    if isinstance(expr, IntVar):
-        return params.get(expr.name, 0)
-    if isinstance(expr, IntNeg):
-        inner = _value(expr.operand, params)
-        return None if inner is None else -inner
-    if isinstance(expr, IntMinMax):
-        return None
-    assert isinstance(expr, IntBinary)
-    left, right = _value(expr.left, params), _value(expr.right, params)
-    if left is None or right is None:
-        return None
-    if expr.op in ("/", "%"):
-        if right <= 0 or left < 0:
-            return None
-        return left // right if expr.op == "/" else left % right
-    return {"+": left + right, "-": left - right, "*": left * right}.get(expr.op)

@@ -9,6 +9,7 @@ import pytest
 
 import polydl
 from polydl import layouts
+from polydl.bench.forward import numpy_conv2d
 from polydl.target.host import host_target
 
 
@@ -19,19 +20,6 @@ def _at(array: np.ndarray, offset: int) -> np.ndarray:
     view = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
     view[...] = array
     return view
-
-
-def _conv(x: np.ndarray, w: np.ndarray, padding: int) -> np.ndarray:
-    """y[n][k][p][q] = sum x[n][c][p + r - pad][q + s - pad] w[k][c][r][s], in float64."""
-    n, c, h, wd = x.shape
-    k, _, r, s = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    p, q = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
-    y = np.zeros((n, k, p, q))
-    for i in range(r):
-        for j in range(s):
-            y += np.einsum("nchw,kc->nkhw", xp[:, :, i:i + p, j:j + q], w[:, :, i, j].astype(np.float64))
-    return y
 
 
 TWO_CORES = replace(host_target(), cores=2)
@@ -50,7 +38,7 @@ def test_blocked_weights_off_a_line_are_copied_and_the_results_do_not_change(R: 
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (N, C, H, H)).astype(np.float32)
     w = rng.uniform(-1, 1, (K, C, R, R)).astype(np.float32)
-    want = _conv(x, w, padding)
+    want = numpy_conv2d(x.astype(np.float64), w.astype(np.float64), 1, padding)
     xb, wb = layouts.to_nchw16c(x), layouts.to_kcrs16c16k(w)
     for offset in (16, 0, 4, 32, 48, 16):
         y = kernel(_at(xb, offset), _at(wb, offset))
@@ -68,7 +56,7 @@ def test_a_copy_made_by_every_thread_gives_the_same_numbers() -> None:
     x = rng.uniform(-1, 1, (N, C, H, H)).astype(np.float32)
     w = rng.uniform(-1, 1, (K, C, 1, 1)).astype(np.float32)
     y = kernel(_at(layouts.to_nchw16c(x), 16), _at(layouts.to_kcrs16c16k(w), 16))
-    np.testing.assert_allclose(layouts.from_nchw16c(y, K), _conv(x, w, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layouts.from_nchw16c(y, K), numpy_conv2d(x.astype(np.float64), w.astype(np.float64), 1, 0), rtol=1e-4, atol=1e-4)
 
 
 def _copies(kernel: polydl.runtime.kernel.Kernel) -> bool:  # type: ignore[name-defined]
