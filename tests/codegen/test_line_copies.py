@@ -101,3 +101,38 @@ def test_scalar_code_reads_its_inputs_in_place() -> None:
     kernel = polydl.conv2d(N=4, C=32, K=64, H=28, W=28, R=1, S=1, layout="nchw16c",
                            machine=replace(generic, cores=2))
     assert not _copies(kernel)
+
+
+def test_a_copy_that_cannot_be_allocated_is_a_polydl_error() -> None:
+    """64 MiB of weights off a line, in a process whose address space has no room for their
+    copy: the call fails with polydl's error, before any arithmetic, and the process lives on."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import resource
+        from dataclasses import replace
+        import numpy as np
+        import polydl
+        from polydl.target.host import host_target
+        k = polydl.conv2d(N=2, C=4096, K=4096, H=28, W=28, R=1, S=1, layout="nchw16c",
+                          machine=replace(host_target(), cores=1))
+        assert "pd_on_line(_pd_given_w, " in k.source
+        x, w = (np.zeros(a.shape, np.float32) for a in k.inputs)
+        raw = np.zeros(w.nbytes + 64, np.uint8)
+        start = -raw.ctypes.data % 64 + 16
+        w = raw[start:start + w.nbytes].view(np.float32).reshape(w.shape)
+        y = np.zeros(k.outputs[0].shape, np.float32)
+        pages = int(open("/proc/self/statm").read().split()[0])
+        room = pages * resource.getpagesize() + (16 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (room, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        try:
+            k(x, w, y=y)
+        except polydl.PolyDLError as exc:
+            print("error:", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "error: kernel conv2d could not allocate its scratch memory" in done.stdout
