@@ -2,11 +2,12 @@
 """Tuning: how well the learned cost model predicts schedules, how fast the search finds them,
 how tuning throughput scales with workers.
 
-    python benchmarks/tuning.py collect [--suites gemm,resnet50,...] [--per-problem 20]
+    python benchmarks/tuning.py collect [--suites gemm,resnet50,...] [--per-problem 24]
                                         [--workers N] [--threads T] [--chunk 0] [--problems a,b]
                                         [--db FILE] [--time-limit S]
     python benchmarks/tuning.py throughput [--workers 1,8] [--threads T] [--candidates 64]
                                            [--mode tune|requests]
+    python benchmarks/tuning.py picks [--db FILE] [--top 8] [--workers N] [--threads T]
     python benchmarks/tuning.py analyze [--db FILE] [--full-space] [--json FILE]
 
 `collect` measures, per problem of each suite, the analytic choice, the next best half of
@@ -17,13 +18,16 @@ shares of `--threads` cores each (`tuner.PoolExecutor`), the requests with the m
 first; every trial goes to the database. It resumes: trials already there are not measured
 again. `throughput` tunes the same problems with 1 and N workers on fresh databases and compile
 caches and reports candidates per hour (the search spaces, computed once before, not counted).
+`picks` measures, per problem, the points that the model trained without the problem's suite
+ranks first over the whole search space (`--top`), as a model-guided search measures them first.
 `analyze` reads the database: leave one suite out (train the cost model on the others' trials,
 predict the held-out suite's problems): the fraction of problems whose pick is within 5% of the
 best measured, the mean and worst pick; measurements until one within 5% of the best, in the
 model's order against the expectation of random order ((n + 1) / (g + 1) for g good of n),
-and with `--full-space` the same over every problem's whole search space; and the best
-measured against the analytic choice per suite (geometric mean). Prints a table, writes JSON
-(default benchmarks/results/tuning.json).
+and with `--full-space` the same over every problem's whole search space (exact where `picks`
+measured the model's first points), with the model's first point of the whole space against
+the best measured; and the best measured against the analytic choice per suite (geometric
+mean). Prints a table, writes JSON (default benchmarks/results/tuning.json).
 """
 
 from __future__ import annotations
@@ -78,6 +82,13 @@ def chosen_candidates(space: list, per_problem: int, seed: str) -> list:
     rest = space[len(top):]
     rng = random.Random(seed)
     return top + rng.sample(rest, min(len(rest), per_problem - len(top)))
+
+
+def random_sample(space_keys: list, per_problem: int, seed: str) -> set:
+    """The points `chosen_candidates` drew at random for a problem (beyond the top half by
+    analytic cost): the sample the share of good points in the rest of the space is estimated
+    from, never the points measured because a model ranked them first."""
+    return set(chosen_candidates(space_keys, per_problem, seed)[max(1, per_problem // 2):])
 
 
 def longest_first(requests: list[Request], flops: list[float]) -> list[int]:
@@ -180,17 +191,21 @@ def spaces_of(trials: list, problems: dict) -> dict:
         return {(k, target): space for k, target, space in found}
 
 
-def search_counts(model: CostModel, space: list, trials: list, top: int) -> dict:
-    """Measurements until one within 5% of the best measured, over the whole search space:
-    in the model's order and in the analytic order, unmeasured points counted as misses (an
-    upper bound), and the expectation of random order, with the share of good points among
-    the unmeasured estimated from the random sample `collect` measured beyond the `top`."""
+def search_counts(model: CostModel, space: list, trials: list, per_problem: int, seed: str) -> dict:
+    """Over the whole search space: measurements until one within 5% of the best measured, in
+    the model's order and in the analytic order, unmeasured points counted as misses (an upper
+    bound; `picks` measures the model's first points, which makes it exact there), and the
+    expectation of random order, the share of good points among the points `collect` did not
+    take by analytic cost estimated from its random sample. Also how the model's first point
+    over the whole space (what `schedule="tuned"` compiles without a database hit) compares
+    with the best measured, where it was measured."""
     times = dict(zip((t.schedule_key for t in trials), records.comparable_times(trials), strict=True))
     best = min(times.values())
     good = {k for k, x in times.items() if x <= best / 0.95}
     keys = [k for k, _ in space]
+    top = max(1, per_problem // 2)
     rest = keys[top:]
-    sampled = [k for k in rest if k in times]
+    sampled = [k for k in random_sample(keys, per_problem, seed) if k in times]
     good_rest = sum(k in good for k in sampled) / len(sampled) * len(rest) if sampled else 0.0
     estimated_good = sum(k in good for k in keys[:top]) + good_rest
     scores = model.predict([f for _, f in space])
@@ -198,18 +213,69 @@ def search_counts(model: CostModel, space: list, trials: list, top: int) -> dict
 
     def until_good(order: list) -> int:
         return next((n for n, k in enumerate(order, 1) if k in good), len(order))
+    first = by_model[0] if by_model else None
     return {"space": len(keys), "model": until_good(by_model), "analytic": until_good(keys),
-            "random": (len(keys) + 1) / (estimated_good + 1)}
+            "random": (len(keys) + 1) / (estimated_good + 1),
+            "space_pick": best / times[first] if first in times else None}
 
 
-def analyze(args: argparse.Namespace) -> dict:
-    db = PerfDatabase(args.db, system=False)
-    trials = db.trials()
+def suite_index() -> tuple[dict, dict]:
+    """Each problem key of the CPU suites: its suite, and its (nest, params)."""
     suite_of, problems = {}, {}
     for suite in SUITES:
         for p in suite_problems(suite):
             key = records.problem_key(p.nest, p.params)
             suite_of[key], problems[key] = suite, (p.nest, p.params)
+    return suite_of, problems
+
+
+def picks(args: argparse.Namespace) -> None:
+    """Measure, per problem, the points the model trained without the problem's suite ranks
+    first over the whole search space (what a model-guided search measures first, and what
+    `schedule="tuned"` compiles without a database hit), beside the analytic choice as
+    `collect` does; points already measured are not measured again."""
+    shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(args.workers)]
+    db = PerfDatabase(args.db, system=False)
+    trials = db.trials()
+    suite_of, problems = suite_index()
+    by_suite: dict[str, list] = defaultdict(list)
+    for t in trials:
+        by_suite[suite_of.get(t.problem.key, "other")].append(t)
+    jobs, flops = [], []
+    for held in [s for s in SUITES if by_suite.get(s)]:
+        model = CostModel.train([t for s, ts in by_suite.items() if s != held for t in ts])
+        groups = sorted({(t.problem.key, t.target_key) for t in by_suite[held]})
+        for target_key in sorted({target for _, target in groups}):
+            target = CpuTarget.from_dict(json.loads(target_key))
+            if target.cores != args.threads:
+                raise SystemExit(f"{held}: trials for {target.cores} cores; run with --threads {target.cores}")
+            keys = [k for k, target in groups if target == target_key]
+            for key, space in zip(keys, search_spaces([problems[k] for k in keys], target), strict=True):
+                scores = model.predict([c.features for c in space])
+                done = db.measured(key, target_key)
+                first = [space[i] for i in sorted(range(len(space)), key=scores.__getitem__)[:args.top]]
+                todo = [c for c in first if c.key not in done]
+                reference = analytic_choice(space)
+                problem = Problem.of(*problems[key])
+                for i in range(0, len(todo), args.chunk):
+                    jobs.append((problem, target, todo[i:i + args.chunk], reference))
+                    flops.append(problem_flops(space))
+    requests = [referenced_request(*problems[problem.key], target, chunk, reference, LIMITS)
+                for problem, target, chunk, reference in jobs]
+    print(f"{sum(len(c) for _, _, c, _ in jobs)} points to measure in {len(jobs)} requests on "
+          f"{len(shares)} workers", flush=True)
+    start = time.monotonic()
+    order = longest_first(requests, flops)
+    for index, outcomes in PoolExecutor(shares).run([requests[i] for i in order]):
+        problem, target, chunk, reference = jobs[order[index]]
+        db.add(referenced_trials(problem, target, chunk, reference, outcomes))
+    print(f"measured in {time.monotonic() - start:.1f} s", flush=True)
+
+
+def analyze(args: argparse.Namespace) -> dict:
+    db = PerfDatabase(args.db, system=False)
+    trials = db.trials()
+    suite_of, problems = suite_index()
     spaces = spaces_of(trials, problems) if args.full_space else {}
     if spaces:
         # every trial with the features the analysis gives its schedule now (records stored
@@ -223,7 +289,8 @@ def analyze(args: argparse.Namespace) -> dict:
     out: dict = {"suites": {}, "problems": []}
     print(f"{'held out':22s} {'problems':>8s} {'within 5%':>9s} {'analytic':>8s} {'mean':>6s} {'worst':>6s} "
           f"{'model n':>7s} {'random n':>8s} {'tuned/analytic':>14s}"
-          + (f" {'space':>5s} {'model N':>7s} {'analytic N':>10s} {'random N':>8s}" if spaces else ""))
+          + (f" {'space':>5s} {'model N':>7s} {'analytic N':>10s} {'random N':>8s} {'pick':>4s} "
+             f"{'pick in 5%':>10s} {'pick':>7s}" if spaces else ""))
     for held in [s for s in SUITES if by_suite.get(s)]:
         train = [t for s, ts in by_suite.items() if s != held for t in ts]
         model = CostModel.train(train)
@@ -239,7 +306,7 @@ def analyze(args: argparse.Namespace) -> dict:
             if analytic is not None:
                 gains.append(analytic / best)
             if group in spaces:
-                counts.append(search_counts(model, spaces[group], ts, args.per_problem // 2))
+                counts.append(search_counts(model, spaces[group], ts, args.per_problem, group[0]))
         within = sum(p.quality >= 1 / 1.05 for p in picks) / len(picks)
         row = {
             "problems": len(picks), "within_5pct": within,
@@ -253,6 +320,11 @@ def analyze(args: argparse.Namespace) -> dict:
         if counts:
             row["full_space"] = {name: statistics.fmean(c[name] for c in counts)
                                  for name in ("space", "model", "analytic", "random")}
+            measured_picks = [c["space_pick"] for c in counts if c["space_pick"] is not None]
+            row["full_space"]["picks_measured"] = len(measured_picks)
+            row["full_space"]["pick_within_5pct"] = (
+                sum(q >= 1 / 1.05 for q in measured_picks) / len(measured_picks) if measured_picks else None)
+            row["full_space"]["pick_mean"] = statistics.fmean(measured_picks) if measured_picks else None
         out["suites"][held] = row
         out["problems"] += [{"suite": held, "problem": p.label, "candidates": p.candidates,
                              "pick": p.quality, "first_good": p.first_good} for p in picks]
@@ -262,6 +334,8 @@ def analyze(args: argparse.Namespace) -> dict:
         if counts:
             f = row["full_space"]
             line += f" {f['space']:5.0f} {f['model']:7.1f} {f['analytic']:10.1f} {f['random']:8.1f}"
+            if f["picks_measured"]:
+                line += f" {f['picks_measured']:4d} {f['pick_within_5pct']:10.0%} {f['pick_mean']:7.1%}"
         print(line)
     rows = list(out["suites"].values())
     total = sum(r["problems"] for r in rows)
@@ -281,6 +355,13 @@ def analyze(args: argparse.Namespace) -> dict:
                                         "random_vs_analytic": random_n / analytic_n}
         print(f"over the whole search space: random search needs {random_n / model_n:.1f}x the "
               f"model's measurements and {random_n / analytic_n:.1f}x the analytic order's")
+        measured = sum(r["full_space"]["picks_measured"] for r in rows)
+        if measured:
+            within = sum((r["full_space"]["pick_within_5pct"] or 0) * r["full_space"]["picks_measured"]
+                         for r in rows) / measured
+            out["overall"]["full_space"]["pick_within_5pct"] = within
+            print(f"the model's first point of the whole space: {within:.0%} of the {measured} "
+                  f"measured within 5% of the best measured")
     return out
 
 
@@ -305,16 +386,24 @@ def main() -> None:
                    help="tune: the problems through the tuner as `polydl tune --suite` runs them; "
                         "requests: the candidates' measuring requests straight to the workers")
     t.add_argument("--json", type=Path)
+    k = sub.add_parser("picks")
+    k.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
+    k.add_argument("--top", type=int, default=8, help="the model's first points of each space")
+    k.add_argument("--workers", type=int, default=1)
+    k.add_argument("--threads", type=int, default=2, help="cores per worker: as `collect` measured")
+    k.add_argument("--chunk", type=int, default=3)
     a = sub.add_parser("analyze")
     a.add_argument("--db", default=str(HERE / "results" / "tuning.sqlite"))
     a.add_argument("--json", type=Path, default=HERE / "results" / "tuning.json")
     a.add_argument("--full-space", action="store_true",
                    help="compute every problem's search space again: measurement counts over "
                         "all of it, and the current features for every trial (minutes)")
-    a.add_argument("--per-problem", type=int, default=20, help="as `collect` measured")
+    a.add_argument("--per-problem", type=int, default=24, help="as `collect` measured")
     args = parser.parse_args()
     if args.command == "collect":
         collect(args)
+    elif args.command == "picks":
+        picks(args)
     elif args.command == "throughput":
         result = throughput(args)
         if args.json:

@@ -46,6 +46,12 @@ _V3 = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "abm", "
 _V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 _ICELAKE = _V4 | {"avx512_vnni", "avx512vbmi", "avx512_vbmi2", "avx512ifma", "avx512_bitalg",
                   "avx512_vpopcntdq", "gfni", "vaes", "vpclmulqdq"}
+# CPUs whose own instruction-scheduling model makes gcc 13 take 10x as long on a generated
+# kernel (its second scheduling pass over the unrolled calls: 9.7 s against 0.9 for one of 38 KB)
+# are tuned for the core before them; the instructions are those of -march and the code runs
+# as fast (on a Sapphire Rapids host ten kernels took 0.77-1.05x the time, geometric mean 0.97).
+MARCH_TUNE = {"sapphirerapids": "icelake-server", "emeraldrapids": "icelake-server",
+              "graniterapids": "icelake-server", "graniterapids-d": "icelake-server"}
 MARCH_FEATURES: dict[str, frozenset[str]] = {
     "": frozenset(),
     "x86-64": frozenset(),
@@ -140,7 +146,8 @@ class CpuTarget:
     def compile_flags(self) -> tuple[str, ...]:
         """Flags that make the compiler generate code for this target (never -march=native)."""
         march = self.effective_march
-        return ((f"-march={march}",) if march else ()) + ISA_FLAGS[self.isa] + self.cflags
+        tune = (f"-mtune={MARCH_TUNE[march]}",) if march in MARCH_TUNE else ()
+        return ((f"-march={march}",) if march else ()) + tune + ISA_FLAGS[self.isa] + self.cflags
 
     def portable_flags(self) -> tuple[str, ...]:
         """The same ISA by its x86-64 level, for a compiler that does not know `march`."""

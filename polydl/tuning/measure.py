@@ -71,6 +71,9 @@ class Request:
     schedules: tuple[Mapping[str, Any], ...]  # Schedule.to_dict() of each candidate
     cpus: tuple[int, ...] | None = None  # the cores to pin to (None: the process's own)
     limits: Limits = field(default_factory=Limits)
+    # the index of the analytic choice among `schedules`, if there: where the numpy reference
+    # is too slow its output is the reference, with no second planning of "auto"
+    reference: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,8 @@ class _Child:
                 continue
             if reference is None:
                 inputs = random_inputs(kernel.arguments, seed=0)
-                reference = _Reference.of(self.request, kernel, inputs)
+                analytic = kernel if i == self.request.reference else None
+                reference = _Reference.of(self.request, kernel, inputs, analytic)
             outputs = _named_outputs(kernel)
             ok, error = reference.check(kernel, outputs)
             if not ok:
@@ -322,13 +326,14 @@ class _Reference:
     what: str
 
     @classmethod
-    def of(cls, request: Request, kernel: Any, inputs: list[np.ndarray]) -> _Reference:
+    def of(cls, request: Request, kernel: Any, inputs: list[np.ndarray], analytic: Any = None) -> _Reference:
         """The numpy evaluation of the nest where it is cheap; else the output of the analytic
-        schedule's kernel (the one `schedule="auto"` builds and `polydl run` verifies)."""
+        schedule's kernel (the one `schedule="auto"` builds and `polydl run` verifies): the
+        request's `analytic` kernel when it is already built, else built here."""
         model = build_model(request.nest, dict(request.params))
         if model.flops <= REFERENCE_FLOPS and python_steps(model) <= STEP_BUDGET:
             return cls(inputs, _by_name(kernel, kernel.reference(*inputs)), "the numpy reference")
-        auto = _kernel(model, request.target, "auto")
+        auto = analytic if analytic is not None else _kernel(model, request.target, "auto")
         return cls(inputs, _by_name(auto, auto(*inputs)), "the analytic schedule's kernel")
 
     def check(self, kernel: Any, outputs: dict[str, np.ndarray]) -> tuple[bool, float]:

@@ -13,6 +13,7 @@ resumes where it stopped.
 from __future__ import annotations
 
 import os
+import queue
 import random
 import socket
 import threading
@@ -160,8 +161,9 @@ def tune(
     # timed beside every batch: trials compare by their ratio to it, whichever process, core
     # or minute measured them
     reference = analytic_choice(space)
+    batch_size = getattr(executor, "batch", None) or BATCH * executor.slots
     while len(measured) < budget:
-        batch = picker.next(min(BATCH * executor.slots, budget - len(measured)), measured)
+        batch = picker.next(min(batch_size, budget - len(measured)), measured)
         if not batch:
             break
         chunks = [chunk for chunk in (batch[i:: executor.slots] for i in range(executor.slots)) if chunk]
@@ -207,34 +209,101 @@ def tune_problems(
     progress: Callable[[str], AbstractContextManager[Progress | None]] | None = None,
     **options: Any,
 ) -> None:
-    """Tune named problems over their `search_spaces`; with several workers the problems run
-    side by side, one worker each, so a problem's candidates are timed on one share of the
-    cores and no worker waits for the slowest of a batch. `report` gets each result as it
-    completes; `options` go to `tune`. The problems with the most arithmetic go first, so that
-    no long one starts last while the other workers sit idle."""
-    queue = sorted(zip(problems, spaces, strict=True), key=lambda item: -problem_flops(item[1]))
-    parts = executor.parts() if len(problems) > 1 else [executor]
+    """Tune named problems over their `search_spaces`. With several workers, up to two
+    problems a worker are tuned at once and share the workers (`SharedWorkers`): each batch
+    of a problem is split into small requests, and a worker takes the next request of any
+    problem as it comes free, so that neither a long problem nor the last batches leave the
+    others idle. `report` gets each result as it completes; `options` go to `tune`. The
+    problems with the most arithmetic start first."""
+    waiting = sorted(zip(problems, spaces, strict=True), key=lambda item: -problem_flops(item[1]))
     lock = threading.Lock()
 
     def work(part: Executor) -> None:
         while True:
             with lock:
-                if not queue:
+                if not waiting:
                     return
-                (name, nest, params), space = queue.pop(0)
+                (name, nest, params), space = waiting.pop(0)
             # a progress bar per problem while they run one at a time
-            with progress(name) if progress and len(parts) == 1 else nullcontext() as watch:
+            with progress(name) if progress and sequential else nullcontext() as watch:
                 result = tune(nest, params, target=target, executor=part, space=space,
                               progress=watch, **options)
             with lock:
                 report(name, result)
 
-    if len(parts) == 1:
-        work(parts[0])
+    sequential = len(problems) < 2 or executor.slots < 2
+    if sequential:
+        work(executor)
         return
-    with ThreadPoolExecutor(len(parts)) as pool:
-        for done in [pool.submit(work, part) for part in parts]:
-            done.result()
+    shared = SharedWorkers(executor)
+    at_once = min(len(problems), 2 * executor.slots)
+    try:
+        with ThreadPoolExecutor(at_once) as pool:
+            for done in [pool.submit(work, shared.view()) for _ in range(at_once)]:
+                done.result()
+    finally:
+        shared.close()
+
+
+class SharedWorkers:
+    """The workers of an executor (its `parts`, one per slot) serving several problems' tuning
+    at once: a problem hands in its batch as requests of `CHUNK` candidates (each with the
+    reference beside it, so any worker's times compare), every worker thread takes the next
+    request in the order handed in, and each problem gets its own requests' outcomes back."""
+
+    CHUNK = 2
+
+    def __init__(self, executor: Executor) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._serve, args=(part,), daemon=True)
+                         for part in executor.parts()]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self, part: Executor) -> None:
+        while (item := self._requests.get()) is not None:
+            index, request, replies = item
+            try:
+                for _, outcomes in part.run([request]):
+                    replies.put((index, outcomes))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the problem's thread
+                replies.put((index, exc))
+
+    def view(self) -> _SharedView:
+        return _SharedView(self)
+
+    def submit(self, index: int, request: Request, replies: queue.Queue) -> None:
+        self._requests.put((index, request, replies))
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._requests.put(None)
+        for thread in self._threads:
+            thread.join()
+
+
+class _SharedView:
+    """One problem's executor over `SharedWorkers`: a batch of BATCH candidates in requests of
+    `SharedWorkers.CHUNK`."""
+
+    batch = BATCH
+    slots = BATCH // SharedWorkers.CHUNK
+
+    def __init__(self, shared: SharedWorkers) -> None:
+        self.shared = shared
+
+    def parts(self) -> Sequence[Executor]:
+        return [self]
+
+    def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+        replies: queue.Queue = queue.Queue()
+        for index, request in enumerate(requests):
+            self.shared.submit(index, request, replies)
+        for _ in requests:
+            index, outcomes = replies.get()
+            if isinstance(outcomes, BaseException):
+                raise outcomes
+            yield index, outcomes
 
 
 def analytic_choice(space: Sequence[Candidate]) -> Candidate:
@@ -302,8 +371,9 @@ def referenced_request(nest: LoopNest, params: Mapping[str, int], target: CpuTar
     """A request that times `chunk` interleaved with the problem's `reference` schedule
     (first, unless the chunk holds it)."""
     schedules = chunk if any(c.key == reference.key for c in chunk) else [reference, *chunk]
+    index = next(i for i, c in enumerate(schedules) if c.key == reference.key)
     return Request(nest, dict(params), target, tuple(c.schedule.to_dict() for c in schedules),
-                   limits=limits)
+                   limits=limits, reference=index if reference.analytic else None)
 
 
 def referenced_trials(problem: Problem, target: CpuTarget, chunk: Sequence[Candidate],

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from polydl import layouts
 from polydl.cli import main
 from polydl.driver.pipeline import build_kernel, lower
-from polydl.errors import TargetError
+from polydl.errors import PolyDLError, TargetError
 from polydl.frontends import builders, load_spec
 from polydl.ir import LoopNest
 from polydl.poly.model import build_model
@@ -295,6 +296,47 @@ def test_the_load_is_judged_over_a_whole_window_however_few_the_rounds(
     assert [(o.status, o.other_load) for o in outcomes] == [(records.OK, 0.0)] * 2
 
 
+class _Messages:
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, message: tuple) -> None:
+        self.sent.append(message)
+
+
+@pytest.mark.parametrize("reference", [0, None])
+def test_a_large_problem_checks_against_the_analytic_kernel_built_once(
+    matmul32: Nest, monkeypatch: pytest.MonkeyPatch, reference: int | None
+) -> None:
+    """Where numpy is too slow, the candidates are checked against the analytic choice's
+    output: the request's own kernel when it names the analytic choice among its schedules
+    (nothing planned twice), else one built for `schedule="auto"`."""
+    from polydl.tuning import measure as measuring
+    from polydl.tuning.tuner import analytic_choice, referenced_request
+
+    nest, params = matmul32
+    target = host_target()
+    space = search_space(build_model(nest, params), target)
+    request = referenced_request(nest, params, target, space[1:3], analytic_choice(space), QUIET)
+    assert request.reference == 0
+    request = replace(request, reference=reference)
+    built: list[object] = []
+    real = measuring._kernel
+
+    def counted(model: Any, target: CpuTarget, schedule: Any) -> Any:
+        built.append(schedule)
+        return real(model, target, schedule)
+
+    monkeypatch.setattr(measuring, "REFERENCE_FLOPS", 0)
+    monkeypatch.setattr(measuring, "_kernel", counted)
+    messages = _Messages()
+    measuring._Child(request, messages).run((0, 1, 2))
+    outcomes = [m[1] for m in messages.sent if m[0] == "outcome"]
+    assert [o.status for o in outcomes] == [records.OK] * 3
+    assert len(built) == (3 if reference == 0 else 4)
+    assert ("auto" in built) == (reference is None)
+
+
 @pytest.fixture
 def busy_core() -> Iterator[int]:
     """A core another process keeps busy."""
@@ -460,46 +502,75 @@ def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) 
         (t.schedule_key, t.status) for t in alone.measured}
 
 
-def test_problems_tuned_side_by_side_each_on_one_worker(matmul32: Nest, tmp_path: Path) -> None:
-    """Three problems on two workers: each problem's trials all come from one worker, both
-    workers are used, and the records are those of tuning the problems one after another
-    (largest first)."""
+def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path: Path) -> None:
+    """Three problems on two workers: every request carries at most two candidates beside the
+    reference, a problem's requests go to whichever worker is free (both serve each problem
+    here, one of them slowed so that the other takes more), and the records are those of
+    tuning the problems one after another (largest first)."""
     target = host_target()
     problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32, 48)]
     spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
     served: dict[str, set[int]] = {}
+    sizes: list[int] = []
 
     class Part(Scripted):
-        def __init__(self, number: int) -> None:
+        def __init__(self, number: int, pause: float = 0.0) -> None:
             super().__init__(lambda s: (records.OK, 1e-3 * (1 + len(s["order"]))))
-            self.number = number
+            self.number, self.pause = number, pause
 
         def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
             for request in requests:
                 served.setdefault(str(request.params["M"]), set()).add(self.number)
+                sizes.append(len(request.schedules))
+                time.sleep(self.pause)
             yield from super().run(requests)
 
     class Two:
         slots = 2
 
         def parts(self) -> list[Part]:
-            return [Part(0), Part(1)]
+            return [Part(0, pause=0.05), Part(1, pause=0.01)]
 
     reports: dict[str, list] = {}
     for name, executor in (("side", Two()), ("one", Part(0))):
         done = reports.setdefault(name, [])
+        sizes.clear()
         tune_problems(problems, spaces, target=target, executor=executor,  # type: ignore[arg-type]
                       report=lambda n, r, done=done: done.append((n, r)), trials=6,
                       db=_db(tmp_path, f"{name}.sqlite"))
         if name == "side":
-            assert all(len(workers) == 1 for workers in served.values())
             assert set().union(*served.values()) == {0, 1}
+            assert any(workers == {0, 1} for workers in served.values())  # a problem spread
+            assert max(sizes) <= 3  # two candidates and the reference
+        else:
+            assert min(sizes) > 3  # one worker: a problem's batch in one request
     assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
     # one worker takes them the most arithmetic first (no long problem left for last)
     assert [n for n, _ in reports["one"]] == ["mm48", "mm32", "mm16"]
     side = {n: {t.schedule_key for t in r.measured} for n, r in reports["side"]}
     one = {n: {t.schedule_key for t in r.measured} for n, r in reports["one"]}
     assert side == one and all(len(keys) == 6 for keys in side.values())
+
+
+def test_a_failing_worker_fails_the_tuning_of_the_problem_it_served(matmul32: Nest, tmp_path: Path) -> None:
+    target = host_target()
+    problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32)]
+    spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
+
+    class Broken(Scripted):
+        def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            raise PolyDLError("the measuring process died before measuring")
+            yield  # a generator, as the executors are
+
+    class Two:
+        slots = 2
+
+        def parts(self) -> list[Scripted]:
+            return [Broken(lambda s: (records.OK, 1e-3)), Broken(lambda s: (records.OK, 1e-3))]
+
+    with pytest.raises(PolyDLError, match="died before measuring"):
+        tune_problems(problems, spaces, target=target, executor=Two(),  # type: ignore[arg-type]
+                      report=lambda n, r: None, trials=4, db=_db(tmp_path))
 
 
 def test_tuning_for_a_target_this_cpu_cannot_run_is_refused(matmul32: Nest, tmp_path: Path) -> None:
