@@ -40,6 +40,7 @@ from polydl.tuning.tuner import (
     BATCH,
     LocalExecutor,
     PoolExecutor,
+    SharedWorkers,
     search_spaces,
     tune,
     tune_problems,
@@ -503,8 +504,8 @@ def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) 
 
 
 def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path: Path) -> None:
-    """Three problems on two workers: every request carries at most two candidates beside the
-    reference, a problem's requests go to whichever worker is free (both serve each problem
+    """Three problems on two workers: every request carries at most `CHUNK` candidates beside
+    the reference, a problem's requests go to whichever worker is free (both serve each problem
     here, one of them slowed so that the other takes more), and the records are those of
     tuning the problems one after another (largest first)."""
     target = host_target()
@@ -541,9 +542,9 @@ def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path:
         if name == "side":
             assert set().union(*served.values()) == {0, 1}
             assert any(workers == {0, 1} for workers in served.values())  # a problem spread
-            assert max(sizes) <= 3  # two candidates and the reference
+            assert max(sizes) <= SharedWorkers.CHUNK + 1  # and the reference
         else:
-            assert min(sizes) > 3  # one worker: a problem's batch in one request
+            assert min(sizes) > SharedWorkers.CHUNK + 1  # one worker: a batch in one request
     assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
     # one worker takes them the most arithmetic first (no long problem left for last)
     assert [n for n, _ in reports["one"]] == ["mm48", "mm32", "mm16"]
