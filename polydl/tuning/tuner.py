@@ -48,7 +48,7 @@ class Executor(Protocol):
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]: ...
 
     def parts(self) -> Sequence[Executor]:
-        """One executor per slot, for problems tuned side by side."""
+        """One executor per slot (the workers `SharedWorkers` serves problems from)."""
         ...
 
 
