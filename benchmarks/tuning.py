@@ -91,6 +91,11 @@ def random_sample(space_keys: list, per_problem: int, seed: str) -> set:
     return set(chosen_candidates(space_keys, per_problem, seed)[max(1, per_problem // 2):])
 
 
+def pinned_shares(workers: int, threads: int) -> list[tuple[int, ...]]:
+    """`workers` disjoint runs of `threads` cores from core 0."""
+    return [tuple(range(i * threads, (i + 1) * threads)) for i in range(workers)]
+
+
 def longest_first(requests: list[Request], flops: list[float]) -> list[int]:
     """The order to hand requests to the workers: the most work first (flops times
     candidates), so that no long request starts last while the other workers sit idle."""
@@ -98,8 +103,7 @@ def longest_first(requests: list[Request], flops: list[float]) -> list[int]:
 
 
 def collect(args: argparse.Namespace) -> None:
-    shares = worker_cpus(args.workers) if not args.threads else [
-        tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(args.workers)]
+    shares = worker_cpus(args.workers) if not args.threads else pinned_shares(args.workers, args.threads)
     target = replace(host_target(), cores=len(shares[0]))
     db = PerfDatabase(args.db, system=False)
     executor = PoolExecutor(shares)
@@ -149,7 +153,7 @@ def throughput(args: argparse.Namespace) -> dict:
     named = [(p.name, p.nest, p.params) for p in problems]
     results = {}
     for workers in [int(w) for w in args.workers_list.split(",")]:
-        shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(workers)]
+        shares = pinned_shares(workers, args.threads)
         scratch = Path(tempfile.mkdtemp(prefix=f"polydl-throughput-{workers}-"))
         os.environ["POLYDL_CACHE_DIR"] = str(scratch / "cache")  # cold compiles
         t0 = time.monotonic()
@@ -229,18 +233,23 @@ def suite_index() -> tuple[dict, dict]:
     return suite_of, problems
 
 
+def trials_by_suite(trials: list, suite_of: dict) -> dict[str, list]:
+    """The trials by the suite of their problem ("other" for a problem of no suite)."""
+    by_suite: dict[str, list] = defaultdict(list)
+    for t in trials:
+        by_suite[suite_of.get(t.problem.key, "other")].append(t)
+    return by_suite
+
+
 def picks(args: argparse.Namespace) -> None:
     """Measure, per problem, the points the model trained without the problem's suite ranks
     first over the whole search space (what a model-guided search measures first, and what
     `schedule="tuned"` compiles without a database hit), beside the analytic choice as
     `collect` does; points already measured are not measured again."""
-    shares = [tuple(range(i * args.threads, (i + 1) * args.threads)) for i in range(args.workers)]
+    shares = pinned_shares(args.workers, args.threads)
     db = PerfDatabase(args.db, system=False)
-    trials = db.trials()
     suite_of, problems = suite_index()
-    by_suite: dict[str, list] = defaultdict(list)
-    for t in trials:
-        by_suite[suite_of.get(t.problem.key, "other")].append(t)
+    by_suite = trials_by_suite(db.trials(), suite_of)
     jobs, flops = [], []
     for held in [s for s in SUITES if by_suite.get(s)]:
         model = CostModel.train([t for s, ts in by_suite.items() if s != held for t in ts])
@@ -283,9 +292,7 @@ def analyze(args: argparse.Namespace) -> dict:
         features = {(k, target, key): f for (k, target), space in spaces.items() for key, f in space}
         trials = [replace(t, features=features.get((t.problem.key, t.target_key, t.schedule_key), t.features))
                   for t in trials]
-    by_suite: dict[str, list] = defaultdict(list)
-    for t in trials:
-        by_suite[suite_of.get(t.problem.key, "other")].append(t)
+    by_suite = trials_by_suite(trials, suite_of)
     out: dict = {"suites": {}, "problems": []}
     print(f"{'held out':22s} {'problems':>8s} {'within 5%':>9s} {'analytic':>8s} {'mean':>6s} {'worst':>6s} "
           f"{'model n':>7s} {'random n':>8s} {'tuned/analytic':>14s}"
