@@ -8,4 +8,4 @@ import sys
 from polydl.tuning.measure import child_main
 
 if __name__ == "__main__":
-    child_main(int(sys.argv[1]))
+    child_main(int(sys.argv[1]), int(sys.argv[2]))

@@ -6,23 +6,19 @@ round runs each once, in a rotating order) until the spread of every candidate's
 small. A round during which other processes took more than a share of those cores is thrown
 away and the child waits; when the machine stays busy the candidates are kept as `noisy`,
 never as a winner. The parent reads the child's progress through a pipe: a candidate that
-kills the child is recorded as `crashed`, one that stops answering as `timed_out`, and the
-child is started again for the rest.
+kills the child is recorded as `crashed`, one that stops answering as `timed_out`, and a
+new child measures the rest. A child that finished its request waits for the next one
+(`measuring_processes`), so its start and imports are paid once, not per request.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import pickle
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -43,6 +39,7 @@ from polydl.runtime.kernel import NUMPY_DTYPES, Kernel, aligned_zeros
 from polydl.runtime.verify import compare
 from polydl.target.cpu import CpuTarget
 from polydl.tuning import records
+from polydl.tuning.measuring_processes import POOL
 
 # A problem whose numpy reference is cheap enough to run at full size (multiply-adds);
 # larger ones are checked against the analytic schedule's kernel, itself verified by `polydl run`.
@@ -105,92 +102,73 @@ def measure(request: Request) -> list[Outcome]:
 def _run_child(
     request: Request, pending: list[int], outcomes: dict[int, Outcome]
 ) -> tuple[bool, int | None, int | None, str]:
-    """Run one measuring process over `pending`, filling `outcomes`; returns (finished, the
-    candidate it was running when it stopped, its exit status, the end of its stderr)."""
-    read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile() as stderr:
-        with _started_on(request.cpus):
-            process = subprocess.Popen(
-                [sys.executable, "-m", "polydl.tuning.child", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(write_fd,),
-            )
-        os.close(write_fd)
-        conn = Connection(read_fd, writable=False)
-        assert process.stdin is not None
-        try:
-            process.stdin.write(pickle.dumps((request, tuple(pending))))
-            process.stdin.close()
-        except BrokenPipeError:
-            pass
+    """Run `pending` in a measuring process (an idle one of the pool, else a new one), filling
+    `outcomes`; returns (finished, the candidate it was running when it stopped, its exit
+    status, the end of its stderr); the last two only where it died."""
+    failure = ""
+    with POOL.lease(request.cpus, request.target.cores) as process:
         current: int | None = None
-        finished = False
-        try:
-            while True:
-                if not conn.poll(request.limits.timeout_s):
-                    process.kill()
-                    if current is not None:
-                        outcomes[current] = Outcome(current, records.TIMED_OUT, message=(
-                            f"no progress in {request.limits.timeout_s:g} s: killed"))
-                    break
-                try:
-                    message = conn.recv()
-                except EOFError:
-                    break
-                if message[0] == "begin":
-                    current = message[1]
-                elif message[0] == "outcome":
-                    outcomes[message[1].index] = message[1]
-                elif message[0] == "failed":  # nothing can be measured (no reference)
-                    raise PolyDLError(message[1])
-                elif message[0] == "done":
-                    finished = True
-                    break
-        finally:
-            conn.close()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+        if not process.send((request, tuple(pending))):
+            code, log = process.close()
+            return False, current, code, log
+        while True:
+            if not process.receiver.poll(request.limits.timeout_s):
                 process.kill()
-                process.wait()
-        stderr.seek(0)
-        tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-    log = (": " + " | ".join(tail)) if tail else ""
-    return finished, current, process.returncode, log
+                if current is not None:
+                    outcomes[current] = Outcome(current, records.TIMED_OUT, message=(
+                        f"no progress in {request.limits.timeout_s:g} s: killed"))
+                break
+            try:
+                message = process.receiver.recv()
+            except EOFError:
+                break
+            if message[0] == "begin":
+                current = message[1]
+            elif message[0] == "outcome":
+                outcomes[message[1].index] = message[1]
+            elif message[0] == "failed":  # nothing can be measured (no reference)
+                failure = message[1]  # raised once the process, still sound, is back
+                break
+            elif message[0] == "done":
+                return True, current, None, ""
+        if not failure:
+            code, log = process.close()
+            return False, current, code, log
+    raise PolyDLError(failure)
 
 
 # ---------------------------------------------------------------------------- the child
 
 
-def child_main(fd: int) -> None:
-    """The measuring process: a pickled (request, indices) on stdin, messages to `fd`."""
-    conn = Connection(fd, readable=False)
+def child_main(requests_fd: int, messages_fd: int) -> None:
+    """The measuring process: pickled (request, indices) pairs from `requests_fd`, one at a
+    time until the parent closes it; messages to `messages_fd`, each request's ending in
+    "done" or "failed"."""
+    requests = Connection(requests_fd, writable=False)
+    conn = Connection(messages_fd, readable=False)
+    pinned: tuple[tuple[int, ...] | None, int] | None = None
     try:
-        request, indices = pickle.load(sys.stdin.buffer)
-        _pin(request.cpus, request.target.cores)
-        _Child(request, conn).run(indices)
-        conn.send(("done",))
-    except PolyDLError as exc:
-        conn.send(("failed", str(exc)))
-    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("failed", "the measuring process failed:\n" + traceback.format_exc()))
+        while True:
+            try:
+                request, indices = requests.recv()
+            except EOFError:
+                return
+            try:
+                if pinned is None:  # before any kernel loads the OpenMP runtime
+                    pinned = request.cpus, request.target.cores
+                    _pin(*pinned)
+                elif pinned != (request.cpus, request.target.cores):
+                    raise PolyDLError(f"a measuring process pinned to {pinned} was sent a request "
+                                      f"for {(request.cpus, request.target.cores)}")
+                _Child(request, conn).run(indices)
+                conn.send(("done",))
+            except PolyDLError as exc:
+                conn.send(("failed", str(exc)))
+            except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+                conn.send(("failed", "the measuring process failed:\n" + traceback.format_exc()))
     finally:
         conn.close()
-
-
-@contextmanager
-def _started_on(cpus: tuple[int, ...] | None) -> Iterator[None]:
-    """Start the measuring process on its cores: it inherits the affinity of the thread that
-    starts it, so its interpreter's start and imports (a second of work) do not run on the
-    cores where other workers are timing. The calling thread gets its own cores back."""
-    if not cpus or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    mine = os.sched_getaffinity(0)  # on Linux, of the calling thread
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, mine)
+        requests.close()
 
 
 def _pin(cpus: tuple[int, ...] | None, threads: int) -> None:
