@@ -13,12 +13,14 @@ new child measures the rest. A child that finished its request waits for the nex
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import time
 import traceback
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from polydl.codegen.artifact import GeneratedCode
 from polydl.driver import c_backend
+from polydl.driver.backend import Plan
 from polydl.driver.reference import LazyReference
 from polydl.driver.verification import STEP_BUDGET
 from polydl.errors import PolyDLError
@@ -36,6 +40,7 @@ from polydl.poly.model import PolyModel, build_model
 from polydl.poly.reference import python_steps
 from polydl.runtime.inputs import random_inputs
 from polydl.runtime.kernel import NUMPY_DTYPES, Kernel, aligned_zeros
+from polydl.runtime.toolchain import build_shared_library
 from polydl.runtime.verify import compare
 from polydl.target.cpu import CpuTarget
 from polydl.tuning import records
@@ -189,6 +194,7 @@ class _Child:
     def run(self, indices: tuple[int, ...]) -> None:
         ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]] = {}
         reference: _Reference | None = None
+        self._build_ahead(indices)
         # the analytic choice first: where numpy is too slow, its kernel is the reference
         for i in sorted(indices, key=lambda i: i != self.request.reference):
             self.conn.send(("begin", i))
@@ -213,6 +219,39 @@ class _Child:
 
     def _send(self, outcome: Outcome) -> None:
         self.conn.send(("outcome", outcome))
+
+    def _build_ahead(self, indices: tuple[int, ...]) -> None:
+        """Compile the candidates' libraries on all of this process's cores at once: each is
+        planned here, one after another, then handed to gcc (its own process) while the next is
+        planned. `candidate_kernel` then loads them one at a time, so a candidate that kills
+        this process is still the one named; one that kills it while planned is named too."""
+        _BUILT.clear()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        if cores < 2 or len(indices) < 2:
+            return
+        model = build_model(self.request.nest, dict(self.request.params))
+        target = self.request.target
+        building = {}
+        with ThreadPoolExecutor(min(cores, len(indices))) as pool:
+            for i in indices:
+                schedule = self.request.schedules[i]
+                self.conn.send(("begin", i))
+                try:
+                    plan = c_backend.plan(model, target, c_backend.schedule_from(schedule))
+                    code = c_backend.generate(model, plan, target)
+                except PolyDLError as exc:
+                    _BUILT[_built_key(schedule)] = exc
+                    continue
+                building[_built_key(schedule)] = (plan, code, pool.submit(build_shared_library, code))
+            for key, (plan, code, library) in building.items():
+                try:
+                    library.result()
+                except PolyDLError as exc:
+                    _BUILT[key] = exc
+                    continue
+                finally:
+                    self.conn.send(("built",))  # progress: the parent's silence limit restarts
+                _BUILT[key] = (model, plan, code)
 
     def _time(self, ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]]) -> None:
         calls = {}
@@ -285,11 +324,28 @@ class _Child:
                                    f"spread {spread(samples[i]):.1%} over {len(samples[i])} rounds", load))
 
 
+# What `_Child._build_ahead` built for the request being measured, by `_built_key`: the
+# model, plan and code of a candidate whose library is in the cache, or why it failed.
+_BUILT: dict[str, tuple[PolyModel, Plan, GeneratedCode] | PolyDLError] = {}
+
+
+def _built_key(schedule: Mapping[str, Any]) -> str:
+    return json.dumps(schedule, sort_keys=True, default=str)
+
+
 def candidate_kernel(request: Request, schedule: Mapping[str, Any]) -> Kernel:
     """Compile one candidate for the request's target (not through the stored-lowering cache:
-    a candidate is built once; its library is still cached by content)."""
-    model = build_model(request.nest, dict(request.params))
-    return _kernel(model, request.target, c_backend.schedule_from(schedule))
+    a candidate is built once; its library is still cached by content), or load what
+    `_Child._build_ahead` built."""
+    built = _BUILT.pop(_built_key(schedule), None)
+    if isinstance(built, PolyDLError):
+        raise built
+    if built is None:
+        model = build_model(request.nest, dict(request.params))
+        return _kernel(model, request.target, c_backend.schedule_from(schedule))
+    model, plan, code = built
+    return c_backend.load(code, model.nest, model.params, plan.schedule, model.flops,
+                          LazyReference(model.nest, model.params, model), request.target)
 
 
 def _named_outputs(kernel: Any) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -20,8 +21,9 @@ import pytest
 
 from polydl import layouts
 from polydl.cli import main
+from polydl.driver import c_backend
 from polydl.driver.pipeline import build_kernel, lower
-from polydl.errors import PolyDLError, TargetError
+from polydl.errors import CompileError, PolyDLError, TargetError
 from polydl.frontends import builders, load_spec
 from polydl.ir import LoopNest
 from polydl.poly.model import build_model
@@ -324,21 +326,61 @@ def test_a_large_problem_checks_against_the_analytic_kernel_built_once(
     if reference == 2:  # the analytic choice last
         request = replace(request, schedules=(*request.schedules[1:], request.schedules[0]))
     request = replace(request, reference=reference)
-    built: list[object] = []
-    real = measuring._kernel
+    planned: list[object] = []
+    real = c_backend.plan
 
     def counted(model: Any, target: CpuTarget, schedule: Any) -> Any:
-        built.append(schedule)
+        planned.append(schedule)
         return real(model, target, schedule)
 
     monkeypatch.setattr(measuring, "REFERENCE_FLOPS", 0)
-    monkeypatch.setattr(measuring, "_kernel", counted)
+    monkeypatch.setattr(c_backend, "plan", counted)
     messages = _Messages()
     measuring._Child(request, messages).run((0, 1, 2))
     outcomes = [m[1] for m in messages.sent if m[0] == "outcome"]
     assert [o.status for o in outcomes] == [records.OK] * 3
-    assert len(built) == (4 if reference is None else 3)
-    assert ("auto" in built) == (reference is None)
+    assert len(planned) == (4 if reference is None else 3)
+    assert ("auto" in planned) == (reference is None)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core compiles one at a time")
+def test_a_process_compiles_its_candidates_on_all_its_cores_and_names_the_one_that_fails(
+    matmul32: Nest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    target = host_target()
+    schedules = _first_schedules(nest, params, target, 3)
+    request = Request(nest, params, target, schedules, limits=QUIET)
+    real = measuring.build_shared_library
+    lock = threading.Lock()
+    running, most, failing = [0], [0], []
+
+    def watched(code: Any) -> Any:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.3)  # long enough for the others to start beside it
+            if not failing:
+                failing.append(code.source)
+            if code.source == failing[0]:
+                raise CompileError("cc", ["cc"], "refused by the test")
+            return real(code)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(measuring, "build_shared_library", watched)
+    messages = _Messages()
+    measuring._Child(request, messages).run((0, 1, 2))
+    assert most[0] == min(3, len(os.sched_getaffinity(0)))
+    outcomes = [m[1] for m in messages.sent if m[0] == "outcome"]
+    assert sorted(o.status for o in outcomes) == [records.COMPILE_FAILED] + [records.OK] * 2
+    failed = next(o for o in outcomes if o.status == records.COMPILE_FAILED)
+    assert failed.message == "CompileError: cc failed"
+    assert not measuring._BUILT  # every built candidate was loaded
 
 
 @pytest.fixture
