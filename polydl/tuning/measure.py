@@ -152,6 +152,7 @@ def child_main(requests_fd: int, messages_fd: int) -> None:
     requests = Connection(requests_fd, writable=False)
     conn = Connection(messages_fd, readable=False)
     pinned: tuple[tuple[int, ...] | None, int] | None = None
+    share: tuple[int, ...] | None = None
     try:
         while True:
             try:
@@ -161,11 +162,11 @@ def child_main(requests_fd: int, messages_fd: int) -> None:
             try:
                 if pinned is None:  # before any kernel loads the OpenMP runtime
                     pinned = request.cpus, request.target.cores
-                    _pin(*pinned)
+                    share = _pin(*pinned)
                 elif pinned != (request.cpus, request.target.cores):
                     raise PolyDLError(f"a measuring process pinned to {pinned} was sent a request "
                                       f"for {(request.cpus, request.target.cores)}")
-                _Child(request, conn).run(indices)
+                _Child(request, conn, share).run(indices)
                 conn.send(("done",))
             except PolyDLError as exc:
                 conn.send(("failed", str(exc)))
@@ -176,20 +177,30 @@ def child_main(requests_fd: int, messages_fd: int) -> None:
         requests.close()
 
 
-def _pin(cpus: tuple[int, ...] | None, threads: int) -> None:
+def _pin(cpus: tuple[int, ...] | None, threads: int) -> tuple[int, ...] | None:
     """Bind this process to `cpus` and OpenMP to one thread per core, before any kernel
-    (and with it the OpenMP runtime) is loaded."""
+    (and with it the OpenMP runtime) is loaded; returns the cores this process may use."""
     if cpus:
         os.sched_setaffinity(0, cpus)
+    share = _own_cores()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["OMP_PROC_BIND"] = "close"
     os.environ["OMP_PLACES"] = "cores"
+    return share
+
+
+def _own_cores() -> tuple[int, ...] | None:
+    return tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None
 
 
 class _Child:
-    def __init__(self, request: Request, conn: Any) -> None:
+    def __init__(self, request: Request, conn: Any, cpus: tuple[int, ...] | None = None) -> None:
+        """`cpus`: the cores the process was pinned to. Once OpenMP has started, the main
+        thread is bound to the first of them only (OMP_PROC_BIND), so they are not read
+        from it then."""
         self.request, self.conn = request, conn
         self.limits = request.limits
+        self.cpus = cpus or _own_cores()
 
     def run(self, indices: tuple[int, ...]) -> None:
         ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]] = {}
@@ -226,13 +237,15 @@ class _Child:
         planned. `candidate_kernel` then loads them one at a time, so a candidate that kills
         this process is still the one named; one that kills it while planned is named too."""
         _BUILT.clear()
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        if cores < 2 or len(indices) < 2:
+        share = self.cpus or ()
+        if len(share) < 2 or len(indices) < 2:
             return
         model = build_model(self.request.nest, dict(self.request.params))
         target = self.request.target
         building = {}
-        with ThreadPoolExecutor(min(cores, len(indices))) as pool:
+        # the pool's threads, and the compilers they start, run on every core of the process
+        with ThreadPoolExecutor(min(len(share), len(indices)),
+                                initializer=lambda: os.sched_setaffinity(0, share)) as pool:
             for i in indices:
                 schedule = self.request.schedules[i]
                 self.conn.send(("begin", i))
@@ -263,7 +276,7 @@ class _Child:
             calls[i] = max(1, math.ceil(self.limits.sample_s / once))
         samples: dict[int, list[float]] = {i: [] for i in ready}
         order = list(ready)
-        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        cpus = self.cpus or ()
         deadline = time.monotonic() + self.limits.budget_s * len(ready)
         rounds = waits = 0
         load: float | None = None

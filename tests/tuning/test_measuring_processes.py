@@ -3,6 +3,7 @@ fresh process takes over."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import replace
@@ -23,8 +24,10 @@ QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.0
 # Each compiled candidate notes the measuring process's pid; a flag file, where present, is
 # removed and the process crashes on the spot.
 SITECUSTOMIZE = '''
+import json
 import os
 import signal
+import time
 
 import polydl.tuning.measure as measure
 
@@ -42,6 +45,20 @@ def candidate_kernel(request, schedule):
 
 
 measure.candidate_kernel = candidate_kernel
+built = measure.build_shared_library
+
+
+def build_shared_library(code):
+    start = time.monotonic()
+    time.sleep(0.2)  # long enough for the other candidate's compile to start beside it
+    library = built(code)
+    with open(os.environ["TUNING_TEST_BUILDS"], "a") as builds:
+        builds.write(json.dumps([os.getpid(), sorted(os.sched_getaffinity(0)), start,
+                                 time.monotonic()]) + "\\n")
+    return library
+
+
+measure.build_shared_library = build_shared_library
 '''
 
 
@@ -58,6 +75,8 @@ class Served:
         self.crash_flag = tmp_path / "crash"
         monkeypatch.setenv("TUNING_TEST_PIDS", str(self.pids_file))
         monkeypatch.setenv("TUNING_TEST_CRASH_FLAG", str(self.crash_flag))
+        self.builds_file = tmp_path / "builds"
+        monkeypatch.setenv("TUNING_TEST_BUILDS", str(self.builds_file))
         self.seen = 0
         nest, params = builders.matmul(32, 32, 32)
         self.target = host_target()
@@ -125,3 +144,20 @@ def test_closing_the_pool_ends_its_idle_processes(served: Served) -> None:
     _, pids = served.measure()
     POOL.close()
     assert _gone(pids[0])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core compiles one at a time")
+def test_every_request_compiles_on_all_the_cores_of_its_process(served: Served) -> None:
+    """OpenMP binds a process's main thread to its first core once a kernel has run: the
+    compiles of the requests after the first still run on all the process's cores, at once."""
+    share = tuple(sorted(os.sched_getaffinity(0))[:2])
+    served.request = replace(served.request, cpus=share, target=replace(served.target, cores=2))
+    for _ in range(2):
+        served.builds_file.unlink(missing_ok=True)
+        statuses, pids = served.measure()
+        assert statuses == [records.OK] * 2
+        builds = [json.loads(line) for line in served.builds_file.read_text().splitlines()]
+        assert len(builds) == 2 and {pid for pid, *_ in builds} == set(pids)
+        assert all(tuple(cpus) == share for _, cpus, _, _ in builds)
+        (_, _, start1, end1), (_, _, start2, end2) = builds
+        assert max(start1, start2) < min(end1, end2)  # the two compiles overlapped
