@@ -12,6 +12,8 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import queue
 import random
@@ -249,63 +251,79 @@ class SharedWorkers:
     """The workers of an executor (its `parts`, one per slot) serving several problems' tuning
     at once: a problem hands in its batch as requests of up to `CHUNK` candidates (each with the
     reference beside it, so any worker's times compare), every worker thread takes the next
-    request in the order handed in, and each problem gets its own requests' outcomes back."""
+    request, and each problem gets its own requests' outcomes back.
 
-    # candidates a request: each request also starts a process and times the reference
-    # (2 s a request on the 16-core host), so smaller requests balance the workers better
-    # and do less
+    The next request is the longest expected: a problem's first requests (nothing known yet)
+    in the order handed in, then by the seconds a candidate of that problem took so far times
+    the request's candidates. Handed out in arrival order, the last batch of a slow problem
+    (the 7 x 7 stem's compiles take 3x the others') waited behind short ones and then ran
+    alone at the end while the other workers sat idle."""
+
+    # candidates a request: each request also times the reference beside them, so smaller
+    # requests balance the workers better and do more work in all
     CHUNK = 4
 
     def __init__(self, executor: Executor) -> None:
-        self._requests: queue.Queue = queue.Queue()
+        self._requests: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()
         self._threads = [threading.Thread(target=self._serve, args=(part,), daemon=True)
                          for part in executor.parts()]
         for thread in self._threads:
             thread.start()
 
     def _serve(self, part: Executor) -> None:
-        while (item := self._requests.get()) is not None:
+        while (item := self._requests.get()[2]) is not None:
             index, request, replies = item
+            start = time.monotonic()
             try:
                 for _, outcomes in part.run([request]):
-                    replies.put((index, outcomes))
+                    replies.put((index, outcomes, time.monotonic() - start))
             except BaseException as exc:  # noqa: BLE001 - raised again in the problem's thread
-                replies.put((index, exc))
+                replies.put((index, exc, 0.0))
 
     def view(self) -> _SharedView:
         return _SharedView(self)
 
-    def submit(self, index: int, request: Request, replies: queue.Queue) -> None:
-        self._requests.put((index, request, replies))
+    def submit(self, index: int, request: Request, replies: queue.Queue,
+               expected_s: float | None = None) -> None:
+        """Queue a request; `expected_s`: how long it should take (None: not known yet)."""
+        rank = -math.inf if expected_s is None else -expected_s
+        self._requests.put((rank, next(self._order), (index, request, replies)))
 
     def close(self) -> None:
         for _ in self._threads:
-            self._requests.put(None)
+            self._requests.put((math.inf, next(self._order), None))
         for thread in self._threads:
             thread.join()
 
 
 class _SharedView:
     """One problem's executor over `SharedWorkers`: a batch of BATCH candidates in requests of
-    `SharedWorkers.CHUNK`."""
+    `SharedWorkers.CHUNK`, each queued with the time its candidates are expected to take."""
 
     batch = BATCH
     slots = BATCH // SharedWorkers.CHUNK
 
     def __init__(self, shared: SharedWorkers) -> None:
         self.shared = shared
+        self.seconds = 0.0  # what its requests took so far, over this many candidates
+        self.candidates = 0
 
     def parts(self) -> Sequence[Executor]:
         return [self]
 
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         replies: queue.Queue = queue.Queue()
+        each = self.seconds / self.candidates if self.candidates else None
         for index, request in enumerate(requests):
-            self.shared.submit(index, request, replies)
+            expected = None if each is None else each * len(request.schedules)
+            self.shared.submit(index, request, replies, expected)
         for _ in requests:
-            index, outcomes = replies.get()
+            index, outcomes, seconds = replies.get()
             if isinstance(outcomes, BaseException):
                 raise outcomes
+            self.seconds += seconds
+            self.candidates += len(requests[index].schedules)
             yield index, outcomes
 
 

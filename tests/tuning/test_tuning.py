@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from polydl.tuning.tuner import (
     LocalExecutor,
     PoolExecutor,
     SharedWorkers,
+    _SharedView,
     search_spaces,
     tune,
     tune_problems,
@@ -596,6 +598,63 @@ def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path:
     side = {n: {t.schedule_key for t in r.measured} for n, r in reports["side"]}
     one = {n: {t.schedule_key for t in r.measured} for n, r in reports["one"]}
     assert side == one and all(len(keys) == 6 for keys in side.values())
+
+
+def test_shared_workers_serve_the_longest_expected_request_first(matmul32: Nest) -> None:
+    """Requests whose time is unknown go first, in the order handed in; the rest longest
+    first, so that a slow problem's last batch does not run alone at the end."""
+    nest, params = matmul32
+    base = Request(nest, params, host_target(), ())
+    started, gate = threading.Event(), threading.Event()
+    served: list[int] = []
+
+    class Worker:
+        slots = 1
+
+        def parts(self) -> list[Worker]:
+            return [self]
+
+        def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            for request in requests:
+                if request.params["M"] == 0:  # holds the worker while the others queue
+                    started.set()
+                    gate.wait(10)
+                served.append(request.params["M"])
+                yield 0, []
+
+    shared = SharedWorkers(Worker())  # type: ignore[arg-type]
+    replies: queue.Queue = queue.Queue()
+    try:
+        shared.submit(0, replace(base, params={"M": 0}), replies)
+        assert started.wait(10)
+        for m, expected in ((1, 1.0), (2, 3.0), (3, None), (4, 2.0), (5, None)):
+            shared.submit(0, replace(base, params={"M": m}), replies, expected)
+        gate.set()
+        for _ in range(6):
+            replies.get(timeout=10)
+    finally:
+        gate.set()
+        shared.close()
+    assert served == [0, 3, 5, 2, 4, 1]
+
+
+def test_a_problem_expects_its_requests_to_take_what_its_candidates_took_so_far(
+    matmul32: Nest
+) -> None:
+    nest, params = matmul32
+    base = Request(nest, params, host_target(), ())
+    expected: list[float | None] = []
+
+    class Recorder:  # stands in for SharedWorkers: a request takes 0.5 s a candidate
+        def submit(self, index: int, request: Request, replies: queue.Queue,
+                   expected_s: float | None = None) -> None:
+            expected.append(expected_s)
+            replies.put((index, [], 0.5 * len(request.schedules)))
+
+    view = _SharedView(Recorder())  # type: ignore[arg-type]
+    list(view.run([replace(base, schedules=({},) * 2), replace(base, schedules=({},) * 4)]))
+    list(view.run([replace(base, schedules=({},) * 3)]))
+    assert expected == [None, None, 1.5]
 
 
 def test_a_failing_worker_fails_the_tuning_of_the_problem_it_served(matmul32: Nest, tmp_path: Path) -> None:
