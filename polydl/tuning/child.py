@@ -1,4 +1,5 @@
-"""Entry point of the measuring process (`python -m polydl.tuning.child FD`); see measure.py.
+"""Entry point of the measuring process (`python -m polydl.tuning.child REQUESTS_FD MESSAGES_FD`);
+see measure.py and measuring_processes.py.
 
 A module of its own so that the measuring code runs as `polydl.tuning.measure`, not as a
 second copy under `__main__`."""
