@@ -72,7 +72,22 @@ def main_is_general(model: PolyModel) -> bool:
 
 
 def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
-    """A plan per nest (the main one only `with_main`), keyed by group."""
+    """A plan per nest (the main one only `with_main`), keyed by group. Cached per model and
+    target: every schedule of a model (the tuner plans dozens) gets the same plans for the
+    nests around its main one, and ranking them counts working sets (the stem's padding copy:
+    0.2 s a schedule)."""
+    plans = _NEST_PLANS.setdefault(model, {})
+    key = (target, with_main)
+    if key not in plans:
+        plans[key] = _plan_nests(model, target, with_main=with_main)
+    return dict(plans[key])
+
+
+_NEST_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[tuple[CpuTarget, bool], dict[int, GroupPlan]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
     main = main_group(model)
     plans: dict[int, GroupPlan] = {}
     for group, statements in group_statements(model).items():

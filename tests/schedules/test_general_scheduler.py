@@ -3,6 +3,7 @@ isl's affine scheduler (fusion, skewing, tiles, parallel loops or a wavefront of
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import islpy as isl
@@ -82,6 +83,35 @@ def test_2mm_binds_a_microkernel_in_both_gemms() -> None:
         return t, t @ c  # outputs start zeroed: beta * D is 0
 
     run_and_check(k, numpy_2mm)
+
+
+def test_the_nests_around_the_main_one_are_planned_once_per_model_and_target(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every schedule of a model gets the same plans for its other nests: the tuner plans
+    dozens of schedules of one model, and each would rank them again."""
+    from polydl.schedules import nests
+
+    model = isolate_gemms(_model(TWO_MM, NI=20, NJ=24, NK=28, NL=32))
+    ranked: list[object] = []
+    real = nests._band_plan
+
+    def counted(sub, target):  # type: ignore[no-untyped-def]
+        ranked.append(sub)
+        return real(sub, target)
+
+    monkeypatch.setattr(nests, "_band_plan", counted)
+    first = plan_nests(model, TARGET, with_main=False)
+    once = len(ranked)
+    assert once >= 1
+    again = plan_nests(model, TARGET, with_main=False)
+    assert len(ranked) == once and again == first and again is not first
+    other = replace(TARGET, cores=TARGET.cores + 1)
+    plan_nests(model, other, with_main=False)
+    assert len(ranked) == 2 * once  # another target ranks them for itself
+    fresh = isolate_gemms(_model(TWO_MM, NI=20, NJ=24, NK=28, NL=32))
+    plan_nests(fresh, TARGET, with_main=False)
+    assert len(ranked) == 3 * once  # and another model
 
 
 def test_a_gemm_in_a_dependence_cycle_stays_in_its_nest() -> None:
