@@ -51,6 +51,10 @@ class MeasuringProcess:
                     [sys.executable, "-m", "polydl.tuning.child", str(to_child), str(to_parent)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
                     pass_fds=(to_child, to_parent),
+                    # a session of its own: a Ctrl-C at the terminal interrupts the tuning
+                    # (which stops handing out requests), not the candidate being measured or
+                    # compiled, which would then be stored as crashed or failed to compile
+                    start_new_session=True,
                 )
         except BaseException:
             for fd in (to_child, from_parent, from_child, to_parent):

@@ -239,11 +239,20 @@ def tune_problems(
         return
     shared = SharedWorkers(executor)
     at_once = min(len(problems), 2 * executor.slots)
+    pool = ThreadPoolExecutor(at_once)
     try:
-        with ThreadPoolExecutor(at_once) as pool:
-            for done in [pool.submit(work, shared.view()) for _ in range(at_once)]:
-                done.result()
+        for done in [pool.submit(work, shared.view()) for _ in range(at_once)]:
+            done.result()
+    except KeyboardInterrupt:
+        # no new problem starts and the queued requests are answered as cancelled; what the
+        # workers are measuring is finished and stored, so a later run resumes from there
+        # (a problem that fails lets the others finish)
+        with lock:
+            waiting.clear()
+        shared.cancel()
+        raise
     finally:
+        pool.shutdown(wait=True)
         shared.close()
 
 
@@ -266,6 +275,8 @@ class SharedWorkers:
     def __init__(self, executor: Executor) -> None:
         self._requests: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()
+        self._cancelled = False
+        self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._serve, args=(part,), daemon=True)
                          for part in executor.parts()]
         for thread in self._threads:
@@ -288,13 +299,35 @@ class SharedWorkers:
                expected_s: float | None = None) -> None:
         """Queue a request; `expected_s`: how long it should take (None: not known yet)."""
         rank = -math.inf if expected_s is None else -expected_s
-        self._requests.put((rank, next(self._order), (index, request, replies)))
+        with self._lock:
+            if self._cancelled:
+                replies.put((index, _cancelled(), 0.0))
+                return
+            self._requests.put((rank, next(self._order), (index, request, replies)))
+
+    def cancel(self) -> None:
+        """Answer every queued request, and every one submitted from now on, as cancelled;
+        the requests being measured finish."""
+        with self._lock:
+            self._cancelled = True
+            while True:
+                try:
+                    item = self._requests.get_nowait()[2]
+                except queue.Empty:
+                    break
+                if item is not None:
+                    index, _, replies = item
+                    replies.put((index, _cancelled(), 0.0))
 
     def close(self) -> None:
         for _ in self._threads:
             self._requests.put((math.inf, next(self._order), None))
         for thread in self._threads:
             thread.join()
+
+
+def _cancelled() -> PolyDLError:
+    return PolyDLError("tuning was interrupted: this request was not measured")
 
 
 class _SharedView:

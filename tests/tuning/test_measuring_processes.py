@@ -117,6 +117,13 @@ def test_one_process_serves_request_after_request_and_a_crash_hands_over(served:
     assert served.measure()[1] == [crashed[1]] * 2
 
 
+def test_a_measuring_process_has_a_session_of_its_own(served: Served) -> None:
+    """A Ctrl-C at the terminal reaches the tuning process, not the candidate being measured or
+    compiled (which would be stored as crashed)."""
+    _, pids = served.measure()
+    assert os.getsid(pids[0]) == pids[0] != os.getsid(0)
+
+
 def test_another_core_count_or_environment_gets_its_own_process(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -678,6 +678,60 @@ def test_a_failing_worker_fails_the_tuning_of_the_problem_it_served(matmul32: Ne
                       report=lambda n, r: None, trials=4, db=_db(tmp_path))
 
 
+def test_an_interrupted_tuning_stops_handing_out_requests_and_keeps_what_was_measured(
+    matmul32: Nest, tmp_path: Path
+) -> None:
+    """Ctrl-C during side-by-side tuning: no new problem starts, queued requests are dropped,
+    the requests being measured finish and are stored; a later run resumes from there."""
+    target = host_target()
+    problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32, 48, 64)]
+    spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
+    served: list[int] = []
+
+    class Slow(Scripted):
+        def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            for request in requests:
+                served.append(len(request.schedules))
+                time.sleep(0.05)
+            yield from super().run(requests)
+
+    class Two:
+        slots = 2
+
+        def parts(self) -> list[Scripted]:
+            return [Slow(lambda s: (records.OK, 1e-3)), Slow(lambda s: (records.OK, 1e-3))]
+
+    at_interrupt: list[int] = []
+
+    def interrupt(name: str, result: Any) -> None:  # as Ctrl-C would, once a problem is done
+        at_interrupt.append(sum(served))
+        raise KeyboardInterrupt
+
+    db = _db(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        tune_problems(problems, spaces, target=target, executor=Two(),  # type: ignore[arg-type]
+                      report=interrupt, trials=40, db=db, limits=QUIET)
+    stored = db.trials()
+    assert all(t.status == records.OK for t in stored)
+    # after the interrupt, only the requests in flight (two workers, one each, and one each
+    # more taken before the queue was cleared) were measured
+    assert sum(served) - at_interrupt[0] <= 4 * (SharedWorkers.CHUNK + 1)
+    assert len(stored) < 4 * 40
+    # a problem stopped part-way resumes where it stopped
+    counts = {t.problem.key: 0 for t in stored}
+    for t in stored:
+        counts[t.problem.key] += 1
+    stopped = [(p, sp) for p, sp in zip(problems, spaces, strict=True)
+               if counts.get(Problem.of(p[1], p[2]).key, 0) < min(40, len(sp))]
+    assert stopped, "every problem was tuned to the end"
+    (_, nest, params), space = next((p, sp) for p, sp in stopped
+                                    if counts.get(Problem.of(p[1], p[2]).key, 0))
+    done = counts[Problem.of(nest, params).key]
+    again = tune(nest, params, target=target, trials=40, db=db,
+                 executor=Slow(lambda s: (records.OK, 1e-3)), space=space)
+    assert again.skipped == done and again.measured
+
+
 def test_tuning_for_a_target_this_cpu_cannot_run_is_refused(matmul32: Nest, tmp_path: Path) -> None:
     target = replace(host_target(), isa="avx512amx")
     if not cannot_run_here(target):
