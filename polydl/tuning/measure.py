@@ -233,25 +233,25 @@ class _Child:
 
     def _build_ahead(self, indices: tuple[int, ...]) -> None:
         """Compile the candidates' libraries on all of this process's cores at once: each is
-        planned here, one after another, then handed to gcc (its own process) while the next is
-        planned. `candidate_kernel` then loads them one at a time, so a candidate that kills
-        this process is still the one named; one that kills it while planned is named too."""
+        planned here, one after another (over one model, so what its plans share is planned
+        once), then handed to gcc (its own process) while the next is planned.
+        `candidate_kernel` then loads them one at a time, so a candidate that kills this
+        process is still the one named; one that kills it while planned is named too."""
         _BUILT.clear()
-        share = self.cpus or ()
-        if len(share) < 2 or len(indices) < 2:
+        if not indices:
             return
+        share = self.cpus or ()
         model = build_model(self.request.nest, dict(self.request.params))
         target = self.request.target
         building = {}
         # the pool's threads, and the compilers they start, run on every core of the process
-        with ThreadPoolExecutor(min(len(share), len(indices)),
-                                initializer=lambda: os.sched_setaffinity(0, share)) as pool:
+        bind = (lambda: os.sched_setaffinity(0, share)) if share else None
+        with ThreadPoolExecutor(max(1, min(len(share), len(indices))), initializer=bind) as pool:
             for i in indices:
                 schedule = self.request.schedules[i]
                 self.conn.send(("begin", i))
                 try:
-                    plan = c_backend.plan(model, target, c_backend.schedule_from(schedule))
-                    code = c_backend.generate(model, plan, target)
+                    plan, code = _planned(model, target, c_backend.schedule_from(schedule))
                 except PolyDLError as exc:
                     _BUILT[_built_key(schedule)] = exc
                     continue
@@ -356,9 +356,7 @@ def candidate_kernel(request: Request, schedule: Mapping[str, Any]) -> Kernel:
     if built is None:
         model = build_model(request.nest, dict(request.params))
         return _kernel(model, request.target, c_backend.schedule_from(schedule))
-    model, plan, code = built
-    return c_backend.load(code, model.nest, model.params, plan.schedule, model.flops,
-                          LazyReference(model.nest, model.params, model), request.target)
+    return _loaded(*built, request.target)
 
 
 def _named_outputs(kernel: Any) -> dict[str, np.ndarray]:
@@ -396,8 +394,15 @@ class _Reference:
 
 
 def _kernel(model: PolyModel, target: CpuTarget, schedule: Any) -> Kernel:
+    return _loaded(model, *_planned(model, target, schedule), target)
+
+
+def _planned(model: PolyModel, target: CpuTarget, schedule: Any) -> tuple[Plan, GeneratedCode]:
     plan = c_backend.plan(model, target, schedule)
-    code = c_backend.generate(model, plan, target)
+    return plan, c_backend.generate(model, plan, target)
+
+
+def _loaded(model: PolyModel, plan: Plan, code: GeneratedCode, target: CpuTarget) -> Kernel:
     return c_backend.load(code, model.nest, model.params, plan.schedule, model.flops,
                           LazyReference(model.nest, model.params, model), target)
 

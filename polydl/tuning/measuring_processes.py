@@ -114,7 +114,7 @@ class ProcessPool:
     @contextmanager
     def lease(self, cpus: tuple[int, ...] | None, threads: int) -> Iterator[MeasuringProcess]:
         """An idle process of that key, or a new one. It goes back to the pool when the body
-        ends normally with the process alive; `discard` (or an exception) ends it instead."""
+        ends normally with the process alive and not closed; an exception ends it."""
         key = key_of(cpus, threads)
         with self._lock:
             mine = next((p for p in self._idle if p.key == key), None)

@@ -345,6 +345,30 @@ def test_a_large_problem_checks_against_the_analytic_kernel_built_once(
     assert ("auto" in planned) == (reference is None)
 
 
+def test_a_request_plans_every_candidate_over_one_model_on_one_core_too(
+    matmul32: Nest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plans of a model's other nests are kept per model: a request whose candidates were
+    each planned over a model of their own would rank those nests once a candidate."""
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    target = replace(host_target(), cores=1)
+    request = Request(nest, params, target, _first_schedules(nest, params, target, 3), limits=QUIET)
+    models: list[object] = []  # held, so that no two share an id
+    real = c_backend.plan
+
+    def recorded(model: Any, target: CpuTarget, schedule: Any) -> Any:
+        models.append(model)
+        return real(model, target, schedule)
+
+    monkeypatch.setattr(c_backend, "plan", recorded)
+    messages = _Messages()
+    measuring._Child(request, messages, cpus=(sorted(os.sched_getaffinity(0))[0],)).run((0, 1, 2))
+    assert [m[1].status for m in messages.sent if m[0] == "outcome"] == [records.OK] * 3
+    assert len(models) == 3 and all(m is models[0] for m in models)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core compiles one at a time")
 def test_a_process_compiles_its_candidates_on_all_its_cores_and_names_the_one_that_fails(
     matmul32: Nest, monkeypatch: pytest.MonkeyPatch
