@@ -63,6 +63,7 @@ from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
 from polydl.tuning.tuner import (  # noqa: E402
     PoolExecutor,
+    SearchSpaces,
     analytic_choice,
     problem_flops,
     referenced_request,
@@ -156,12 +157,19 @@ def throughput(args: argparse.Namespace) -> dict:
         shares = pinned_shares(workers, args.threads)
         scratch = Path(tempfile.mkdtemp(prefix=f"polydl-throughput-{workers}-"))
         os.environ["POLYDL_CACHE_DIR"] = str(scratch / "cache")  # cold compiles
+        executor = PoolExecutor(shares)
+        if args.mode == "tune":
+            # as `polydl tune --suite --workers`: the measuring processes start while the search
+            # spaces are computed (again here, out of the timed part, as the first ones)
+            computing = SearchSpaces([(p.nest, p.params) for p in problems], target)
+            executor.prestart(target)
+            spaces = computing.result()
         t0 = time.monotonic()
         if args.mode == "requests":  # the candidates' requests straight to the workers
-            measured = sum(len(o) for _, o in PoolExecutor(shares).run(jobs))
+            measured = sum(len(o) for _, o in executor.run(jobs))
         else:  # what `polydl tune --suite` does: problems side by side, one worker each
             results_of: list = []
-            tune_problems(named, spaces, target=target, executor=PoolExecutor(shares),
+            tune_problems(named, spaces, target=target, executor=executor,
                           report=lambda _, r, out=results_of: out.append(r), trials=per_problem,
                           strategy="guided", db=PerfDatabase(scratch / "tuning.sqlite", system=False),
                           limits=LIMITS)

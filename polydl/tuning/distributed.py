@@ -17,6 +17,7 @@ from typing import Any
 from polydl.errors import PolyDLError
 from polydl.target.cpu import CpuTarget
 from polydl.tuning.measure import Outcome, Request, measure
+from polydl.tuning.measuring_processes import POOL
 
 
 def _ray() -> Any:
@@ -36,6 +37,9 @@ class MeasureWorker:
 
     def measure(self, request: Request) -> list[Outcome]:
         return measure(replace(request, cpus=self.cpus))
+
+    def prestart(self, threads: int) -> None:
+        POOL.prestart(self.cpus, threads)
 
     def node(self) -> tuple[str, int]:
         return os.uname().nodename, len(os.sched_getaffinity(0))
@@ -63,6 +67,11 @@ class RayExecutor:
             index, actor = running.pop(ready[0])
             free.append(actor)
             yield index, ray.get(ready[0])
+
+    def prestart(self, target: CpuTarget) -> None:
+        """Have every actor start its measuring process now (asynchronously)."""
+        for actor in self.actors:
+            actor.prestart.remote(target.cores)
 
     def shutdown(self) -> None:
         _ray().shutdown()

@@ -246,8 +246,11 @@ class _Child:
         building = {}
         # the pool's threads, and the compilers they start, run on every core of the process
         bind = (lambda: os.sched_setaffinity(0, share)) if share else None
+        # the reference last: an earlier request of the problem has usually built it, and its
+        # planning would only hold back the first compile
+        order = sorted(indices, key=lambda i: i == self.request.reference)
         with ThreadPoolExecutor(max(1, min(len(share), len(indices))), initializer=bind) as pool:
-            for i in indices:
+            for i in order:
                 schedule = self.request.schedules[i]
                 self.conn.send(("begin", i))
                 try:

@@ -136,6 +136,14 @@ class ProcessPool:
             raise
         self.give_back(process)
 
+    def prestart(self, cpus: tuple[int, ...] | None, threads: int) -> MeasuringProcess:
+        """Start a process of that key now, idle in the pool, so that its interpreter's start
+        and imports run while the caller does other work (a suite's search spaces) rather
+        than before the first request."""
+        process = MeasuringProcess(key_of(cpus, threads), cpus)
+        self.give_back(process)
+        return process
+
     def give_back(self, process: MeasuringProcess) -> None:
         if process.ended is not None or not process.alive() or process.requests >= REQUESTS_PER_PROCESS:
             process.close()

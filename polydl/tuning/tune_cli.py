@@ -16,7 +16,7 @@ from polydl.tuning.costmodel import CostModel, evaluate, groups_of
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.records import OK, Trial, comparable_times
 from polydl.tuning.suites import SuiteProblem, suite_problems
-from polydl.tuning.tuner import STRATEGIES, LocalExecutor, Progress, search_spaces, tune_problems
+from polydl.tuning.tuner import STRATEGIES, LocalExecutor, Progress, SearchSpaces, tune_problems
 
 
 def add_tune_options(c: argparse.ArgumentParser) -> None:
@@ -63,34 +63,38 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
         raise PolyDLError("tune needs a spec or --suite NAME")
     db = PerfDatabase(args.db)
     model = _guiding_model(args.model)
-    executor: Any = LocalExecutor()
     if args.workers is not None:
         from polydl.tuning.distributed import worker_cpus
 
         target = replace(target, cores=len(worker_cpus(args.workers)[0]))
-    # the spaces before the workers start: on every core, and forked without Ray's threads
-    spaces = search_spaces([(p.nest, p.params) for p in problems], target)
-    if network:  # a network's copies, pools and element-wise steps: nothing to choose
-        chosen = [(p, s) for p, s in zip(problems, spaces, strict=True) if len(s) > 1]
-        print(f"network  {len(problems)} distinct kernels, {len(chosen)} with schedules to "
-              "choose from")
-        problems, spaces = [p for p, _ in chosen], [s for _, s in chosen]
-    if args.workers is not None:
-        from polydl.tuning.distributed import local_executor
-
-        executor, target = local_executor(args.workers, target)
-    elif args.ray:
-        from polydl.tuning.distributed import cluster_executor
-
-        executor = cluster_executor(args.ray, target)
-    print(f"target   {target.describe()}")
-    print(f"guide    {'cost model ' + str(args.model or settings.cost_model()) if model else 'analytic model'}")
+    # the spaces' processes fork first, before Ray's threads start in this one; the workers
+    # and their measuring processes start while the spaces are computed
+    computing = SearchSpaces([(p.nest, p.params) for p in problems], target)
+    executor: Any = LocalExecutor()
     try:
+        if args.workers is not None:
+            from polydl.tuning.distributed import local_executor
+
+            executor, target = local_executor(args.workers, target)
+        elif args.ray:
+            from polydl.tuning.distributed import cluster_executor
+
+            executor = cluster_executor(args.ray, target)
+        executor.prestart(target)
+        spaces = computing.result()
+        if network:  # a network's copies, pools and element-wise steps: nothing to choose
+            chosen = [(p, s) for p, s in zip(problems, spaces, strict=True) if len(s) > 1]
+            print(f"network  {len(problems)} distinct kernels, {len(chosen)} with schedules to "
+                  "choose from")
+            problems, spaces = [p for p, _ in chosen], [s for _, s in chosen]
+        print(f"target   {target.describe()}")
+        print(f"guide    {'cost model ' + str(args.model or settings.cost_model()) if model else 'analytic model'}")
         tune_problems([(p.name, p.nest, p.params) for p in problems], spaces, target=target,
                       executor=executor, report=lambda name, r: print(_result_line(name, r), flush=True),
                       progress=lambda name: _progress(name, args.no_progress), trials=args.trials,
                       strategy=args.strategy, db=db, cost_model=model)
     finally:
+        computing.close()
         if hasattr(executor, "shutdown"):
             executor.shutdown()
     print(f"stored   {db.path}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 import queue
 import random
@@ -21,7 +22,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -35,6 +42,7 @@ from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.measure import Limits, Outcome, Request, measure
+from polydl.tuning.measuring_processes import POOL
 from polydl.tuning.records import Problem, Trial
 from polydl.tuning.space import Candidate, search_space
 
@@ -53,7 +61,6 @@ class Executor(Protocol):
         """One executor per slot (the workers `SharedWorkers` serves problems from)."""
         ...
 
-
 class LocalExecutor:
     """Measures in one child process at a time, pinned to the target's number of cores."""
 
@@ -69,6 +76,10 @@ class LocalExecutor:
     def parts(self) -> Sequence[Executor]:
         return [self]
 
+    def prestart(self, target: CpuTarget) -> None:
+        """Start the measuring process for `target` now, ahead of the first request."""
+        POOL.prestart(self.cpus or _first_cpus(target.cores), target.cores)
+
 
 class PoolExecutor:
     """Measures on `shares` of the cores at once, one thread per share driving its own
@@ -80,6 +91,10 @@ class PoolExecutor:
 
     def parts(self) -> Sequence[Executor]:
         return [PoolExecutor([share]) for share in self.shares]
+
+    def prestart(self, target: CpuTarget) -> None:
+        for share in self.shares:
+            POOL.prestart(share, target.cores)
 
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         free = list(self.shares)
@@ -190,15 +205,41 @@ def _space_of(job: tuple[LoopNest, Mapping[str, int], CpuTarget]) -> list[Candid
     return search_space(build_model(nest, dict(params)), target)
 
 
-def search_spaces(problems: Sequence[tuple[LoopNest, Mapping[str, int]]], target: CpuTarget) -> list[list[Candidate]]:
+class SearchSpaces:
     """Every problem's search space, computed on all cores before any measurement starts:
     seconds of analysis per problem that would otherwise run beside the workers' timing.
-    Call it before starting Ray workers (it forks)."""
-    jobs = [(nest, dict(params), target) for nest, params in problems]
-    if len(jobs) < 2:
-        return [_space_of(job) for job in jobs]
-    with ProcessPoolExecutor(min(len(jobs), os.cpu_count() or 1)) as pool:
-        return list(pool.map(_space_of, jobs))
+    The processes are forked when this is made, so the caller may then start threads (Ray's)
+    and other work while they compute; `result()` waits for the spaces. One problem's is
+    computed in this process, by `result()`."""
+
+    def __init__(self, problems: Sequence[tuple[LoopNest, Mapping[str, int]]], target: CpuTarget) -> None:
+        self._jobs = [(nest, dict(params), target) for nest, params in problems]
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: list[Future[list[Candidate]]] = []
+        if len(self._jobs) > 1:
+            # with fork every worker starts at the first submit: none is forked later, from
+            # a process where other threads may hold locks
+            self._pool = ProcessPoolExecutor(min(len(self._jobs), os.cpu_count() or 1),
+                                             mp_context=multiprocessing.get_context("fork"))
+            self._futures = [self._pool.submit(_space_of, job) for job in self._jobs]
+
+    def result(self) -> list[list[Candidate]]:
+        if self._pool is None:
+            return [_space_of(job) for job in self._jobs]
+        try:
+            return [future.result() for future in self._futures]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Drop the spaces not started yet (an error elsewhere); those being computed end."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+
+def search_spaces(problems: Sequence[tuple[LoopNest, Mapping[str, int]]], target: CpuTarget) -> list[list[Candidate]]:
+    """Every problem's search space (`SearchSpaces`), waited for."""
+    return SearchSpaces(problems, target).result()
 
 
 def tune_problems(

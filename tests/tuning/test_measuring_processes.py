@@ -18,6 +18,7 @@ from polydl.tuning import measuring_processes, records
 from polydl.tuning.measure import Limits, Request, measure
 from polydl.tuning.measuring_processes import POOL
 from polydl.tuning.space import search_space
+from polydl.tuning.tuner import LocalExecutor, PoolExecutor
 
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
 
@@ -115,6 +116,35 @@ def test_one_process_serves_request_after_request_and_a_crash_hands_over(served:
     assert crashed[0] == first[0] and crashed[1] != first[0]  # a new process for the rest
     assert _gone(first[0])
     assert served.measure()[1] == [crashed[1]] * 2
+
+
+def test_a_process_started_ahead_serves_the_first_request(served: Served) -> None:
+    started = POOL.prestart(None, served.target.cores)
+    statuses, pids = served.measure()
+    assert statuses == [records.OK] * 2 and pids == [started.pid] * 2
+
+
+@pytest.mark.parametrize("executor", ["local", "pool"])
+def test_an_executor_starts_ahead_the_processes_its_requests_take(
+    served: Served, monkeypatch: pytest.MonkeyPatch, executor: str
+) -> None:
+    """What `polydl tune` starts while the search spaces are computed is what its requests
+    lease: no second process is started."""
+    started: list[object] = []
+    real = measuring_processes.MeasuringProcess.__init__
+
+    def counted(self: measuring_processes.MeasuringProcess, *args: object) -> None:
+        started.append(args)
+        real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(measuring_processes.MeasuringProcess, "__init__", counted)
+    cores = sorted(os.sched_getaffinity(0))[: served.target.cores]
+    chosen = LocalExecutor() if executor == "local" else PoolExecutor([tuple(cores)])
+    chosen.prestart(served.target)
+    assert len(started) == 1
+    outcomes = [o for _, found in chosen.run([served.request]) for o in found]
+    assert [o.status for o in outcomes] == [records.OK] * 2
+    assert len(started) == 1
 
 
 def test_a_measuring_process_has_a_session_of_its_own(served: Served) -> None:

@@ -43,6 +43,7 @@ from polydl.tuning.tuner import (
     BATCH,
     LocalExecutor,
     PoolExecutor,
+    SearchSpaces,
     SharedWorkers,
     _SharedView,
     search_spaces,
@@ -407,6 +408,47 @@ def test_a_process_compiles_its_candidates_on_all_its_cores_and_names_the_one_th
     failed = next(o for o in outcomes if o.status == records.COMPILE_FAILED)
     assert failed.message == "CompileError: cc failed"
     assert not measuring._BUILT  # every built candidate was loaded
+
+
+def test_a_process_plans_the_reference_after_its_candidates(
+    matmul32: Nest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier request of the problem has usually built the reference: planned first, it
+    would only hold back the first candidate's compile."""
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    target = host_target()
+    schedules = _first_schedules(nest, params, target, 3)
+    request = Request(nest, params, target, schedules, limits=QUIET, reference=0)
+    planned: list[int] = []
+    real = measuring._planned
+
+    def watched(model: Any, target: CpuTarget, schedule: Any) -> Any:
+        planned.append(next(i for i, s in enumerate(schedules) if c_backend.schedule_from(s) == schedule))
+        return real(model, target, schedule)
+
+    monkeypatch.setattr(measuring, "_planned", watched)
+    messages = _Messages()
+    measuring._Child(request, messages).run((0, 1, 2))
+    assert planned[:3] == [1, 2, 0]
+    assert sorted(m[1].status for m in messages.sent if m[0] == "outcome") == [records.OK] * 3
+
+
+def test_search_spaces_fork_their_processes_when_made() -> None:
+    """`polydl tune --workers` starts Ray's threads while the spaces are computed: the
+    processes computing them are forked before, when `SearchSpaces` is made."""
+    import multiprocessing
+
+    target = host_target()
+    problems = [builders.matmul(n, 32, 16) for n in (16, 48)]
+    before = set(multiprocessing.active_children())
+    computing = SearchSpaces(problems, target)
+    forked = set(multiprocessing.active_children()) - before
+    assert len(forked) == min(2, os.cpu_count() or 1)
+    spaces = computing.result()
+    assert [[c.key for c in s] for s in spaces] == [
+        [c.key for c in search_space(build_model(nest, dict(params)), target)] for nest, params in problems]
 
 
 @pytest.fixture
