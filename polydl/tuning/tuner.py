@@ -61,6 +61,7 @@ class Executor(Protocol):
         """One executor per slot (the workers `SharedWorkers` serves problems from)."""
         ...
 
+
 class LocalExecutor:
     """Measures in one child process at a time, pinned to the target's number of cores."""
 
