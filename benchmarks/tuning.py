@@ -41,6 +41,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -53,7 +54,7 @@ sys.path.insert(0, str(HERE.parent))
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.target.cpu import CpuTarget  # noqa: E402
 from polydl.target.host import host_target  # noqa: E402
-from polydl.tuning import records  # noqa: E402
+from polydl.tuning import records, tuner  # noqa: E402
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
 from polydl.tuning.distributed import worker_cpus  # noqa: E402
@@ -137,6 +138,41 @@ def collect(args: argparse.Namespace) -> None:
               f"{time.monotonic() - start:7.1f} s so far", flush=True)
 
 
+class RequestLog:
+    """When each measuring request began and ended, and on which worker's cores (around
+    `tuner.measure`, which the workers call): how much of a run the workers were busy, and how
+    far apart their last requests ended."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[tuple[int, ...] | None, float, float]] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RequestLog:
+        real = self._real = tuner.measure
+
+        def timed(request: Request) -> list:
+            start = time.monotonic()
+            try:
+                return real(request)
+            finally:
+                with self._lock:
+                    self.spans.append((request.cpus, start, time.monotonic()))
+
+        tuner.measure = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        tuner.measure = self._real
+
+    def summary(self, t0: float, seconds: float, workers: int) -> dict:
+        ends: dict = {}
+        for cpus, _, end in self.spans:
+            ends[cpus] = max(ends.get(cpus, 0.0), end - t0)
+        busy = sum(end - start for _, start, end in self.spans)
+        return {"requests": len(self.spans), "busy_share": busy / (workers * seconds),
+                "last_ends": sorted(ends.values())}
+
+
 def throughput(args: argparse.Namespace) -> dict:
     every = [p for s in ("resnet50", "gemm") for p in suite_problems(s)]
     # problems spread over both suites, two per worker of 8; as many candidates of each
@@ -165,20 +201,25 @@ def throughput(args: argparse.Namespace) -> dict:
             executor.prestart(target)
             spaces = computing.result()
         t0 = time.monotonic()
-        if args.mode == "requests":  # the candidates' requests straight to the workers
-            measured = sum(len(o) for _, o in executor.run(jobs))
-        else:  # what `polydl tune --suite` does: problems side by side, one worker each
-            results_of: list = []
-            tune_problems(named, spaces, target=target, executor=executor,
-                          report=lambda _, r, out=results_of: out.append(r), trials=per_problem,
-                          strategy="guided", db=PerfDatabase(scratch / "tuning.sqlite", system=False),
-                          limits=LIMITS)
-            measured = sum(len(r.measured) for r in results_of)
+        with RequestLog() as log:
+            if args.mode == "requests":  # the candidates' requests straight to the workers
+                measured = sum(len(o) for _, o in executor.run(jobs))
+            else:  # what `polydl tune --suite` does: problems side by side, one worker each
+                results_of: list = []
+                tune_problems(named, spaces, target=target, executor=executor,
+                              report=lambda _, r, out=results_of: out.append(r), trials=per_problem,
+                              strategy="guided", db=PerfDatabase(scratch / "tuning.sqlite", system=False),
+                              limits=LIMITS)
+                measured = sum(len(r.measured) for r in results_of)
         seconds = time.monotonic() - t0
         shutil.rmtree(scratch, ignore_errors=True)
-        results[workers] = {"candidates": measured, "seconds": seconds, "per_hour": measured / seconds * 3600}
+        spent = log.summary(t0, seconds, workers)
+        results[workers] = {"candidates": measured, "seconds": seconds,
+                            "per_hour": measured / seconds * 3600, **spent}
         print(f"workers {workers:3d}: {measured} candidates in {seconds:7.1f} s = "
-              f"{measured / seconds * 3600:8.0f} per hour", flush=True)
+              f"{measured / seconds * 3600:8.0f} per hour; the workers busy "
+              f"{spent['busy_share']:.0%} of it, their last requests ending at "
+              f"{spent['last_ends'][0]:.1f}-{spent['last_ends'][-1]:.1f} s", flush=True)
     one = results[min(results)]["per_hour"]
     for w, r in results.items():
         r["speedup"] = r["per_hour"] / one
