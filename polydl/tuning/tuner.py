@@ -72,14 +72,18 @@ class LocalExecutor:
 
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
         for i, request in enumerate(requests):
-            yield i, measure(replace(request, cpus=self.cpus or _first_cpus(request.target.cores)))
+            yield i, measure(replace(request, cpus=self._cpus(request.target.cores)))
 
     def parts(self) -> Sequence[Executor]:
         return [self]
 
     def prestart(self, target: CpuTarget) -> None:
         """Start the measuring process for `target` now, ahead of the first request."""
-        POOL.prestart(self.cpus or _first_cpus(target.cores), target.cores)
+        POOL.prestart(self._cpus(target.cores), target.cores)
+
+    def _cpus(self, cores: int) -> tuple[int, ...] | None:
+        """The cores a request's process is pinned to: what `prestart` starts, `run` leases."""
+        return self.cpus or _first_cpus(cores)
 
 
 class PoolExecutor:
