@@ -178,15 +178,17 @@ def throughput(args: argparse.Namespace) -> dict:
     # problems spread over both suites, two per worker of 8; as many candidates of each
     problems = [every[i * len(every) // THROUGHPUT_PROBLEMS] for i in range(THROUGHPUT_PROBLEMS)]
     target = replace(host_target(), cores=args.threads)
-    spaces = search_spaces([(p.nest, p.params) for p in problems], target)
     per_problem = max(1, args.candidates // len(problems))
-    jobs, flops = [], []
-    for p, space in zip(problems, spaces, strict=True):
-        picked = chosen_candidates(space, per_problem, "throughput")
-        jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
-                         limits=LIMITS) for i in range(0, len(picked), 2)]
-        flops += [problem_flops(space)] * len(range(0, len(picked), 2))
-    jobs = [jobs[i] for i in longest_first(jobs, flops)]
+    jobs: list[Request] = []
+    if args.mode == "requests":  # the tuner's mode computes the spaces per worker count below
+        spaces = search_spaces([(p.nest, p.params) for p in problems], target)
+        flops = []
+        for p, space in zip(problems, spaces, strict=True):
+            picked = chosen_candidates(space, per_problem, "throughput")
+            jobs += [Request(p.nest, p.params, target, tuple(c.schedule.to_dict() for c in picked[i:i + 2]),
+                             limits=LIMITS) for i in range(0, len(picked), 2)]
+            flops += [problem_flops(space)] * len(range(0, len(picked), 2))
+        jobs = [jobs[i] for i in longest_first(jobs, flops)]
     named = [(p.name, p.nest, p.params) for p in problems]
     results = {}
     for workers in [int(w) for w in args.workers_list.split(",")]:
