@@ -3,6 +3,7 @@ trials, resuming, the lookup order of `schedule="tuned"`, the cost model, Ray an
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -236,6 +237,22 @@ def test_workers_without_ray_is_a_clear_error(
     assert main(["tune", "examples/matmul.c", "-p", "M=32", "-p", "N=32", "-p", "K=32",
                  "--workers", "2", "--no-progress"]) == 1
     assert "polydl[tune]" in capsys.readouterr().err
+
+
+def test_a_suite_without_ray_stops_its_search_spaces_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The spaces' processes are forked before Ray starts: where Ray is missing they are
+    stopped, not left computing."""
+    import multiprocessing
+
+    suite = tmp_path / "two.json"
+    suite.write_text(json.dumps({"shapes": [{"name": "a", "M": 32, "N": 32, "K": 32},
+                                            {"name": "b", "M": 48, "N": 32, "K": 16}]}))
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["tune", "--suite", str(suite), "--workers", "2", "--no-progress"]) == 1
+    assert "polydl[tune]" in capsys.readouterr().err
+    assert not multiprocessing.active_children()
 
 
 def test_two_ray_workers_store_the_same_records_as_one(small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
