@@ -25,6 +25,7 @@ from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
+from polydl.schedules.register_blocking import unit_for
 from polydl.schedules.start import start_statement
 from polydl.target.cpu import CpuTarget
 from polydl.version import __version__
@@ -168,7 +169,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, accumulators=sums,
-                            row_tiles=RowTilePrinter(printer, plan.tiles)).lines()
+                            row_tiles=RowTilePrinter(printer, plan.tiles, unit_for(target.isa).vector_bytes)).lines()
     locals_ = []
     for a in model.nest.locals:
         zeroed, clear = clearing(model, layouts[a.name], a.filled)

@@ -51,30 +51,40 @@ class RowTile:
     sign: str
 
 
-def _vector_expr(e: Expr, printer: StatementPrinter, lane: str, vector: str) -> str | None:
-    """`e` over vectors of `lane` (loads along it as vectors, the rest broadcast); None where
-    `e` has an operation the vector extension does not compute lane by lane."""
+def _vector_expr(e: Expr, printer: StatementPrinter, lane: str, vector: str, offset: int = 0) -> str | None:
+    """`e` over vectors of `lane` (loads along it as vectors, `offset` lanes on, the rest
+    broadcast); None where `e` has an operation the vector extension does not compute lane by
+    lane."""
     if isinstance(e, Const):
         return printer.literal(e.value)
     if isinstance(e, Load):
         element = printer.element(e.access)
         if any(lane in int_vars(i) for i in e.access.indices):
-            return f"(*(const {vector} *)&{element})"
+            return f"(*(const {vector} *)(&{element}{_plus(offset)}))"
         return element
     if isinstance(e, Unary):
-        inner = _vector_expr(e.operand, printer, lane, vector)
+        inner = _vector_expr(e.operand, printer, lane, vector, offset)
         return None if inner is None else f"(-{inner})"
     if isinstance(e, Binary) and e.op in _OPS:
-        left = _vector_expr(e.left, printer, lane, vector)
-        right = _vector_expr(e.right, printer, lane, vector)
+        left = _vector_expr(e.left, printer, lane, vector, offset)
+        right = _vector_expr(e.right, printer, lane, vector, offset)
         return None if left is None or right is None else f"({left} {e.op} {right})"
     return None
 
 
+def _plus(offset: int) -> str:
+    return f" + {offset}" if offset else ""
+
+
 class RowTilePrinter:
-    def __init__(self, printer: StatementPrinter, tiles: dict[str, int]) -> None:
+    def __init__(self, printer: StatementPrinter, tiles: dict[str, int], vector_bytes: int = 64) -> None:
+        """`vector_bytes`: the target's widest vector register. A lane row wider than it is
+        held as that many parts, each its own variable: GCC keeps a 64-byte vector of its
+        extension on an AVX2 core in memory, not in two registers, and moved every sum of
+        the row through the stack on each tap."""
         self.printer = printer
         self.tiles = tiles  # the plan's tile sizes, by loop variable
+        self.vector_bytes = vector_bytes
         self.count = 0
 
     def match(self, node: isl.AstNode, statements: dict[str, StatementModel],
@@ -131,10 +141,13 @@ class RowTilePrinter:
         self.count += 1
         vector, lo, hi = f"{PREFIX}{n}_v", f"{PREFIX}{n}_lo", f"{PREFIX}{n}_hi"
         first, last, any_ = f"{PREFIX}{n}_first", f"{PREFIX}{n}_last", f"{PREFIX}{n}_any"
-        accs = [f"{PREFIX}{n}_{i}" for i in range(tile.size)]
+        width = min(tile.lanes * 4, max(self.vector_bytes, min(ROW_BYTES))) // 4  # lanes a part
+        offsets = range(0, tile.lanes, width)
+        accs = [[f"{PREFIX}{n}_{i}" + (f"_{o // width}" if len(offsets) > 1 else "") for o in offsets]
+                for i in range(tile.size)]
         s = tile.statement
         target = self.printer.element(s.statement.target)
-        value = _vector_expr(tile.addend, self.printer, tile.lane_var, vector)
+        values = [_vector_expr(tile.addend, self.printer, tile.lane_var, vector, o) for o in offsets]
         moving = set().union(*(int_vars(i) for i in s.statement.target.indices))
 
         def binds(i: int, only_target: bool) -> str:
@@ -157,7 +170,14 @@ class RowTilePrinter:
                 out.append(pad + "}")
             return out
 
-        out = ["{", f"  typedef float {vector} __attribute__((vector_size({tile.lanes * 4}), "
+        def cell(o: int) -> str:
+            return f"*({vector} *)(&{target}{_plus(o)})"
+
+        def add(i: int) -> str:
+            return " ".join(f"{acc} {tile.sign}= {value};"
+                            for acc, value in zip(accs[i], values, strict=True))
+
+        out = ["{", f"  typedef float {vector} __attribute__((vector_size({width * 4}), "
                     "aligned(4), may_alias));",
                f"  long {first} = 0, {last} = -1;", f"  int {any_} = 0;"]
         # the rows the taps touch
@@ -169,20 +189,20 @@ class RowTilePrinter:
             f"  {any_} = 1;",
             "}"])]
         out.append(f"  if ({last} - {first} < {tile.size}) {{")
-        for i, acc in enumerate(accs):
-            out.append(f"    {vector} {acc} = {{0}};")
-            out.append(f"    if ({first} + {i} <= {last}) {{ {binds(i, True)} "
-                       f"{acc} = *({vector} *)&{target}; }}")
-        full = [f"{{ {binds(i, False)} {acc} {tile.sign}= {value}; }}" for i, acc in enumerate(accs)]
+        for i, parts in enumerate(accs):
+            out.append(f"    {vector} {', '.join(f'{acc} = {{0}}' for acc in parts)};")
+            loads = " ".join(f"{acc} = {cell(o)};" for acc, o in zip(parts, offsets, strict=True))
+            out.append(f"    if ({first} + {i} <= {last}) {{ {binds(i, True)} {loads} }}")
+        full = [f"{{ {binds(i, False)} {add(i)} }}" for i in range(tile.size)]
         part = [f"if ({first} + {i} >= {lo} && {first} + {i} <= {hi}) "
-                f"{{ {binds(i, False)} {acc} {tile.sign}= {value}; }}" for i, acc in enumerate(accs)]
+                f"{{ {binds(i, False)} {add(i)} }}" for i in range(tile.size)]
         body = [f"const long {lo} = {tile.row_low}, {hi} = {tile.row_high};",
                 f"if ({lo} == {first} && {hi} == {first} + {tile.size - 1}) {{",
                 *("  " + line for line in full), "} else {", *("  " + line for line in part), "}"]
         out += ["    " + line for line in sums(body)]
-        for i, acc in enumerate(accs):
-            out.append(f"    if ({first} + {i} <= {last}) {{ {binds(i, True)} "
-                       f"*({vector} *)&{target} = {acc}; }}")
+        for i, parts in enumerate(accs):
+            stores = " ".join(f"{cell(o)} = {acc};" for acc, o in zip(parts, offsets, strict=True))
+            out.append(f"    if ({first} + {i} <= {last}) {{ {binds(i, True)} {stores} }}")
         out.append("  } else {")
         out += ["    " + line for line in fallback]
         out += ["  }", "}"]

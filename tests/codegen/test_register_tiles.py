@@ -10,7 +10,9 @@ import polydl
 from polydl import layouts
 from polydl.poly.model import build_model
 from polydl.schedules.auto import auto_schedule
-from polydl.target.host import host_target
+from polydl.schedules.register_blocking import unit_for
+from polydl.schedules.register_tiles import MAX_ROW, SPARE_REGISTERS
+from polydl.target.host import cannot_run_here, host_target
 from polydl.target.presets import CPU_PRESETS
 
 HAS_VECTORS = host_target().isa != "scalar"
@@ -30,6 +32,11 @@ void filter(int N, int T, const float x[N + T - 1][8], const float w[T][8], floa
 def _depthwise_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int,
                          pads: tuple[int, int, int, int]) -> np.ndarray:
     """ReLU6(depthwise 3 x 3 + b) in NCHW, float64."""
+    return np.clip(_depthwise(x, w, stride, pads) + b[None, :, None, None], 0.0, 6.0)
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int, int, int]) -> np.ndarray:
+    """A depthwise 3 x 3 convolution in NCHW, float64."""
     top, left, bottom, right = pads
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
     N, C, H, W = xp.shape
@@ -39,7 +46,7 @@ def _depthwise_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: in
         for s in range(3):
             window = xp[:, :, r:r + stride * (P - 1) + 1:stride, s:s + stride * (Q - 1) + 1:stride]
             y += window * w[None, :, 0, r, s, None, None]
-    return np.clip(y + b[None, :, None, None], 0.0, 6.0)
+    return y
 
 
 @pytest.mark.skipif(not HAS_VECTORS, reason="this machine's target has no vector ISA")
@@ -58,8 +65,14 @@ def test_a_blocked_depthwise_convolution_sums_each_row_in_registers(
     assert order[-5:] == ("q.t", "r", "s", "q", "k"), kernel.schedule.describe()
     Q = (W + pads[1] + pads[3] - 3) // stride + 1
     tile = dict(kernel.schedule.tiles)["q"]
-    assert tile <= 8 and -(-Q // tile) == -(-Q // min(8, Q))  # tiles of equal width
-    assert "vector_size(64)" in kernel.source
+    # as many outputs as the registers hold beside the tap's operands (AVX-512: 8 of 32
+    # registers; AVX2: 6 of 16, each output two of them), in tiles of equal width
+    unit = unit_for(host_target().isa)
+    vectors = -(-64 // unit.vector_bytes)
+    widest = min(MAX_ROW, (unit.registers - SPARE_REGISTERS) // vectors, Q)
+    assert tile <= widest and -(-Q // tile) == -(-Q // widest)
+    # 16 lanes: one vector of AVX-512, two parts of AVX2's
+    assert f"vector_size({min(64, unit.vector_bytes)})" in kernel.source
     rng = np.random.default_rng(3)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
@@ -70,6 +83,30 @@ def test_a_blocked_depthwise_convolution_sums_each_row_in_registers(
 
 
 @pytest.mark.skipif(not HAS_VECTORS, reason="this machine's target has no vector ISA")
+@pytest.mark.parametrize(("preset", "width", "parts"), [("x86-64-v3", 32, 2), ("x86-64-v4", 64, 1)])
+def test_a_row_wider_than_the_registers_is_summed_in_parts_of_their_width(
+    preset: str, width: int, parts: int,
+) -> None:
+    """A 16-lane row on AVX2 is two 8-lane vectors a tile output: GCC kept one 64-byte
+    vector of its extension in memory there, every sum passing through the stack on each tap
+    (a depthwise 3 x 3 layer 2.8x as slow as in parts)."""
+    N, C, H, W = 1, 32, 6, 13
+    kernel = polydl.conv2d(N, C, C, H, W, 3, 3, padding=1, layout="nchw16c", groups=C,
+                           machine=preset)
+    assert kernel.schedule.order[-5:] == ("q.t", "r", "s", "q", "k"), kernel.schedule.describe()
+    assert f"vector_size({width})" in kernel.source
+    assert ("_pd_row0_0_1 " in kernel.source) == (parts == 2)
+    reason = cannot_run_here(CPU_PRESETS[preset])
+    if reason:
+        pytest.skip(reason)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    y = kernel(layouts.to_nchw16c(x), layouts.to_conv_weights(w, C))
+    expected = _depthwise(x, w, 1, (1, 1, 1, 1))
+    np.testing.assert_allclose(layouts.from_nchw16c(y, C), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_a_user_nest_of_the_same_form_is_tiled_and_subtracts() -> None:
     N, T = 37, 5
     kernel = polydl.compile(FILTER, {"N": N, "T": T})
