@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
+    FIRST_EXCEPTION,
     Future,
     ProcessPoolExecutor,
     ThreadPoolExecutor,
@@ -287,8 +288,16 @@ def tune_problems(
     at_once = min(len(problems), 2 * executor.slots)
     pool = ThreadPoolExecutor(at_once)
     try:
-        for done in [pool.submit(work, shared.view()) for _ in range(at_once)]:
-            done.result()
+        running = [pool.submit(work, shared.view()) for _ in range(at_once)]
+        pending = set(running)
+        while pending:
+            # an interrupt in any of them stops all at once; another error lets the rest finish
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if isinstance(future.exception(), KeyboardInterrupt):
+                    future.result()
+        for future in running:
+            future.result()
     except KeyboardInterrupt:
         # no new problem starts and the queued requests are answered as cancelled; what the
         # workers are measuring is finished and stored, so a later run resumes from there
