@@ -3,7 +3,7 @@
 The child pins itself to the cores it is given (and OpenMP to as many threads), compiles each
 candidate, checks its output against a reference, then times the candidates interleaved (a
 round runs each once, in a rotating order) until the spread of every candidate's samples is
-small. A round during which other processes took more than a share of those cores is thrown
+small; one whose first call was several times the fastest is timed by that call alone. A round during which other processes took more than a share of those cores is thrown
 away and the child waits; when the machine stays busy the candidates are kept as `noisy`,
 never as a winner. The parent reads the child's progress through a pipe: a candidate that
 kills the child is recorded as `crashed`, one that stops answering as `timed_out`, and a
@@ -51,6 +51,12 @@ from polydl.tuning.measuring_processes import POOL
 REFERENCE_FLOPS = 5e7
 # Wall time over which the load on the pinned cores is read (the kernel's ticks are 10 ms).
 METER_WINDOW_S = 0.25
+# A candidate (not the reference) whose first call took this many times the fastest first
+# call of its request, and at least SLOW_CALL_S, is timed by that call alone: it cannot be
+# the best, and the rounds the others need took seconds a call of it (a random search of a
+# 1024^3 GEMM on two cores drew one of 1.8 s a call, 120x the fastest: 40 s -> 35 s).
+SLOW_FACTOR = 4.0
+SLOW_CALL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -270,13 +276,20 @@ class _Child:
                 _BUILT[key] = (model, plan, code)
 
     def _time(self, ready: dict[int, tuple[Any, list[np.ndarray], dict[str, np.ndarray]]]) -> None:
-        calls = {}
+        calls, firsts = {}, {}
         for i, (kernel, inputs, outputs) in ready.items():
             self.conn.send(("begin", i))
             t0 = time.perf_counter()
             kernel(*inputs, **outputs)
-            once = max(time.perf_counter() - t0, 1e-7)
+            firsts[i] = once = max(time.perf_counter() - t0, 1e-7)
             calls[i] = max(1, math.ceil(self.limits.sample_s / once))
+        fastest = min(firsts.values())
+        for i in list(ready):
+            slower = firsts[i] / fastest
+            if i != self.request.reference and firsts[i] >= SLOW_CALL_S and slower >= SLOW_FACTOR:
+                del ready[i]
+                self._send(Outcome(i, records.OK, (firsts[i],),
+                                   f"timed once: {slower:.1f}x the fastest first call"))
         samples: dict[int, list[float]] = {i: [] for i in ready}
         order = list(ready)
         cpus = self.cpus or ()

@@ -435,6 +435,35 @@ def test_a_process_plans_the_reference_after_its_candidates(
     assert sorted(m[1].status for m in messages.sent if m[0] == "outcome") == [records.OK] * 3
 
 
+class _Sleeper:
+    """A kernel's stand-in that takes `seconds` a call."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, *args: Any, **outputs: Any) -> None:
+        time.sleep(self.seconds)
+
+
+def test_a_candidate_far_slower_than_the_others_is_timed_by_its_first_call(matmul32: Nest) -> None:
+    """It cannot be the best, and its rounds would take most of the request's time; the
+    reference is timed in full whatever its speed, every trial being compared through it."""
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    request = Request(nest, params, host_target(), ({}, {}, {}), limits=QUIET, reference=2)
+    messages = _Messages()
+    slow = 2 * measuring.SLOW_FACTOR * 0.02
+    measuring._Child(request, messages)._time(
+        {0: (_Sleeper(0.02), [], {}), 1: (_Sleeper(slow), [], {}), 2: (_Sleeper(slow), [], {})})
+    outcomes = {m[1].index: m[1] for m in messages.sent if m[0] == "outcome"}
+    assert all(o.status == records.OK for o in outcomes.values())
+    assert len(outcomes[1].samples) == 1 and outcomes[1].samples[0] >= slow
+    assert outcomes[1].message.startswith("timed once: ")
+    assert len(outcomes[0].samples) >= QUIET.min_rounds
+    assert len(outcomes[2].samples) >= QUIET.min_rounds  # the reference
+
+
 def test_search_spaces_fork_their_processes_when_made() -> None:
     """`polydl tune --workers` starts Ray's threads while the spaces are computed: the
     processes computing them are forked before, when `SearchSpaces` is made."""
