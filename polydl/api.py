@@ -78,7 +78,8 @@ def _build(
 ) -> Kernel:
     resolved = target_of(target, machine)
     # the builder's form for the target where the caller leaves it (as a TOML spec's loading)
-    options = builders.target_options(builder, resolved.kind)
+    lanes = resolved.vector_lanes("float32") if isinstance(resolved, CpuTarget) else None
+    options = builders.target_options(builder, resolved.kind, lanes)
     nest, params = builders.PRIMITIVES[builder](**{**options, **sizes})
     return build_kernel(nest, params, resolved, schedule)
 

@@ -121,6 +121,9 @@ class Lowering:
         self.graph = graph
         # 3 x 3 convolutions by Winograd's algorithm (`winograd.choose`), for this machine
         self.winograd_machine = machine if winograd else None
+        # the builders' forms for this machine's vectors (`builders.target_options`)
+        self.conv_options = builders.target_options(
+            "conv2d", "c", machine.vector_lanes("float32") if machine is not None else None)
         self.plan = NetworkPlan(name=name, buffers={}, steps=[], inputs=[], outputs=[])
         self.values: dict[str, Value] = {}
         self.converted: dict[tuple[str, str], Value] = {}
@@ -416,7 +419,7 @@ def _conv(low: Lowering, node: Node) -> None:
     built = builders.conv2d(N, C, K, H, W, R, S, stride=sh, padding=pads if len(set(pads)) > 1 else pads[0],
                             layout="nchw16c" if blocked else "nchw", fuse=tuple(fuse), groups=groups,
                             dilation=dh, accumulate=in_place,
-                            **builders.target_options("conv2d", "c"))
+                            **low.conv_options)
     w32 = weights.astype(np.float32)
     arguments = {"y": out.buffer, "x": x.buffer}
     if blocked:
