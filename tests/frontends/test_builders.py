@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from polydl import layouts
+from polydl.api import build_kernel
 from polydl.errors import ArgumentError
 from polydl.frontends.builders import PRIMITIVES, conv2d, matmul
 from polydl.frontends.c_loopnest import parse_c
@@ -211,6 +212,30 @@ def test_conv2d_blocked_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  
     got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], k)
     want = np.maximum(conv2d_numpy(x, wt, stride, padding) + b[None, :, None, None], 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("halves", [False, True])
+@pytest.mark.parametrize(("c", "groups", "stride"), [(32, 8, 1), (48, 6, 2), (24, 12, 1)])
+def test_conv2d_blocked_narrow_groups_numbers(c: int, groups: int, stride: int, halves: bool) -> None:
+    """Groups of 4, 8 and 2 channels in a block: the dense 16 x 16 product and the halves'
+    two 8 x 8 products (`half_block_groups`) on the same weights, the nest's reference and
+    the compiled kernel, against numpy group by group."""
+    nest, params = conv2d(N=2, C=c, K=c, H=6, W=7, R=3, S=3, stride=stride, padding=1,
+                          layout="nchw16c", groups=groups, half_block_groups=halves)
+    assert ("h * 8 + k" in (nest.source or "")) == halves
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, (2, c, 6, 7)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (c, c // groups, 3, 3)).astype(np.float32)
+    g = c // groups
+    want = np.concatenate([conv2d_numpy(x[:, i * g:(i + 1) * g], wt[i * g:(i + 1) * g], stride, 1)
+                           for i in range(groups)], axis=1)
+    inputs = {"x": layouts.to_nchw16c(x), "w": layouts.to_conv_weights(wt, groups)}
+    np.testing.assert_allclose(layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], c), want,
+                               rtol=1e-5, atol=1e-5)
+    kernel = build_kernel(nest, params, "c", "auto")
+    got = kernel(inputs["x"], inputs["w"])
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(layouts.from_nchw16c(got, c), want, rtol=1e-5, atol=1e-5)
 
 
 def loop_vars(nest: LoopNest) -> list[list[str]]:
