@@ -169,7 +169,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, accumulators=sums,
-                            row_tiles=RowTilePrinter(printer, plan.tiles, unit_for(target.isa).vector_bytes)).lines()
+                            row_tiles=RowTilePrinter(printer, plan.tiles,
+                                                     unit_for(target.isa).vector_bytes)).lines()
     locals_ = []
     for a in model.nest.locals:
         zeroed, clear = clearing(model, layouts[a.name], a.filled)

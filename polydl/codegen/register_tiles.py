@@ -77,7 +77,7 @@ def _plus(offset: int) -> str:
 
 
 class RowTilePrinter:
-    def __init__(self, printer: StatementPrinter, tiles: dict[str, int], vector_bytes: int = 64) -> None:
+    def __init__(self, printer: StatementPrinter, tiles: dict[str, int], vector_bytes: int) -> None:
         """`vector_bytes`: the target's widest vector register. A lane row wider than it is
         held as that many parts, each its own variable: GCC keeps a 64-byte vector of its
         extension on an AVX2 core in memory, not in two registers, and moved every sum of

@@ -3,9 +3,10 @@
 The child pins itself to the cores it is given (and OpenMP to as many threads), compiles each
 candidate, checks its output against a reference, then times the candidates interleaved (a
 round runs each once, in a rotating order) until the spread of every candidate's samples is
-small; one whose first call was several times the fastest is timed by that call alone. A round during which other processes took more than a share of those cores is thrown
-away and the child waits; when the machine stays busy the candidates are kept as `noisy`,
-never as a winner. The parent reads the child's progress through a pipe: a candidate that
+small; one whose first call was several times the fastest is timed by that call alone. A
+round during which other processes took more than a share of those cores is thrown away and
+the child waits; when the machine stays busy the candidates are kept as `noisy`, never as a
+winner. The parent reads the child's progress through a pipe: a candidate that
 kills the child is recorded as `crashed`, one that stops answering as `timed_out`, and a
 new child measures the rest. A child that finished its request waits for the next one
 (`measuring_processes`), so its start and imports are paid once, not per request.
