@@ -11,11 +11,12 @@ import pytest
 from polydl import layouts
 from polydl.api import build_kernel
 from polydl.errors import ArgumentError
-from polydl.frontends.builders import PRIMITIVES, conv2d, matmul
+from polydl.frontends.builders import PRIMITIVES, conv2d, matmul, target_options
 from polydl.frontends.c_loopnest import parse_c
 from polydl.ir import Loop, LoopNest, walk_statements
 from polydl.poly.model import build_model
 from polydl.poly.reference import make_reference
+from polydl.target import resolve_target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -233,9 +234,21 @@ def test_conv2d_blocked_narrow_groups_numbers(c: int, groups: int, stride: int, 
     np.testing.assert_allclose(layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], c), want,
                                rtol=1e-5, atol=1e-5)
     kernel = build_kernel(nest, params, "c", "auto")
+    assert kernel.schedule.microkernel is not None, kernel.schedule.describe()
     got = kernel(inputs["x"], inputs["w"])
     assert isinstance(got, np.ndarray)
     np.testing.assert_allclose(layouts.from_nchw16c(got, c), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("machine", "halves"), [("x86-64-v3", True), ("x86-64-v4", False),
+                                                 ("generic", True)])
+def test_a_target_of_narrow_vectors_sums_narrow_groups_by_half_blocks(machine: str, halves: bool) -> None:
+    """An AVX2 FMA of 8 lanes costs what AVX-512's of 16 does: there the dense product of a
+    block does twice the FMAs it needs; AVX-512 keeps it (an 8-lane call would not be faster)."""
+    lanes = resolve_target("c", machine).vector_lanes("float32")
+    nest, _ = conv2d(N=1, C=32, K=32, H=6, W=6, R=3, S=3, padding=1, groups=8, layout="nchw16c",
+                     **target_options("conv2d", "c", lanes))
+    assert ("h * 8 + k" in (nest.source or "")) == halves
 
 
 def loop_vars(nest: LoopNest) -> list[list[str]]:

@@ -17,7 +17,6 @@ from polydl.errors import ArgumentError
 from polydl.frontends import builders, conv_backward
 from polydl.ir import Loop
 from polydl.runtime.verify import compare
-from polydl.target import resolve_target
 
 torch = pytest.importorskip("torch")
 
@@ -211,40 +210,6 @@ def test_nchw_depthwise_has_the_row_of_outputs_innermost() -> None:
     nest, _ = builders.conv2d(N=1, C=32, K=32, H=6, W=6, R=3, S=3, padding=1, groups=32)
     assert loop_order(nest) == ["n", "g", "p", "r", "s", "q"]
     assert "y[n][g][p][q] += xp[n][g][p + r][q + s] * w[g][0][r][s];" in (nest.source or "")
-
-
-@pytest.mark.parametrize("shape", [
-    (2, 32, 32, 6, 7, 3, 3, 1, 1, 8),  # groups of 4, ResNeXt's first stage
-    (1, 48, 48, 5, 6, 3, 3, 2, (0, 1, 2, 1), 6),  # groups of 8, the last block half used
-    (1, 24, 24, 5, 5, 3, 3, 1, 1, 12),  # groups of 2, the last block half used
-])
-def test_narrow_groups_sum_by_half_blocks_with_the_same_weights(shape: Shape) -> None:
-    """`half_block_groups`: groups of at most 8 channels in a block as its halves' two 8 x 8
-    products (the zero quadrants of the dense 16 x 16 form left out), on the same weights."""
-    s = sizes(shape)
-    n, c, k, h, w, r, sw, stride, padding, groups = shape
-    nest, params = builders.conv2d(**s, layout="nchw16c", half_block_groups=True)  # type: ignore[arg-type]
-    assert "h * 8 + k" in (nest.source or "")
-    kernel = build_kernel(nest, params, "c", "auto")
-    assert kernel.schedule.microkernel is not None, kernel.schedule.describe()
-    rng = np.random.default_rng(1)
-    x = rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32)
-    wt = rng.uniform(-1, 1, (k, c // groups, r, sw)).astype(np.float32)
-    want = torch.nn.functional.conv2d(torch_padded(x, padding), torch.from_numpy(wt).double(),
-                                      stride=stride, groups=groups).numpy()
-    inputs = [to_kernel(x, "nchw16c"), layouts.to_conv_weights(wt, groups, "nchw16c")]
-    check(kernel, inputs, from_kernel(call(kernel, inputs), k, "nchw16c"), want)
-
-
-@pytest.mark.parametrize(("machine", "halves"), [("x86-64-v3", True), ("x86-64-v4", False),
-                                                 ("generic", True)])
-def test_a_target_of_narrow_vectors_sums_narrow_groups_by_half_blocks(machine: str, halves: bool) -> None:
-    """An AVX2 FMA of 8 lanes costs what AVX-512's of 16 does: there the dense product of a
-    block does twice the FMAs it needs; AVX-512 keeps it (an 8-lane call would not be faster)."""
-    nest, _ = builders.conv2d(N=1, C=32, K=32, H=6, W=6, R=3, S=3, padding=1, groups=8,
-                              layout="nchw16c", **builders.target_options(
-                                  "conv2d", "c", resolve_target("c", machine).vector_lanes("float32")))
-    assert ("h * 8 + k" in (nest.source or "")) == halves
 
 
 def test_in_block_groups_bind_the_microkernel() -> None:
