@@ -342,6 +342,7 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"layout": "nhwc", "C": 4, "K": 4, "groups": 2}, "groups"),
         ({"accumulate": 1}, "accumulate"),
         ({"column_phases": "yes"}, "column_phases"),
+        ({"half_block_groups": 1}, "half_block_groups"),
         ({"fuse": ("bias", "bias")}, "fuse"),
         ({"fuse": ("gelu",)}, "fuse"),
         ({"fuse": "relu"}, "fuse"),
