@@ -42,6 +42,14 @@ from polydl.target.cpu import CpuTarget
 
 # Bytes per cycle into each cache level from the one below (per core, typical x86 server core).
 BANDWIDTH = {"l1": 64.0, "l2": 32.0, "l3": 8.0}
+# Bytes per cycle a core reads of lines another core wrote and still holds modified (each
+# line fetched by a snoop into the writer's cache, not streamed from the L3). Fitted on 16
+# cores of a Sapphire Rapids-class Xeon: 33 GEMM schedules of five shapes (square 512 and
+# 1024, BERT's three), measured against the model's cost; the cost times the measured speed
+# varied least at a fifth of the L3's bandwidth (coefficient of variation 2-10% per shape, 9-21%
+# at the L3's own), and copies of B read by the threads that did not write them ran GEMMs
+# 1.3-1.4x slower than those whose threads read their own.
+FROM_OTHER_CORE_BANDWIDTH = BANDWIDTH["l3"] / 5
 # Cycles an OpenMP parallel loop costs per thread of the team (waking it and joining it, ~4 us
 # for 16 threads): on many cores a small nest runs faster on one core than split over all.
 FORK_JOIN_CYCLES_PER_THREAD = 500.0
@@ -735,7 +743,7 @@ def _evaluate(
         if b_bytes and not final.microkernel.batch:
             memory += sum(_packed_rereads(model, final, b_bytes, caches[c]) for c in ("l2", "l3")) / BANDWIDTH["l3"]
         if b_bytes and cores > 1:
-            memory += packed_elsewhere(model, final, cores) * b_bytes / BANDWIDTH["l3"]
+            memory += packed_elsewhere(model, final, cores) * b_bytes / FROM_OTHER_CORE_BANDWIDTH
     memory += amx_repacked_bytes(model, machine, final, plan.order) / BANDWIDTH["l3"]
     cost = (compute + memory) * balance / cores
     if final.parallel and cores > 1:

@@ -109,7 +109,9 @@ def test_ranking_packs_a_large_matmul_and_not_a_vector_product() -> None:
     large = build_model(*builders.matmul(M=384, N=512, K=1024))
     best = rank(large, machine)[0].schedule
     assert best.microkernel is not None and best.microkernel.pack_b
-    assert best.tile_sizes.get("k") == 256 and best.tile_sizes["i"] % 6 == 0
+    # calls over all of k, each thread's n blocks copied by itself: on two AVX2 cores 1.03-1.09x
+    # the k blocks of 256 with both block loops parallel, whose threads read each other's copies
+    assert "k" not in best.tile_sizes and best.parallel == ("j.t",)
     row = build_model(*builders.matmul(M=2, N=512, K=1024))
     mk = rank(row, machine)[0].schedule.microkernel
     assert mk is not None and not mk.pack_b
