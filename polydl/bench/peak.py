@@ -9,6 +9,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
+from polydl.runtime.loading import load_for_life
 from polydl.runtime.toolchain import compile_library, current_toolchain
 
 # Independent accumulators per thread: enough to cover FMA latency x FMA pipes (4 x 2 on current
@@ -82,7 +83,7 @@ class FmaPeak:
         compile_library(current_toolchain(), path / "fma_peak.c", path / "libfma_peak.so", flags)
         self._ffi = cffi.FFI()
         self._ffi.cdef("int fma_threads(void); void fma_loop(long iterations, float *sink);")
-        self._lib = self._ffi.dlopen(str(path / "libfma_peak.so"))
+        self._lib = load_for_life(self._ffi, path / "libfma_peak.so")
         self.threads = int(self._lib.fma_threads())
         self._sink = np.zeros(self.threads * 16 + 16, dtype=np.float32)
         self._iterations = self._calibrate()

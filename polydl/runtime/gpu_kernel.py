@@ -28,6 +28,7 @@ from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.names import spelling
 from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, _result, bind_host
+from polydl.runtime.loading import load_for_life
 
 # DLPack device types (dlpack.h); the type codes are in the dtype table
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
@@ -205,7 +206,7 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
                 "float *milliseconds);\n"
                 f"const char *{name}_error_string(int code);\n"
             )
-            _LOADED[library_path] = (ffi, ffi.dlopen(str(library_path)))
+            _LOADED[library_path] = (ffi, load_for_life(ffi, library_path))
         return _LOADED[library_path]
 
 

@@ -27,6 +27,7 @@ from polydl.dtypes import DTYPES, f32_to_bf16
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
 from polydl.names import respell, spelling
+from polydl.runtime.loading import load_for_life
 from polydl.runtime.sanitize import require_runtime
 from polydl.schedules.schedule import Schedule
 
@@ -392,9 +393,10 @@ def _zero_output(arg: KernelArgument) -> np.ndarray:
         ) from None
 
 
-# Loaded libraries stay loaded for the life of the process: unloading one whose OpenMP runtime
-# came in with it would unmap code that OpenMP's idle worker threads still run, and LIBXSMM
-# putenv()s strings that live inside the library.
+# Loaded libraries stay loaded for the life of the process, the interpreter's exit included
+# (`load_for_life`): unloading one whose OpenMP runtime came in with it would unmap code that
+# OpenMP's idle worker threads still run, and LIBXSMM putenv()s strings that live inside the
+# library.
 _LOADED: dict[Path, tuple[cffi.FFI, Any, Any]] = {}
 _LOCK = threading.Lock()
 
@@ -406,7 +408,7 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
             ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
             require_runtime()
             try:
-                lib = ffi.dlopen(str(library_path))
+                lib = load_for_life(ffi, library_path)
             except OSError as exc:  # a truncated file, a foreign compiler's output, ...
                 raise CompileError("dlopen", str(library_path), f"cannot load the kernel: {exc}") from None
             _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)

@@ -32,6 +32,7 @@ from polydl.runtime.cache import (
     write_manifest,
 )
 from polydl.runtime.kernel import aligned_zeros
+from polydl.runtime.loading import load_for_life
 from polydl.runtime.sanitize import require_runtime
 from polydl.runtime.toolchain import Toolchain, current_toolchain, run_compiler
 from polydl.version import __version__
@@ -106,7 +107,7 @@ def _load(library: Path, function: str, inputs: int, outputs: int) -> tuple[cffi
                      f"int {function}_set_profile(double *times);")
             require_runtime()
             try:
-                lib = ffi.dlopen(str(library))
+                lib = load_for_life(ffi, library)
             except OSError as exc:
                 raise CompileError("dlopen", [str(library)], f"cannot load the network: {exc}") from None
             _LOADED[library] = (ffi, lib, threading.Lock())
