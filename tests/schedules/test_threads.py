@@ -19,6 +19,9 @@ from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 
 SOCKET = CpuTarget(isa="avx512", cores=16, l3_bytes=300 << 20)
+# the lent 16-core host's caches, as `polydl machine` reports them
+SAPPHIRE = CpuTarget(isa="avx512", cores=16, l1_bytes=48 << 10, l2_bytes=2 << 20,
+                     l3_bytes=300 << 20)
 CALL = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("cb", "r", "s"))
 GEMM_CALL = MicrokernelBinding("S0", m="i", n="j", k="k", pack_b=True)
 
@@ -138,9 +141,7 @@ def test_a_socket_reads_a_square_gemms_packed_b_from_its_own_copies() -> None:
     pick is n blocks outside m blocks, each thread reading what it copied (16 Sapphire Rapids
     cores: 887 -> 1205 GFLOP/s in one run, torch.matmul 1026)."""
     model = build_model(*builders.matmul(M=512, N=512, K=512))
-    sapphire = CpuTarget(isa="avx512", cores=16, l1_bytes=48 << 10, l2_bytes=2 << 20,
-                         l3_bytes=300 << 20)
-    best = rank(model, sapphire)[0].schedule
+    best = rank(model, SAPPHIRE)[0].schedule
     assert best.microkernel is not None and best.microkernel.pack_b
     assert best.order[:2] == ("j.t", "i.t") and best.parallel == ("j.t",)
     assert packed_elsewhere(model, best, 16) == 0.0
@@ -150,9 +151,7 @@ def test_a_socket_sizes_column_blocks_to_a_multiple_of_its_cores() -> None:
     # n = 768 is 12 blocks of 64 for 16 threads; 16 blocks of 48 give each thread one, copied
     # by the thread that reads it (16 Sapphire Rapids cores: 1.30x over the 64-column blocks)
     model = build_model(*builders.matmul(M=512, N=768, K=3072))
-    sapphire = CpuTarget(isa="avx512", cores=16, l1_bytes=48 << 10, l2_bytes=2 << 20,
-                         l3_bytes=300 << 20)
-    best = rank(model, sapphire)[0].schedule
+    best = rank(model, SAPPHIRE)[0].schedule
     assert best.tile_sizes.get("j") == 48 and best.parallel == ("j.t",)
     assert best.microkernel is not None and best.microkernel.pack_b
     # two cores have no such blocks to offer: their picks stay as they were
