@@ -75,7 +75,7 @@ def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
             # loads: one broadcast of A per row, one vector of B per column vector
             spills = b_in_l1 and v == 1 and unit.registers >= 32
             spilled = max(0, r - _SINGLE_VECTOR_ROWS) if spills else 0
-            step = step_cycles(unit, r * v, r + v + 2 * spilled)
+            step = step_cycles(unit, r * v, r + v + 2 * spilled, slack=True)
             tile = steps * step + r * v * _ACCUMULATOR_CYCLES + _TILE_CYCLES
             total += m_count * n_count * tile
     return total
