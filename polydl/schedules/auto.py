@@ -58,7 +58,7 @@ def auto_schedule(model: PolyModel, target: CpuTarget) -> AutoChoice:
         resolved = resolve(model, best.schedule)
         chosen = replace(
             register_tiled(model, resolved, target) or resolved,
-            notes=(("model_cost", round(best.cost)), ("candidates", len(ranked))),
+            notes=(*resolved.notes, ("model_cost", round(best.cost)), ("candidates", len(ranked))),
         )
     fused, decisions = choose_fusion(model, chosen, target)
     return AutoChoice(fused, ranked, tuple(decisions))
