@@ -1081,6 +1081,9 @@ BATCH_TILE_B_SHARE = 8
 # on the 12 ways (48 KiB) and 2 MiB L2 of the 16-core Sapphire Rapids host the same tiles ran
 # ResNet-50's changed layers at 0.96x (16 threads) and 0.995x (2 threads) of whole calls.
 BATCH_TILE_MAX_WAYS = 8
+# A call's rows must span more register tiles than this for its B to be worth a smaller batch:
+# calls over 8 rows (14 x 14 layers with their rows tiled) ran 0.93-0.97x with fewer blocks.
+BATCH_TILE_MIN_ROW_TILES = 2
 
 
 def batch_tiled_call(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> Schedule:
@@ -1091,13 +1094,14 @@ def batch_tiled_call(model: PolyModel, machine: CpuTarget, schedule: Schedule) -
     register tile of the call reads its rows of A over the whole batch again for every
     vector strip of B, and reads all of B once per row tile:
     - A's blocks a multiple of 4 KiB apart (at 56 x 56 a channel block is 49 pages) put a row's
-      lines of every block into one L1 set; more blocks than its ways (less one for B) evict
-      each other between strips. On two Zen 3 cores (8 ways), 256 to 64 and 256 to 128 at
-      56 x 56 ran 1.12-1.18x over tiles of 4 blocks; with the input 16 bytes past a line
-      (two sets a row) they had run 1.3x as fast untiled;
+      lines of every block into one L1 set; more blocks than its ways evict each other
+      between strips. On two Zen 3 cores (8 ways), 256 to 64 and 256 to 128 at 56 x 56 ran
+      1.10-1.18x over tiles of 8 blocks (of 4 alike); with the input 16 bytes past a line (two
+      sets a row) they had run 1.3x as fast untiled. 128 channels (8 blocks, 8 lines a set)
+      ran alike whole and in tiles of 4;
     - a B larger than an eighth of L2 streams from beyond it for each row tile: 2048 to 512
-      at 7 x 7 (1 MiB a call) ran 1.25x over 8 blocks, 1024 to 256 at 14 x 14 1.02x, 512 to
-      256 at 14 x 14 1.06x.
+      at 7 x 7 (1 MiB a call, 49 rows) ran 1.25x over 8 blocks, 1024 to 256 at 14 x 14 1.02x,
+      512 to 256 at 14 x 14 1.06x; not where the call has few row tiles to read it.
     Only where the batch is that one loop and the call reads each cell of A once per strip:
     a 3 x 3 window's call (its taps overlap) so tiled ran at 0.5-0.7x; the backward weights'
     calls over images and rows, and the bf16 and AMX kernels, were not measured so."""
@@ -1116,9 +1120,11 @@ def batch_tiled_call(model: PolyModel, machine: CpuTarget, schedule: Schedule) -
         return schedule  # the call reads cells of A again across its batch: a window
     extent = loop_extent(model, var)
     stride_bytes = abs(stride) * _element_bytes(model, call.a)
-    ways = max(l1_ways(machine.l1_bytes) - 1, 1)
+    ways = l1_ways(machine.l1_bytes)
     b_block = _call_bytes(model, schedule, s, call.b) // extent
     b_budget = max(machine.l2_bytes // BATCH_TILE_B_SHARE, b_block)
+    if trip_count(model, schedule, mk.m) <= BATCH_TILE_MIN_ROW_TILES * MICRO_ROWS:
+        b_budget = extent * b_block  # B read by few row tiles: the partial sums cost more
 
     def fits(size: int) -> bool:
         return lines_per_set(stride_bytes, size) <= ways and size * b_block <= b_budget

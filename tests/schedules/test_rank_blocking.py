@@ -249,22 +249,22 @@ def _cb_tile(best: Schedule) -> int | None:
 
 def test_a_1x1_call_reads_no_more_input_blocks_than_an_l1_set_keeps() -> None:
     """At 56 x 56 one input-channel block is 49 pages: a row's lines of all 16 blocks of 256
-    channels share one L1 set of 8 ways, so each call reduces 4 of them (7 ways left beside
-    B); 64 channels (4 blocks) and 28 x 28 (blocks 12.25 pages apart, 4 sets) stay whole."""
+    channels share one L1 set of 8 ways, so each call reduces 8 of them; 128 channels (8
+    blocks) and 28 x 28 (blocks 12.25 pages apart, 4 sets) stay whole."""
     def best(c: int, h: int, target: CpuTarget = AVX2) -> Schedule:
         nest, params = builders.conv2d(N=2, C=c, K=64, H=h, W=h, R=1, S=1, layout="nchw16c")
         return rank(build_model(nest, params), target)[0].schedule
 
-    assert _cb_tile(best(256, 56)) == 4
+    assert _cb_tile(best(256, 56)) == 8
     assert _cb_tile(best(256, 56, SPR)) is None  # 12 ways: measured not to pay there
-    assert _cb_tile(best(64, 56)) is None and _cb_tile(best(256, 28)) is None
+    assert _cb_tile(best(128, 56)) is None and _cb_tile(best(256, 28)) is None
 
 
 def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks() -> None:
     """res5's 1 x 1 layer from 2048 channels: a call over all 128 input-channel blocks and
     its output-channel blocks reads MiBs of weights once per register tile of rows; tiled so
-    that a call's weights take at most an eighth of L2. A 3 x 3 layer, whose call reuses
-    its input window, keeps its batch whole."""
+    that a call's weights take at most an eighth of L2; not a call whose rows are two register
+    tiles. A 3 x 3 layer, whose call reuses its input window, keeps its batch whole."""
     from polydl.schedules.rank import batch_tiled_call
 
     nest, params = builders.conv2d(N=2, C=2048, K=512, H=7, W=7, R=1, S=1, layout="nchw16c")
@@ -272,6 +272,12 @@ def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks(
     blocks = best.tile_sizes.get("kb", 1) if best.microkernel.blocks else 1
     block_weights = 16 * 16 * 4 * blocks  # bytes of one input-channel block's weights a call reads
     assert _cb_tile(best) * block_weights <= AVX2.l2_bytes // 8 < 128 * block_weights
+    # 512 to 1024 at stride 2: calls over 8 of 14 output columns, two register tiles of rows
+    few, few_params = builders.conv2d(N=32, C=512, K=1024, H=28, W=28, R=1, S=1, stride=2,
+                                      layout="nchw16c")
+    l2 = replace(AVX2, l2_bytes=512 * 1024)
+    few_best = rank(build_model(few, few_params), l2)[0].schedule
+    assert few_best.tile_sizes.get("q", 14) <= 12 and _cb_tile(few_best) is None, few_best.describe()
     nest3, params3 = builders.conv2d(N=2, C=256, K=256, H=14, W=14, R=3, S=3, padding=1,
                                      layout="nchw16c")
     model3 = build_model(nest3, params3)
@@ -280,14 +286,14 @@ def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks(
 
 
 def test_a_1x1_call_over_a_tile_of_input_blocks_matches_numpy() -> None:
-    """8 x 8 images: 16 input-channel blocks 4 KiB apart, reduced 4 at a time by the ranked
+    """8 x 8 images: 16 input-channel blocks 4 KiB apart, reduced 8 at a time by the ranked
     schedule; the bias, residual and ReLU apply once, after the last tile's call."""
     from tests.schedules.test_postops import _check_conv, _uses_postops
 
     sizes = dict(N=1, C=256, K=48, H=8, W=8, R=1, S=1, stride=1, padding=0)
     chain = ("bias", "residual", "relu")
     kernel = polydl.conv2d(**sizes, layout="nchw16c", fuse=chain, machine=AVX2)
-    assert _cb_tile(kernel.schedule) == 4 and _uses_postops(kernel)
-    assert dict(kernel.schedule.notes)["batch_tiled"].startswith("cb by 4: a row's lines of A")
+    assert _cb_tile(kernel.schedule) == 8 and _uses_postops(kernel)
+    assert dict(kernel.schedule.notes)["batch_tiled"].startswith("cb by 8: a row's lines of A")
     _check_conv(kernel, sizes, chain, blocked=True)
     run_and_check(kernel)
