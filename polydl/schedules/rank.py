@@ -961,6 +961,16 @@ def tiled_next_to_call(schedule: Schedule, var: str, size: int) -> Schedule:
     return replace(schedule, order=tuple(order), tiles=tiles, parallel=())
 
 
+def call_loop_tiled(schedule: Schedule, var: str, size: int) -> Schedule:
+    """`schedule` with loop `var` of its call tiled by `size`: its tile loop right outside the
+    call, so that each call runs one tile of it."""
+    mk = schedule.microkernel
+    assert mk is not None
+    calls = len(mk.loops)
+    return replace(schedule, order=(*schedule.order[:-calls], tile_loop(var), *schedule.order[-calls:]),
+                   tiles=tuple(sorted((*schedule.tiles, (var, size)))))
+
+
 def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[Schedule]:
     """A GEMM call over all of a long k with k tiled right outside the call instead, each
     call's micro-panels of B (k tile x nr) an eighth of L2, read again by every register tile
@@ -979,10 +989,7 @@ def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[
         return []
     per = max(K_TILE, machine.l2_bytes // 8 // row_bytes // K_TILE * K_TILE)
     k_tile = math.ceil(k_ext / math.ceil(k_ext / per))
-    calls = len(mk.loops)
-    order = (*schedule.order[:-calls], tile_loop(mk.k), *schedule.order[-calls:])
-    return [replace(schedule, order=order, tiles=tuple(sorted((*schedule.tiles, (mk.k, k_tile)))),
-                    parallel=())]
+    return [replace(call_loop_tiled(schedule, mk.k, k_tile), parallel=())]
 
 
 # A call reading fewer flops per byte of A than this re-reads A from L2 for every block when
@@ -1089,8 +1096,8 @@ BATCH_TILE_MIN_ROW_TILES = 2
 def batch_tiled_call(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> Schedule:
     """`schedule` with its call's outermost batch loop (a 1 x 1 convolution's input-channel
     blocks, or a backward-data layer's output-channel blocks) tiled right outside the call
-    where one call over all of it overflows the caches
-    in ways the model, which stops at the call, does not see; else `schedule` itself. Each
+    where one call over all of it overflows the caches in ways the model, which stops at the
+    call, does not see; else `schedule` itself. Each
     register tile of the call reads its rows of A over the whole batch again for every
     vector strip of B, and reads all of B once per row tile:
     - A's blocks a multiple of 4 KiB apart (at 56 x 56 a channel block is 49 pages) put a row's
@@ -1135,8 +1142,7 @@ def batch_tiled_call(model: PolyModel, machine: CpuTarget, schedule: Schedule) -
     why = (f"a row's lines of A over its {extent} iterations share an L1 set"
            if lines_per_set(stride_bytes, extent) > ways else
            f"a call's B ({extent * b_block // 1024} KiB) outgrows 1/{BATCH_TILE_B_SHARE} of L2")
-    return replace(schedule, order=(*call.outer, tile_loop(var), *call.inner),
-                   tiles=tuple(sorted((*schedule.tiles, (var, size)))),
+    return replace(call_loop_tiled(schedule, var, size),
                    notes=(*schedule.notes, ("batch_tiled", f"{var} by {size}: {why}")))
 
 
