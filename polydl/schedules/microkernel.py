@@ -20,7 +20,7 @@ from polydl.ir import Access, Binary, Load
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.pack_a import PackedA, plan_pack_a
 from polydl.schedules.schedule import MicrokernelBinding, is_tile_loop, loop_var, tile_loop
-from polydl.schedules.strides import LoopRange, element_stride
+from polydl.schedules.strides import LoopRange, distinct_blocks, element_stride
 
 
 @dataclass(frozen=True)
@@ -287,6 +287,11 @@ def bind_microkernel(
         if strides[(a_name, blocks)] != 0 or strides[("c", blocks)] == 0 or strides[(b_name, blocks)] == 0:
             raise ScheduleError(
                 f"the microkernel's blocks loop '{blocks}' must move C and B and not A")
+        full = {v: tiles.get(v, extents[v]) for v in (binding.m, binding.n, blocks)}
+        if not distinct_blocks(full[binding.m], strides[("c", binding.m)], full[binding.n],
+                               strides[("c", binding.n)], full[blocks], strides[("c", blocks)]):
+            raise ScheduleError(
+                f"the microkernel's blocks along '{blocks}' would sum into the same cells of C")
         if binding.pack_a or binding.pack_b:
             raise ScheduleError(f"a microkernel over blocks of '{blocks}' packs neither A nor B")
     renamed = {("a" if n == a_name else "b" if n == b_name else "c", v): st for (n, v), st in strides.items()}

@@ -1007,8 +1007,11 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     while A serves many flops within the call (7 rows of one 16-lane block are 7 accumulators
     for two FMA pipes of 4 cycles' latency: 66% of the peak measured, 87% over 4 blocks; 3 x 3
     windows 1.07-1.21x), or it reads A, larger than half of L1, again for every block at few
-    flops per byte (1 x 1 layers 1.1-2x). Elsewhere more blocks only crowd L1 (a 28-row 1 x 1
-    call over 4 blocks ran at 0.67x on 16 cores)."""
+    flops per byte (1 x 1 layers 1.1-2x), or its register tile is one vector wide
+    (`_one_vector`: 1 x 1 layers of 256 to 1024 channels at 14 x 14 ran at 77% of the FMA
+    peak on two Zen 5 cores, 97% over 2 or 4 blocks; ResNet-50's kernels so changed 1.07x at
+    N=32 there, 1.04x on the 16-core Sapphire Rapids host). Elsewhere more blocks only crowd
+    L1 (a 28-row 1 x 1 call over 4 blocks ran at 0.67x on 16 cores)."""
     call = _call_of(model, schedule)
     if call is None or call.mk.blocks or call.mk.pack_a or call.mk.pack_b:
         return []
@@ -1019,7 +1022,8 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     flops = 2 * count_points(_call_cells(model, schedule, s))
     reused = flops >= BLOCKS_A_INTENSITY * a_bytes  # A's cells serve many flops within a call
     if not ((reused and _latency_bound(model, machine, schedule))
-            or (not reused and a_bytes > machine.l1_bytes // 2)):
+            or (not reused and a_bytes > machine.l1_bytes // 2)
+            or _one_vector(model, machine, schedule)):
         return []
 
     def moves(var: str) -> bool:
@@ -1154,6 +1158,17 @@ def _latency_bound(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> 
     rows = trip_count(model, schedule, mk.m)
     vectors = math.ceil(trip_count(model, schedule, mk.n) / accumulator_lanes(model, machine, mk))
     return rows * min(vectors, _micro_vectors(machine)) < unit.fma_ports * unit.fma_latency
+
+
+def _one_vector(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> bool:
+    """Whether one call's register tile is one vector wide over a reduction of at least a
+    vector's lanes: each FMA then takes a load of its own (a broadcast of A) beside the
+    vector of B, and the loads, not the FMAs, set the pace (AVX-512's 16-lane blocks)."""
+    mk = schedule.microkernel
+    assert mk is not None
+    lanes = accumulator_lanes(model, machine, mk)
+    return (math.ceil(trip_count(model, schedule, mk.n) / lanes) == 1
+            and trip_count(model, schedule, mk.k) >= lanes)
 
 
 def _call_cells(model: PolyModel, schedule: Schedule, s: StatementModel) -> isl.Set:

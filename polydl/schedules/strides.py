@@ -104,3 +104,17 @@ class LoopRange:
     lower: int
     extent: int
     tile: int | None  # tile size if the loop is tiled (then the call covers one tile)
+
+
+def distinct_blocks(m: int, c_m: int, n: int, c_n: int, blocks: int, c_nb: int) -> bool:
+    """Whether `blocks` blocks `c_nb` apart of an m x n tile of C (strides c_m, c_n) share no
+    cell: each block's cells lie in a span shorter than the block stride, or (small shapes)
+    every cell is checked. Blocks that share cells would sum into them within one call."""
+    span = (m - 1) * abs(c_m) + (n - 1) * abs(c_n) + 1
+    if abs(c_nb) >= span:
+        return True
+    cells = m * n * blocks
+    if cells > 1 << 16:
+        return False
+    return len({b * c_nb + i * c_m + j * c_n for b in range(blocks)
+                for i in range(m) for j in range(n)}) == cells

@@ -140,6 +140,25 @@ def test_blocks_round_trip_and_refuse_a_loop_that_moves_a() -> None:
                       schedule=bad)
 
 
+def test_blocks_that_would_sum_into_one_cell_are_refused() -> None:
+    """A stride-2 backward-data scatters filter column s to input columns 2q + s: calls over 2
+    columns interleave their rows, over 4 they share cells (column 2 of row q is column 0
+    of row q + 1), which one call cannot sum."""
+    binding = MicrokernelBinding("S1", m="q", n="c", k="k", batch=("kb",), blocks="s")
+    sizes = dict(N=1, C=3, K=32, H=16, W=16, R=7, S=7, stride=2, padding=3, layout="nchw16c")
+    kernels = {}
+    for tile in (2, 4):
+        schedule = Schedule(order=("n", "cb", "p", "r", "s.t", "s", "kb", "q", "c", "k"),
+                            tiles=(("s", tile),), parallel=("r",), microkernel=binding)
+        if tile == 4:
+            with pytest.raises(ScheduleError, match="blocks along 's' would sum into the same cells"):
+                polydl.conv2d_backward_data(**sizes, schedule=schedule)
+        else:
+            kernels[tile] = polydl.conv2d_backward_data(**sizes, schedule=schedule)
+    assert "blocks(s)" in kernels[2].schedule.describe()
+    run_and_check(kernels[2])
+
+
 def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
     """ResNet-50's res5 3 x 3 layer (512 channels, 7 x 7): one block's call is 7 rows x one
     16-lane vector; the ranking takes calls over several blocks on a 16-core AVX-512 host."""
@@ -152,6 +171,31 @@ def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
     model = build_model(nest, params)
     from polydl.schedules.rank import microkernel_efficiency
     assert microkernel_efficiency(best, model, SPR) > microkernel_efficiency(one, model, SPR)
+
+
+def test_a_one_vector_register_tile_runs_over_several_blocks_on_avx512() -> None:
+    """res4's 1 x 1 layer from 256 to 1024 channels at 14 x 14: one block's call is 14 rows x
+    one 16-lane vector on AVX-512, a load of A for every FMA; the ranking takes calls over
+    several blocks there (two cores or sixteen). On AVX2 a block is two vectors and each call
+    keeps one. A stem's call, 7 taps a batch step, keeps one block on AVX-512 too."""
+    from polydl.schedules.rank import block_variants
+
+    nest, params = builders.conv2d(N=2, C=256, K=1024, H=14, W=14, R=1, S=1, layout="nchw16c")
+    model = build_model(nest, params)
+    two = CpuTarget(isa="avx512", cores=2, l1_bytes=48 * 1024, l2_bytes=1024 * 1024)
+    for target in (two, SPR):
+        best = rank(model, target)[0].schedule
+        assert best.microkernel.blocks == "kb" and best.tile_sizes["kb"] >= 2, best.describe()
+    assert rank(model, AVX2)[0].schedule.microkernel.blocks is None
+    from polydl.onnx import ctext
+    from polydl.onnx.lowering import _parse
+
+    window = ctext.Window((7, 7), (2, 2), (3, 3, 3, 3), (112, 112))
+    stem_model = build_model(_parse(ctext.conv_stem_blocked("stem", (2, 3, 224, 224), 64, window,
+                                                            1, "")), {})
+    stem_best = rank(stem_model, two)[0].schedule
+    assert stem_best.microkernel.k == "s" and stem_best.microkernel.blocks is None
+    assert block_variants(stem_model, stem_best, two) == []
 
 
 # --- calls over a tile of the input-channel blocks ------------------------------------------

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 
 from polydl.schedules.postops import PostOps
+from polydl.schedules.strides import distinct_blocks
 
 # dtype -> (C type of A and B elements, C type of C elements and of the arithmetic)
 ELEMENT_TYPES: dict[str, tuple[str, str]] = {
@@ -82,7 +83,8 @@ class BrgemmSpec:
             raise ValueError(
                 f"C strides c_m={self.c_m}, c_n={self.c_n} map two (m, n) cells to one element"
             )
-        if self.n_blocks > 1 and not _distinct_blocks(self):
+        if self.n_blocks > 1 and not distinct_blocks(self.m, self.c_m, self.n, self.c_n,
+                                                      self.n_blocks, self.c_nb):
             raise ValueError(f"C's block stride c_nb={self.c_nb} makes two blocks share a cell")
 
     @property
@@ -170,19 +172,6 @@ def _blocks_continue_n(spec: BrgemmSpec) -> bool:
     operands = spec.postops.operands if spec.postops else ()
     return (spec.b_nb == n * spec.b_n and spec.c_nb == n * spec.c_n
             and all(o.nb == n * o.n for o in operands))
-
-
-def _distinct_blocks(spec: BrgemmSpec) -> bool:
-    """No two blocks of C share a cell: each block's cells lie in a span shorter than the
-    block stride, or (small shapes) every cell is checked."""
-    span = (spec.m - 1) * abs(spec.c_m) + (spec.n - 1) * abs(spec.c_n) + 1
-    if abs(spec.c_nb) >= span:
-        return True
-    cells = spec.m * spec.n * spec.n_blocks
-    if cells > 1 << 16:
-        return False
-    return len({b * spec.c_nb + i * spec.c_m + j * spec.c_n for b in range(spec.n_blocks)
-                for i in range(spec.m) for j in range(spec.n)}) == cells
 
 
 def _distinct_cells(m: int, c_m: int, n: int, c_n: int) -> bool:
