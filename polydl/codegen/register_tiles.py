@@ -10,7 +10,9 @@ touch first, runs a tap over the whole tile without tests where its bounds are t
 and tests each output of the tile otherwise. A tile wider than `size` (never, for a loop
 tiled by `size`) runs the loops as isl printed them.
 
-The statement must be `c += e` or `c -= e` (`poly.sums.addend_of`) on float32 arrays, its
+The statement must be `c += e` or `c -= e` (`poly.sums.addend_of`), or `c = fmaxf(c, e)` or
+fminf (`poly.sums.extremum_of`: a max pooling's window, compared lane by lane and the larger
+kept, as fmaxf keeps a number over a NaN `e`), on float32 arrays, its
 cell moving with the row and the lanes only, every access along the lanes by its last
 subscript alone or not at all (a broadcast), and `e` made of loads, constants, `+ - * /` and
 negation, which GCC's vector extension computes lane by lane.
@@ -26,7 +28,7 @@ import islpy as isl
 from polydl.codegen.c_expr import StatementPrinter, ast_expr_to_c
 from polydl.ir import Binary, Const, Expr, Load, Unary, int_vars
 from polydl.poly.model import StatementModel
-from polydl.poly.sums import addend_of, reads_own_cell
+from polydl.poly.sums import addend_of, extremum_of, reads_own_cell
 from polydl.schedules.register_tiles import ROW_BYTES, along_lanes
 
 PREFIX = "_pd_row"
@@ -47,8 +49,8 @@ class RowTile:
     lane_var: str
     lanes: int
     size: int  # outputs per tile
-    addend: Expr
-    sign: str
+    addend: Expr  # the value each tap combines into the cell
+    combine: str  # "+", "-" (sums), "max" or "min"
 
 
 def _vector_expr(e: Expr, printer: StatementPrinter, lane: str, vector: str, offset: int = 0) -> str | None:
@@ -107,7 +109,7 @@ class RowTilePrinter:
         if lane is None or row is None or row not in self.tiles:
             return None
         s = statement.statement
-        form = addend_of(s)
+        form = addend_of(s) or extremum_of(s)
         if form is None or reads_own_cell(statement, form[0]):
             return None
         if any(self.printer.layouts[a.access.array].dtype != "float32" for a in statement.accesses):
@@ -140,6 +142,7 @@ class RowTilePrinter:
         n = self.count
         self.count += 1
         vector, lo, hi = f"{PREFIX}{n}_v", f"{PREFIX}{n}_lo", f"{PREFIX}{n}_hi"
+        mask, tap, take = f"{PREFIX}{n}_m", f"{PREFIX}{n}_tap", f"{PREFIX}{n}_take"
         first, last, any_ = f"{PREFIX}{n}_first", f"{PREFIX}{n}_last", f"{PREFIX}{n}_any"
         width = min(tile.lanes * 4, max(self.vector_bytes, min(ROW_BYTES))) // 4  # lanes a part
         offsets = range(0, tile.lanes, width)
@@ -174,11 +177,21 @@ class RowTilePrinter:
             return f"*({vector} *)(&{target}{_plus(o)})"
 
         def add(i: int) -> str:
-            return " ".join(f"{acc} {tile.sign}= {value};"
-                            for acc, value in zip(accs[i], values, strict=True))
+            if tile.combine in ("+", "-"):
+                return " ".join(f"{acc} {tile.combine}= {value};"
+                                for acc, value in zip(accs[i], values, strict=True))
+            # the lanes where the tap's value passes the cell's take it (a comparison of the
+            # vector extension gives each lane all ones or zeros); a NaN value never passes
+            better = "<" if tile.combine == "max" else ">"
+            return " ".join(
+                f"{{ const {vector} {tap} = {value}; const {mask} {take} = {acc} {better} {tap}; "
+                f"{acc} = ({vector})((({mask}){tap} & {take}) | (({mask}){acc} & ~{take})); }}"
+                for acc, value in zip(accs[i], values, strict=True))
 
         out = ["{", f"  typedef float {vector} __attribute__((vector_size({width * 4}), "
                     "aligned(4), may_alias));",
+               *([f"  typedef int {mask} __attribute__((vector_size({width * 4})));"]
+                 if tile.combine in ("max", "min") else []),
                f"  long {first} = 0, {last} = -1;", f"  int {any_} = 0;"]
         # the rows the taps touch
         out += ["  " + line for line in sums([

@@ -1,4 +1,5 @@
-"""Statements that sum into one array cell: `c += e`, `c -= e`, `c = c + e`, `c = e + c`.
+"""Statements that sum into one array cell: `c += e`, `c -= e`, `c = c + e`, `c = e + c`;
+and those that take an extremum into it: `c = fmaxf(c, e)`, `c = e > c ? e : c`, ...
 
 Facts the scheduler (which order keeps such sums in an innermost loop) and the C code
 generator (which holds them in a register) both read.
@@ -6,7 +7,7 @@ generator (which holds them in a register) both read.
 
 from __future__ import annotations
 
-from polydl.ir import Binary, Expr, Load, Statement, expr_loads
+from polydl.ir import Binary, Call, Expr, Load, Select, Statement, expr_loads
 from polydl.poly.model import StatementModel
 
 
@@ -24,6 +25,37 @@ def addend_of(s: Statement) -> tuple[Expr, str] | None:
     else:
         return None
     return addend, sign
+
+
+# The float32 math functions a reduction into a cell may take the extremum by.
+EXTREMA = {"fmaxf": "max", "fminf": "min"}
+
+
+def extremum_of(s: Statement) -> tuple[Expr, str] | None:
+    """`(e, "max")` for `c = fmaxf(c, e)`, `c = fmaxf(e, c)`, `c = e > c ? e : c` or
+    `c = c < e ? e : c` (each keeps c where e is NaN); `(e, "min")` for their minima."""
+    cell = Load(s.target)
+    if s.op != "=":
+        return None
+    value = s.value
+    if isinstance(value, Call) and value.function in EXTREMA:
+        left, right = value.args
+        if left == cell:
+            return right, EXTREMA[value.function]
+        if right == cell:
+            return left, EXTREMA[value.function]
+        return None
+    if not isinstance(value, Select) or value.if_false != cell or value.if_true == cell:
+        return None
+    e = value.if_true
+    greater = value.op in (">", ">=")
+    if not greater and value.op not in ("<", "<="):
+        return None
+    if (value.left, value.right) == (e, cell):  # e > c ? e : c
+        return e, "max" if greater else "min"
+    if (value.left, value.right) == (cell, e):  # c < e ? e : c
+        return e, "min" if greater else "max"
+    return None
 
 
 def reads_own_cell(s: StatementModel, addend: Expr) -> bool:

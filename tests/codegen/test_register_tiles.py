@@ -126,6 +126,63 @@ def test_a_user_nest_of_the_same_form_is_tiled_and_subtracts() -> None:
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
+def _max_pool_reference(x: np.ndarray, size: int, stride: int, pad: int) -> np.ndarray:
+    """Max pooling of a blocked x [N][CB][H][W][16], the padding left out (np.fmax: a NaN
+    input loses to any number, as fmaxf has it)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=-np.inf)
+    P = (x.shape[2] + 2 * pad - size) // stride + 1
+    Q = (x.shape[3] + 2 * pad - size) // stride + 1
+    y = np.full((*x.shape[:2], P, Q, x.shape[4]), -np.inf, np.float32)
+    for r in range(size):
+        for s in range(size):
+            y = np.fmax(y, xp[:, :, r:r + stride * (P - 1) + 1:stride, s:s + stride * (Q - 1) + 1:stride])
+    return y
+
+
+@pytest.mark.skipif(not HAS_VECTORS, reason="this machine's target has no vector ISA")
+@pytest.mark.parametrize(("N", "C", "H", "W", "size", "stride", "pad"), [
+    (2, 32, 16, 112, 3, 2, 1),  # ResNet's: 56 outputs a row in tiles of 8, the edges miss a tap
+    (1, 16, 9, 15, 3, 1, 1),    # 15 outputs a row in tiles of equal width
+    (1, 16, 8, 8, 2, 2, 0),     # no padding: every tap over the whole tile
+])
+def test_a_max_pooling_keeps_each_row_of_maxima_in_registers(
+    N: int, C: int, H: int, W: int, size: int, stride: int, pad: int,
+) -> None:
+    """`y = fmaxf(y, x)` over a window: the row's maxima are compared lane by lane in
+    registers, loaded and stored once (before: a load and a store of y at every tap)."""
+    kernel = polydl.pool2d(N, C, H, W, size, size, stride=stride, padding=pad, kind="max",
+                           layout="nchw16c", machine=replace(host_target(), cores=2))
+    assert kernel.schedule.order[-5:] == ("q.t", "r", "s", "q", "c"), kernel.schedule.describe()
+    assert "_pd_row0_m" in kernel.source  # the lanes' comparison masks
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((N, C // 16, H, W, 16)).astype(np.float32)
+    x[0, 0, 1, :5, :3] = np.nan  # a NaN loses, as to fmaxf
+    np.testing.assert_array_equal(kernel(x), _max_pool_reference(x, size, stride, pad))
+
+
+MIN_FILTER = """
+void lowest(int N, int T, const float x[N + T - 1][8], float y[N][8]) {
+  for (int i = 0; i < N; i++)
+    for (int t = 0; t < T; t++)
+      for (int l = 0; l < 8; l++)
+        y[i][l] = x[i + t][l] < y[i][l] ? x[i + t][l] : y[i][l];
+}
+"""
+
+
+def test_a_running_minimum_written_as_a_select_is_tiled_too() -> None:
+    """`c = e < c ? e : c`, the form ONNX max and min pooling take, is a minimum of the row."""
+    N, T = 29, 4
+    kernel = polydl.compile(MIN_FILTER, {"N": N, "T": T})
+    assert kernel.schedule.order == ("i.t", "t", "i", "l"), kernel.schedule.describe()
+    assert "_pd_row0_m" in kernel.source
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((N + T - 1, 8)).astype(np.float32)
+    y0 = rng.standard_normal((N, 8)).astype(np.float32)
+    expected = np.minimum(y0, np.min([x[t:t + N] for t in range(T)], axis=0))
+    np.testing.assert_array_equal(kernel(x=x, y=y0.copy()), expected)
+
+
 def _auto(source: str, params: dict[str, int], preset: str) -> polydl.Schedule:
     from polydl.frontends.loading import load_spec
     nest, bound = load_spec(source, params, None, None, None)
