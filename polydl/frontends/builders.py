@@ -180,6 +180,7 @@ def conv2d(
     out_dtype: str | None = None,
     column_phases: bool = False,
     half_block_groups: bool = False,
+    strided_positions: bool = False,
 ) -> Built:
     """Forward convolution `y[n][k][p][q] += x[n][c][p*stride + r*dilation - top][q*stride +
     s*dilation - left] * w[k][c][r][s]`, then the `fuse` epilogues in order; called as
@@ -210,7 +211,11 @@ def conv2d(
     `half_block_groups`: blocked float32 groups of at most 8 channels (`in_block`, such as
     ResNeXt's 4 and 8) run as the two 8 x 8 products of a block's halves, its zero quadrants
     left out (the same weights); `polydl.conv2d` and the ONNX networks ask for it where the
-    target's float32 vectors hold fewer than 16 lanes (`target_options`)."""
+    target's float32 vectors hold fewer than 16 lanes (`target_options`).
+    `strided_positions`: an NCHW 1 x 1 layer at a stride without padding (`strided_1x1`)
+    copies the input positions it reads together first (`xs[n][c][p * Q + q]`) and runs its
+    output positions as one loop m (`y[n][k][m / Q][m % Q]`); `polydl.conv2d` and TOML specs
+    ask for it on the C target."""
     sizes = {
         name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
@@ -231,7 +236,8 @@ def conv2d(
     check_window(sizes, (top, left, bottom, right), dilation)
     if not isinstance(accumulate, bool):
         raise ArgumentError("accumulate", f"must be True or False, not {accumulate!r}")
-    for name, flag in (("column_phases", column_phases), ("half_block_groups", half_block_groups)):
+    for name, flag in (("column_phases", column_phases), ("half_block_groups", half_block_groups),
+                       ("strided_positions", strided_positions)):
         if not isinstance(flag, bool):
             raise ArgumentError(name, f"must be True or False, not {flag!r}")
 
@@ -326,6 +332,21 @@ def conv2d(
             body = f"y{out} += wd[k][c][r][h][t] * xd[n][c][{row}][h][q + t];"
             w_shape = ["K", "C", "R", "S"]
             wd_shape = ["K", "C", "R", str(stride), str(taps)]
+        elif groups == 1 and strided_positions and strided_1x1(sizes, stride, (top, left, bottom, right)):
+            # the positions read copied together first (xs), so that the calls read rows of
+            # unit stride: a GEMM of w by xs per image. Read in place, each call's reduction
+            # was one tap over a row at the stride (17 GFLOP/s on two Zen 5 cores)
+            # and the output positions as one loop m (the GEMM's columns: 49 at 7 x 7)
+            source = "xs"
+            rows, cols = (sizes["H"] - 1) // stride + 1, (sizes["W"] - 1) // stride + 1
+            xp_shape = ["N", "C", str(rows * cols)]
+            copy = zero_based_nest([("n", "N"), ("c", "C"), ("p", rows), ("q", cols)],
+                                   f"xs[n][c][p * {cols} + q] = x[n][c][p * {stride}][q * {stride}];")
+            out_loops = [("n", "N"), ("k", "K"), ("m", str(rows * cols))]
+            out = f"[n][k][m / {cols}][m % {cols}]"
+            conv_loops = out_loops + [("c", "C")]
+            body = f"y{out} += xs[n][c][m] * w[k][c][0][0];"
+            w_shape = ["K", "C", "R", "S"]
         elif groups == 1:
             conv_loops = out_loops + [("c", "C"), ("r", "R"), ("s", "S")]
             body = f"y{out} += {source}[n][c][{row}][{col}] * w[k][c][r][s];"
@@ -369,12 +390,14 @@ def conv2d(
 def target_options(primitive: str, kind: str | None, lanes: int | None = None) -> dict[str, bool]:
     """The builder options the kernels of a target kind ("c", "cuda", "hip"; None: not known)
     take unless a caller sets them: the C target's NCHW stems read their input's columns by
-    phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place); where
+    phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place), and
+    strided 1 x 1 layers read a copy of the positions they take (`strided_positions`); where
     the C target's float32 vectors hold `lanes` < 16 (AVX2), narrow groups sum by half blocks
     (a 16-lane vector's FMA costs what an 8-lane one does elsewhere)."""
     if primitive != "conv2d" or kind != "c":
         return {}
-    return {"column_phases": True, **({"half_block_groups": True} if lanes and lanes < BLOCK else {})}
+    return {"column_phases": True, "strided_positions": True,
+            **({"half_block_groups": True} if lanes and lanes < BLOCK else {})}
 
 
 def phased_columns(sizes: dict[str, int], stride: int, dilation: int, groups: int) -> bool:
@@ -387,6 +410,12 @@ def phased_columns(sizes: dict[str, int], stride: int, dilation: int, groups: in
     1.42x at N=32, 1.08x at N=2; on two of its cores 1.28x and 1.10x."""
     return (stride > 1 and dilation == 1 and groups == 1 and sizes["C"] < BLOCK
             and sizes["S"] > 1)
+
+
+def strided_1x1(sizes: dict[str, int], stride: int, padding: Padding) -> bool:
+    """Whether an NCHW convolution copies the input positions it reads together first: a
+    1 x 1 window at a stride > 1 without padding (ResNet's downsampling layers)."""
+    return sizes["R"] == sizes["S"] == 1 and stride > 1 and not any(padding)
 
 
 def subsampled_positions(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:

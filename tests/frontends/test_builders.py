@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import polydl
 from polydl import layouts
 from polydl.api import build_kernel
 from polydl.errors import ArgumentError
@@ -308,6 +309,30 @@ def test_strided_1x1_over_short_rows_reads_a_copy_of_the_positions_it_takes(dtyp
     got = layouts.from_nchw16c(evaluate(nest, params, inputs)["y"], 20)
     want = conv2d_numpy(x, wt, 2, 0) + b[None, :20, None, None]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("stride", "H", "W"), [(2, 13, 11), (3, 9, 10)])
+def test_an_nchw_strided_1x1_reads_a_copy_of_the_positions_it_takes(stride: int, H: int, W: int) -> None:
+    """NCHW at a stride: the positions read are copied into xs first (written in full), the
+    output positions one loop m; a call then reduces over the channels along rows of unit
+    stride. The nest's numbers and the compiled kernel's match numpy."""
+    sizes = dict(N=2, C=24, K=20, H=H, W=W, R=1, S=1, stride=stride)
+    nest, params = conv2d(**sizes, fuse=("bias", "relu"), accumulate=False,  # type: ignore[arg-type]
+                          strided_positions=True)
+    assert loop_vars(nest)[:2] == [["n", "c", "p", "q"], ["n", "k", "m"]]
+    assert loop_vars(nest)[2] == ["n", "k", "m", "c"]
+    (xs,) = [a for a in nest.arrays if a.name == "xs"]
+    assert xs.local and xs.filled
+    rng = np.random.default_rng(13)
+    x = rng.uniform(-1, 1, (2, 24, H, W)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (20, 24, 1, 1)).astype(np.float32)
+    b = rng.uniform(-1, 1, 20).astype(np.float32)
+    want = np.maximum(conv2d_numpy(x, wt, stride, 0) + b[None, :, None, None], 0.0)
+    got = evaluate(nest, params, {"x": x, "w": wt, "b": b})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    kernel = polydl.conv2d(**sizes, fuse=("bias", "relu"), accumulate=False)  # type: ignore[arg-type]
+    assert kernel.schedule.microkernel is not None and kernel.schedule.microkernel.k == "c"
+    np.testing.assert_allclose(kernel(x, wt, b), want, rtol=1e-5, atol=1e-5)
 
 
 def test_conv2d_blocked_residual_numbers() -> None:
