@@ -333,10 +333,10 @@ def conv2d(
             w_shape = ["K", "C", "R", "S"]
             wd_shape = ["K", "C", "R", str(stride), str(taps)]
         elif groups == 1 and strided_positions and strided_1x1(sizes, stride, (top, left, bottom, right)):
-            # the positions read copied together first (xs), so that the calls read rows of
-            # unit stride: a GEMM of w by xs per image. Read in place, each call's reduction
-            # was one tap over a row at the stride (17 GFLOP/s on two Zen 5 cores)
-            # and the output positions as one loop m (the GEMM's columns: 49 at 7 x 7)
+            # the positions read copied together first (xs) and the output positions one
+            # loop m: a GEMM of w by xs per image, its columns an image's positions (49 at
+            # 7 x 7). Read in place, each call reduced one tap over a row at the stride (14-17
+            # GFLOP/s on two Zen 5 cores, 254 so)
             source = "xs"
             rows, cols = (sizes["H"] - 1) // stride + 1, (sizes["W"] - 1) // stride + 1
             xp_shape = ["N", "C", str(rows * cols)]

@@ -374,6 +374,8 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"fuse": (1,)}, "fuse"),
         ({"H": 2, "R": 5, "padding": 1}, "R"),
         ({"W": 1, "S": 2}, "S"),
+        ({"column_phases": 1}, "column_phases"),
+        ({"strided_positions": "yes"}, "strided_positions"),
     ],
 )
 def test_conv2d_rejects_bad_arguments(changes: dict, argument: str) -> None:
