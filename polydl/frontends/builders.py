@@ -180,7 +180,7 @@ def conv2d(
     out_dtype: str | None = None,
     column_phases: bool = False,
     half_block_groups: bool = False,
-    strided_positions: bool = False,
+    merged_positions: bool = False,
 ) -> Built:
     """Forward convolution `y[n][k][p][q] += x[n][c][p*stride + r*dilation - top][q*stride +
     s*dilation - left] * w[k][c][r][s]`, then the `fuse` epilogues in order; called as
@@ -212,10 +212,10 @@ def conv2d(
     ResNeXt's 4 and 8) run as the two 8 x 8 products of a block's halves, its zero quadrants
     left out (the same weights); `polydl.conv2d` and the ONNX networks ask for it where the
     target's float32 vectors hold fewer than 16 lanes (`target_options`).
-    `strided_positions`: an NCHW 1 x 1 layer at a stride without padding (`strided_1x1`)
-    copies the input positions it reads together first (`xs[n][c][p * Q + q]`) and runs its
-    output positions as one loop m (`y[n][k][m / Q][m % Q]`); `polydl.conv2d` and TOML specs
-    ask for it on the C target."""
+    `merged_positions`: an NCHW 1 x 1 layer without padding (`plain_1x1`) runs its output
+    positions as one loop m (`y[n][k][m / Q][m % Q]`), a GEMM per image; at a stride it
+    copies the input positions it reads together first (`xs[n][c][p * Q + q]`);
+    `polydl.conv2d` and TOML specs ask for it on the C target."""
     sizes = {
         name: integer_arg(name, value)
         for name, value in (("N", N), ("C", C), ("K", K), ("H", H), ("W", W), ("R", R), ("S", S))
@@ -237,7 +237,7 @@ def conv2d(
     if not isinstance(accumulate, bool):
         raise ArgumentError("accumulate", f"must be True or False, not {accumulate!r}")
     for name, flag in (("column_phases", column_phases), ("half_block_groups", half_block_groups),
-                       ("strided_positions", strided_positions)):
+                       ("merged_positions", merged_positions)):
         if not isinstance(flag, bool):
             raise ArgumentError(name, f"must be True or False, not {flag!r}")
 
@@ -332,20 +332,24 @@ def conv2d(
             body = f"y{out} += wd[k][c][r][h][t] * xd[n][c][{row}][h][q + t];"
             w_shape = ["K", "C", "R", "S"]
             wd_shape = ["K", "C", "R", str(stride), str(taps)]
-        elif groups == 1 and strided_positions and strided_1x1(sizes, stride, (top, left, bottom, right)):
-            # the positions read copied together first (xs) and the output positions one
-            # loop m: a GEMM of w by xs per image, its columns an image's positions (49 at
-            # 7 x 7). Read in place, each call reduced one tap over a row at the stride (14-17
-            # GFLOP/s on two Zen 5 cores, 254 so)
-            source = "xs"
+        elif groups == 1 and merged_positions and plain_1x1(sizes, (top, left, bottom, right)):
+            # the output positions one loop m: a GEMM of w by x per image, its columns an
+            # image's positions (49 at 7 x 7). Read as rows, each call at stride 1 reduced one
+            # channel a batch step over a row (two Zen 5 cores: 105-304 GFLOP/s for ResNet-50's
+            # 1 x 1 layers at 56 x 56 to 7 x 7, against 248-414 blocked), and at a stride one tap
+            # over a row read at the stride (14-17 GFLOP/s, 254 with the positions copied)
             rows, cols = (sizes["H"] - 1) // stride + 1, (sizes["W"] - 1) // stride + 1
-            xp_shape = ["N", "C", str(rows * cols)]
-            copy = zero_based_nest([("n", "N"), ("c", "C"), ("p", rows), ("q", cols)],
-                                   f"xs[n][c][p * {cols} + q] = x[n][c][p * {stride}][q * {stride}];")
+            read = f"x[n][c][m / {cols}][m % {cols}]"
+            if stride > 1:
+                source, read = "xs", "xs[n][c][m]"
+                xp_shape = ["N", "C", str(rows * cols)]
+                copy = zero_based_nest(
+                    [("n", "N"), ("c", "C"), ("p", rows), ("q", cols)],
+                    f"xs[n][c][p * {cols} + q] = x[n][c][p * {stride}][q * {stride}];")
             out_loops = [("n", "N"), ("k", "K"), ("m", str(rows * cols))]
             out = f"[n][k][m / {cols}][m % {cols}]"
             conv_loops = out_loops + [("c", "C")]
-            body = f"y{out} += xs[n][c][m] * w[k][c][0][0];"
+            body = f"y{out} += {read} * w[k][c][0][0];"
             w_shape = ["K", "C", "R", "S"]
         elif groups == 1:
             conv_loops = out_loops + [("c", "C"), ("r", "R"), ("s", "S")]
@@ -391,12 +395,12 @@ def target_options(primitive: str, kind: str | None, lanes: int | None = None) -
     """The builder options the kernels of a target kind ("c", "cuda", "hip"; None: not known)
     take unless a caller sets them: the C target's NCHW stems read their input's columns by
     phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place), and
-    strided 1 x 1 layers read a copy of the positions they take (`strided_positions`); where
+    1 x 1 layers without padding run their positions as one loop (`merged_positions`); where
     the C target's float32 vectors hold `lanes` < 16 (AVX2), narrow groups sum by half blocks
     (a 16-lane vector's FMA costs what an 8-lane one does elsewhere)."""
     if primitive != "conv2d" or kind != "c":
         return {}
-    return {"column_phases": True, "strided_positions": True,
+    return {"column_phases": True, "merged_positions": True,
             **({"half_block_groups": True} if lanes and lanes < BLOCK else {})}
 
 
@@ -412,10 +416,11 @@ def phased_columns(sizes: dict[str, int], stride: int, dilation: int, groups: in
             and sizes["S"] > 1)
 
 
-def strided_1x1(sizes: dict[str, int], stride: int, padding: Padding) -> bool:
-    """Whether an NCHW convolution copies the input positions it reads together first: a
-    1 x 1 window at a stride > 1 without padding (ResNet's downsampling layers)."""
-    return sizes["R"] == sizes["S"] == 1 and stride > 1 and not any(padding)
+def plain_1x1(sizes: dict[str, int], padding: Padding) -> bool:
+    """Whether an NCHW convolution runs its output positions as one loop: a 1 x 1 window
+    without padding (at a stride, ResNet's downsampling layers, it reads a copy of the
+    positions it takes)."""
+    return sizes["R"] == sizes["S"] == 1 and not any(padding)
 
 
 def subsampled_positions(sizes: dict[str, int], stride: int, padding: Padding, groups: int) -> bool:

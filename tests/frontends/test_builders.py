@@ -311,18 +311,18 @@ def test_strided_1x1_over_short_rows_reads_a_copy_of_the_positions_it_takes(dtyp
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("stride", "H", "W"), [(2, 13, 11), (3, 9, 10)])
-def test_an_nchw_strided_1x1_reads_a_copy_of_the_positions_it_takes(stride: int, H: int, W: int) -> None:
-    """NCHW at a stride: the positions read are copied into xs first (written in full), the
-    output positions one loop m; a call then reduces over the channels along rows of unit
-    stride. The nest's numbers and the compiled kernel's match numpy."""
+@pytest.mark.parametrize(("stride", "H", "W"), [(2, 13, 11), (3, 9, 10), (1, 7, 9)])
+def test_an_nchw_1x1_runs_its_positions_as_one_loop(stride: int, H: int, W: int) -> None:
+    """NCHW 1 x 1 without padding: the output positions are one loop m, and at a stride the
+    positions read are copied into xs first (written in full); a call then reduces over the
+    channels along rows of unit stride. The nest's numbers and the compiled kernel's match
+    numpy."""
     sizes = dict(N=2, C=24, K=20, H=H, W=W, R=1, S=1, stride=stride)
     nest, params = conv2d(**sizes, fuse=("bias", "relu"), accumulate=False,  # type: ignore[arg-type]
-                          strided_positions=True)
-    assert loop_vars(nest)[:2] == [["n", "c", "p", "q"], ["n", "k", "m"]]
-    assert loop_vars(nest)[2] == ["n", "k", "m", "c"]
-    (xs,) = [a for a in nest.arrays if a.name == "xs"]
-    assert xs.local and xs.filled
+                          merged_positions=True)
+    copies = [["n", "c", "p", "q"]] if stride > 1 else []
+    assert loop_vars(nest) == [*copies, ["n", "k", "m"], ["n", "k", "m", "c"], *[["n", "k", "m"]] * 2]
+    assert [(a.local, a.filled) for a in nest.arrays if a.name == "xs"] == ([(True, True)] if copies else [])
     rng = np.random.default_rng(13)
     x = rng.uniform(-1, 1, (2, 24, H, W)).astype(np.float32)
     wt = rng.uniform(-1, 1, (20, 24, 1, 1)).astype(np.float32)
@@ -375,7 +375,7 @@ GOOD = dict(N=1, C=2, K=3, H=5, W=5, R=3, S=3)
         ({"H": 2, "R": 5, "padding": 1}, "R"),
         ({"W": 1, "S": 2}, "S"),
         ({"column_phases": 1}, "column_phases"),
-        ({"strided_positions": "yes"}, "strided_positions"),
+        ({"merged_positions": "yes"}, "merged_positions"),
     ],
 )
 def test_conv2d_rejects_bad_arguments(changes: dict, argument: str) -> None:

@@ -149,6 +149,48 @@ def test_blocked_backward_passes_bind_a_microkernel(stride: int) -> None:
         assert kernel.schedule.microkernel is not None, build.__name__
 
 
+# NCHW layers of a block of input channels or more: a strided 1 x 1 window (only the positions
+# read), a padded 3 x 3 one at a stride, a 1 x 1 one at stride 1
+CHANNELS_LAST = [(2, 16, 9, 9, 9, 1, 1, 2, 0), (1, 16, 5, 9, 8, 3, 3, 2, 1), (2, 20, 33, 7, 5, 1, 1, 1, 0)]
+
+
+@pytest.mark.parametrize("shape", CHANNELS_LAST)
+def test_nchw_backward_weights_run_their_calls_along_the_input_channels(shape: tuple[int, ...]) -> None:
+    """x is copied channels-last first, so the calls' vectors run over c at unit stride; read
+    in place, a 1 x 1 layer had no vector loop at all."""
+    s = sizes(shape)
+    x, w, dy = operands(shape)
+    kernel = polydl.conv2d_backward_weights(**s)
+    call = kernel.schedule.microkernel
+    assert call is not None and call.n == "c"
+    check(kernel, [x, dy], kernel(x, dy), gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
+
+
+def test_an_nchw_stem_backward_weights_reads_x_in_place() -> None:
+    """Three input channels make no vector: the calls run along the filter's columns instead."""
+    shape = (1, 3, 16, 20, 20, 7, 7, 2, 3)
+    s = sizes(shape)
+    x, w, dy = operands(shape)
+    kernel = polydl.conv2d_backward_weights(**s)
+    call = kernel.schedule.microkernel
+    assert call is not None and call.n == "s"
+    check(kernel, [x, dy], kernel(x, dy), gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
+
+
+def test_nchw_strided_1x1_backward_data_is_a_gemm_over_the_positions_read() -> None:
+    """The gradients of the positions a strided 1 x 1 layer reads come from one GEMM per image
+    along dy's positions, then land in dx at the stride; the rest of dx stays zero."""
+    shape = CHANNELS_LAST[0]
+    s = sizes(shape)
+    x, w, dy = operands(shape)
+    kernel = polydl.conv2d_backward_data(**s)
+    call = kernel.schedule.microkernel
+    assert call is not None and (call.m, call.n, call.k) == ("c", "m", "k")
+    got = kernel(dy, w)
+    check(kernel, [dy, w], got, gradients_numpy(x, w, dy, s["stride"], s["padding"])[0])
+    assert not got[:, :, 1::2].any() and not got[:, :, :, 1::2].any()
+
+
 def test_float64() -> None:
     s = sizes(SHAPES[1])
     x, w, dy = (a.astype(np.float64) for a in operands(SHAPES[1]))
