@@ -208,7 +208,25 @@ def conv2d_backward_data(
         rows, cols = s["H"] + s["R"] - 1, s["W"] + s["S"] - 1
         flipped = cs.weight("R - 1 - r", "S - 1 - s")
         nests.append(nest(weight_loops, f"wt{cs.transposed_weight()} = w{flipped};"))
-        if (off_h, off_w, rows, cols) == (0, 0, cs.P, cs.Q):
+        flat = not cs.blocked and cs.groups == 1 and s["W"] < BLOCK and s["K"] >= BLOCK
+        if flat:
+            # the padded dy's rows as one loop m over its flat cells, as the forward
+            # (`builders.short_rows`): each call runs along whole images, not rows of W
+            span = (s["H"] - 1) * cols + s["W"]
+            local += ["dyf", "dxw"]
+            arrays += [declaration(ct, "dyf", ["N", "K", str(rows * cols)], False),
+                       declaration(ct, "dxw", ["N", "C", str(span)], False)]
+            copy = zero_based(("n", "N"), ("k", "K")) + [
+                ("p", max(0, -off_h), min(cs.P, rows - off_h)),
+                ("q", max(0, -off_w), min(cs.Q, cols - off_w))]
+            nests.append(nest(copy, f"dyf[n][k][(p + {off_h}) * {cols} + q + {off_w}] = dy[n][k][p][q];"))
+            wide = zero_based(("n", "N"), ("c", "C"), ("m", span))
+            nests.append(nest(wide, "dxw[n][c][m] = 0.0f;" if ct == "float" else "dxw[n][c][m] = 0.0;"))
+            nests.append(nest(wide + zero_based(("k", "K"), ("r", "R"), ("s", "S")),
+                              f"dxw[n][c][m] += dyf[n][k][m + r * {cols} + s] * wt[c][k][r][s];"))
+            main_nest = nest(zero_based(("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")),
+                             f"dx[n][c][ih][iw] += dxw[n][c][ih * {cols} + iw];")
+        elif (off_h, off_w, rows, cols) == (0, 0, cs.P, cs.Q):
             source = "dy"
         else:
             source = "dyp"
@@ -221,15 +239,16 @@ def conv2d_backward_data(
             ] + all_k[1:]
             target = cs.at("k", f"p + {off_h}", f"q + {off_w}", whole=True)
             nests.append(nest(copy, f"dyp{target} = dy{cs.at('k', 'p', 'q', whole=True)};"))
-        main = (image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + k_loops[:1]
-                + [("r", 0, "R"), ("s", 0, "S")] + k_loops[1:] + c_loops[1:])
-        body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
-                f"wt{cs.transposed_weight()};")
-        if cs.merged:
-            at = cs.position()
-            main = image_loop + c_loops[:1] + [("m", 0, s["H"] * s["W"])] + k_loops + c_loops[1:]
-            body = f"dx{cs.at('c', *at)} += dy{cs.at('k', *at)} * wt{cs.transposed_weight('0', '0')};"
-        main_nest = nest(main, body)
+        if not flat:
+            main = (image_loop + c_loops[:1] + [("ih", 0, "H"), ("iw", 0, "W")] + k_loops[:1]
+                    + [("r", 0, "R"), ("s", 0, "S")] + k_loops[1:] + c_loops[1:])
+            body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
+                    f"wt{cs.transposed_weight()};")
+            if cs.merged:
+                at = cs.position()
+                main = image_loop + c_loops[:1] + [("m", 0, s["H"] * s["W"])] + k_loops + c_loops[1:]
+                body = f"dx{cs.at('c', *at)} += dy{cs.at('k', *at)} * wt{cs.transposed_weight('0', '0')};"
+            main_nest = nest(main, body)
     else:
         target = "dx" if not cs.padded else "dxp"
         if cs.padded:

@@ -425,6 +425,45 @@ def conv2d_numpy_padded(x: np.ndarray, w: np.ndarray, stride: int,
     return conv2d_numpy(xp, w, stride, 0)
 
 
+SHORT_ROW_CASES = [
+    # c, k, h, w, r, s, (top, left, bottom, right), accumulate
+    (20, 24, 7, 7, 3, 3, (1, 1, 1, 1), False),  # ResNet's 7 x 7 3 x 3 layers, smaller
+    (17, 9, 6, 9, 3, 2, (0, 1, 2, 0), True),  # a rectangular window, uneven padding
+    (16, 4, 5, 4, 1, 1, (1, 1, 1, 1), True),  # a padded 1 x 1 window
+]
+
+
+@pytest.mark.parametrize("c, k, h, w, r, s, padding, accumulate", SHORT_ROW_CASES)
+def test_nchw_short_rows_run_the_padded_image_as_one_loop(c, k, h, w, r, s, padding, accumulate) -> None:  # type: ignore[no-untyped-def]
+    """With `merged_positions`, an NCHW layer at stride 1 over rows of fewer than 16 outputs
+    sums along its padded input's flat cells (`yw[n][k][m] += xf[n][c][m + r * width + s]`),
+    the cells past each row's end summed for nothing, then copies the rows into y (set, or
+    added to the y passed in); the nest's numbers and the compiled kernel's match numpy."""
+    nest, params = conv2d(N=2, C=c, K=k, H=h, W=w, R=r, S=s, padding=padding, fuse=("bias",),
+                          accumulate=accumulate, merged_positions=True)
+    assert {"xf", "yw"} <= {a.name for a in nest.arrays if a.local}
+    assert ["n", "k", "m", "c", "r", "s"] in loop_vars(nest)
+    rng = np.random.default_rng(17)
+    x = rng.uniform(-1, 1, (2, c, h, w)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
+    b = rng.uniform(-1, 1, k).astype(np.float32)
+    want = conv2d_numpy_padded(x, wt, 1, padding) + b[None, :, None, None]
+    got = evaluate(nest, params, {"x": x, "w": wt, "b": b})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    kernel = build_kernel(nest, params, "c", "auto")
+    call = kernel.schedule.microkernel
+    assert call is not None and call.n == "m"
+    y = rng.uniform(-1, 1, want.shape).astype(np.float32)
+    start = y.copy() if accumulate else np.zeros_like(y)
+    np.testing.assert_allclose(kernel(x, wt, b, y=y), start + want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c, w", [(16, 16), (15, 8)])
+def test_nchw_rows_of_a_block_or_more_or_few_channels_stay_rows(c: int, w: int) -> None:
+    nest, _ = conv2d(N=1, C=c, K=4, H=6, W=w, R=3, S=3, padding=1, merged_positions=True)
+    assert not any(a.name == "xf" for a in nest.arrays)
+
+
 STEM_CASES = [
     # c, k, h, w, r, s, stride, (top, left, bottom, right)
     (3, 8, 20, 22, 7, 7, 2, (3, 3, 3, 3)),  # ResNet's stem, smaller

@@ -191,6 +191,20 @@ def test_nchw_strided_1x1_backward_data_is_a_gemm_over_the_positions_read() -> N
     assert not got[:, :, 1::2].any() and not got[:, :, :, 1::2].any()
 
 
+@pytest.mark.parametrize("shape", [(2, 5, 16, 7, 6, 3, 3, 1, 1), (1, 4, 17, 5, 6, 3, 2, 1, 2)])
+def test_nchw_backward_data_over_short_rows_runs_the_padded_image_as_one_loop(shape: tuple[int, ...]) -> None:
+    """At stride 1 over rows of fewer than 16 positions (and at least 16 output channels to
+    sum), backward data sums along the padded dy's flat cells (as the forward layer,
+    `builders.short_rows`), then copies dx out by row."""
+    s = sizes(shape)
+    x, w, dy = operands(shape)
+    kernel = polydl.conv2d_backward_data(**s)
+    assert {"dyf", "dxw"} <= {a.name for a in kernel.nest.arrays if a.local}
+    call = kernel.schedule.microkernel
+    assert call is not None and call.n == "m"
+    check(kernel, [dy, w], kernel(dy, w), gradients_numpy(x, w, dy, s["stride"], s["padding"])[0])
+
+
 def test_float64() -> None:
     s = sizes(SHAPES[1])
     x, w, dy = (a.astype(np.float64) for a in operands(SHAPES[1]))
