@@ -466,14 +466,16 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
     copied channels-last first (`xt[n][h][w][c]`, padded; a 1 x 1 window without padding takes
     only the positions it reads), so that the calls run over the channels c at unit stride in
     both xt and the weights' cells, `dwt[k][r][s][c]`, which are then added into dw[k][c][r][s]
-    (a 1 x 1 window sums into dw itself). Read in place, a 1 x 1 layer had no vector loop (c
+    (a 1 x 1 window without padding sums into dw itself). Read in place, a 1 x 1 layer had no vector loop (c
     and k strided by the positions: 10-13 GFLOP/s on two Zen 5 cores, 175-225 so) and a 3 x 3
     one at stride 2 reduced along a row read at the stride (53, 234 so)."""
     s, ct, stride = cs.sizes, cs.ctype, cs.stride
-    one = s["R"] == s["S"] == 1
+    # a 1 x 1 window without padding reads only the positions at the stride, and its cells
+    # are dw's own
+    positions = s["R"] == s["S"] == 1 and not cs.padded
     arrays = [declaration(ct, "dw", cs.weights(), False)]
     local = ["xt"]
-    if one and not cs.padded:
+    if positions:
         rows, cols, read = cs.P, cs.Q, "xt[n][p][q][c]"
         copy = nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C")),
                     f"xt[n][p][q][c] = x[n][c][p * {stride}][q * {stride}];" if stride > 1
@@ -489,7 +491,7 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
     nests = [copy]
     taps = [("r", "R"), ("s", "S")]
     sums = [("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C")]
-    if one:
+    if positions:
         nests.append(nest(zero_based(("k", "K"), *sums), f"dw[k][c][0][0] += dy[n][k][p][q] * {read};"))
     else:
         local.append("dwt")

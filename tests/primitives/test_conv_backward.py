@@ -150,8 +150,9 @@ def test_blocked_backward_passes_bind_a_microkernel(stride: int) -> None:
 
 
 # NCHW layers of a block of input channels or more: a strided 1 x 1 window (only the positions
-# read), a padded 3 x 3 one at a stride, a 1 x 1 one at stride 1
-CHANNELS_LAST = [(2, 16, 9, 9, 9, 1, 1, 2, 0), (1, 16, 5, 9, 8, 3, 3, 2, 1), (2, 20, 33, 7, 5, 1, 1, 1, 0)]
+# read), a padded 3 x 3 one at a stride, a 1 x 1 one at stride 1, a padded 1 x 1 one
+CHANNELS_LAST = [(2, 16, 9, 9, 9, 1, 1, 2, 0), (1, 16, 5, 9, 8, 3, 3, 2, 1), (2, 20, 33, 7, 5, 1, 1, 1, 0),
+                 (1, 16, 5, 5, 6, 1, 1, 1, 1)]
 
 
 @pytest.mark.parametrize("shape", CHANNELS_LAST)
