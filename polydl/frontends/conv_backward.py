@@ -475,6 +475,8 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
     positions = s["R"] == s["S"] == 1 and not cs.padded
     arrays = [declaration(ct, "dw", cs.weights(), False)]
     local = ["xt"]
+    rows: int | str
+    cols: int | str
     if positions:
         rows, cols, read = cs.P, cs.Q, "xt[n][p][q][c]"
         copy = nest(zero_based(("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C")),
@@ -489,8 +491,8 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
                     f"xt[n][{ih}][{iw}][c] = x[n][c][ih][iw];")
     arrays.append(declaration(ct, "xt", ["N", str(rows), str(cols), "C"], False))
     nests = [copy]
-    taps = [("r", "R"), ("s", "S")]
-    sums = [("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C")]
+    taps: list[tuple[str, int | str]] = [("r", "R"), ("s", "S")]
+    sums: list[tuple[str, int | str]] = [("n", "N"), ("p", cs.P), ("q", cs.Q), ("c", "C")]
     if positions:
         nests.append(nest(zero_based(("k", "K"), *sums), f"dw[k][c][0][0] += dy[n][k][p][q] * {read};"))
     else:

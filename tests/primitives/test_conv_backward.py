@@ -155,26 +155,18 @@ CHANNELS_LAST = [(2, 16, 9, 9, 9, 1, 1, 2, 0), (1, 16, 5, 9, 8, 3, 3, 2, 1), (2,
                  (1, 16, 5, 5, 6, 1, 1, 1, 1)]
 
 
-@pytest.mark.parametrize("shape", CHANNELS_LAST)
-def test_nchw_backward_weights_run_their_calls_along_the_input_channels(shape: tuple[int, ...]) -> None:
-    """x is copied channels-last first, so the calls' vectors run over c at unit stride; read
-    in place, a 1 x 1 layer had no vector loop at all."""
+@pytest.mark.parametrize(("shape", "vector"), [*((shape, "c") for shape in CHANNELS_LAST),
+                                               ((1, 3, 16, 20, 20, 7, 7, 2, 3), "s")])
+def test_nchw_backward_weights_run_their_calls_along_the_input_channels(
+        shape: tuple[int, ...], vector: str) -> None:
+    """x is copied channels-last first, so the calls' vectors run over c at unit stride (read
+    in place, a 1 x 1 layer had no vector loop at all); a stem's 3 channels make no vector, so
+    it reads x in place, its calls along the filter's columns."""
     s = sizes(shape)
     x, w, dy = operands(shape)
     kernel = polydl.conv2d_backward_weights(**s)
     call = kernel.schedule.microkernel
-    assert call is not None and call.n == "c"
-    check(kernel, [x, dy], kernel(x, dy), gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
-
-
-def test_an_nchw_stem_backward_weights_reads_x_in_place() -> None:
-    """Three input channels make no vector: the calls run along the filter's columns instead."""
-    shape = (1, 3, 16, 20, 20, 7, 7, 2, 3)
-    s = sizes(shape)
-    x, w, dy = operands(shape)
-    kernel = polydl.conv2d_backward_weights(**s)
-    call = kernel.schedule.microkernel
-    assert call is not None and call.n == "s"
+    assert call is not None and call.n == vector
     check(kernel, [x, dy], kernel(x, dy), gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
 
 
