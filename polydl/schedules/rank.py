@@ -998,7 +998,8 @@ def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[
 BLOCKS_A_INTENSITY = 16.0
 
 
-def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> list[Schedule]:
+def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget,
+                   gated: bool = True) -> list[Schedule]:
     """Variants of a microkernel schedule whose call also runs a loop along which C and B
     move and A does not (a convolution's output-channel blocks): the loop right outside the
     call where it is a point loop already (see `outer_tilings`), or any such loop tiled by 2
@@ -1011,7 +1012,9 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     (`_one_vector`: 1 x 1 layers of 256 to 1024 channels at 14 x 14 ran at 77% of the FMA
     peak on two Zen 5 cores, 97% over 2 or 4 blocks; ResNet-50's kernels so changed 1.07x at
     N=32 there, 1.04x on the 16-core Sapphire Rapids host). Elsewhere more blocks only crowd
-    L1 (a 28-row 1 x 1 call over 4 blocks ran at 0.67x on 16 cores)."""
+    L1 (a 28-row 1 x 1 call over 4 blocks ran at 0.67x on 16 cores). `gated=False` (the
+    tuner's search space) offers them wherever a call can run over blocks, so that measuring
+    can find what these rules leave out."""
     call = _call_of(model, schedule)
     if call is None or call.mk.blocks or call.mk.pack_a or call.mk.pack_b:
         return []
@@ -1021,9 +1024,9 @@ def block_variants(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> 
     a_bytes = _call_bytes(model, schedule, s, a)
     flops = 2 * count_points(_call_cells(model, schedule, s))
     reused = flops >= BLOCKS_A_INTENSITY * a_bytes  # A's cells serve many flops within a call
-    if not ((reused and _latency_bound(model, machine, schedule))
-            or (not reused and a_bytes > machine.l1_bytes // 2)
-            or _one_vector(model, machine, schedule)):
+    if gated and not ((reused and _latency_bound(model, machine, schedule))
+                      or (not reused and a_bytes > machine.l1_bytes // 2)
+                      or _one_vector(model, machine, schedule)):
         return []
 
     def moves(var: str) -> bool:

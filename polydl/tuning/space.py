@@ -2,8 +2,9 @@
 
 Seeds are the reuse model's candidates (loop orders, tile sizes, microkernel bindings, packing);
 around each seed the space adds its neighbours: every tile size halved and doubled, packing of
-A and B switched, the outer tilings of microkernel schedules, and every legal choice of parallel
-loops. Each point is evaluated by the analytic model, which drops the illegal ones (a
+A and B switched, the outer tilings of microkernel schedules, calls over 2 and 4 output-channel
+blocks wherever a call can take them (not only where the ranking's rules offer them), and every
+legal choice of parallel loops. Each point is evaluated by the analytic model, which drops the illegal ones (a
 dependence check refuses them) and gives the prior cost; each keeps the fusion "auto" would
 apply, so a candidate is timed as it would run.
 """
@@ -82,7 +83,7 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
     for seed in list(evaluated.values()):
         add(analytic.outer_tilings(model, seed.schedule))
     for seed in list(evaluated.values()):
-        add(analytic.block_variants(model, seed.schedule, target))
+        add(analytic.block_variants(model, seed.schedule, target, gated=False))
     for seed in list(evaluated.values()):
         add(_neighbours(model, seed.schedule))
     add_threadings()

@@ -983,3 +983,21 @@ def test_cli_tune_errors_are_one_line(
     assert len(err.splitlines()) == 1
     assert said.format(**files) in err
 
+
+
+def test_the_space_holds_calls_over_blocks_the_ranking_leaves_out() -> None:
+    """A blocked 1 x 1 layer on AVX2: the ranking's rules offer no call over several output
+    blocks there (a block is two vectors), but the search space measures them too."""
+    from polydl.schedules.rank import block_variants, rank
+    from polydl.target import CpuTarget
+
+    nest, params = builders.conv2d(N=1, C=64, K=64, H=14, W=14, R=1, S=1, layout="nchw16c")
+    model = build_model(nest, params)
+    avx2 = CpuTarget(isa="avx2", cores=2)
+    best = rank(tuning_model(model), avx2)[0].schedule
+    assert best.microkernel is not None and best.microkernel.blocks is None
+    assert block_variants(tuning_model(model), best, avx2) == []
+    assert block_variants(tuning_model(model), best, avx2, gated=False)
+    space = search_space(model, avx2)
+    assert not space[0].schedule.microkernel.blocks
+    assert any(c.schedule.microkernel is not None and c.schedule.microkernel.blocks for c in space)
