@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-cache", action="store_true",
                    help="use the normal compile cache instead of a fresh one (compile column "
                         "then shows cache hits, not cold compiles)")
-    p.add_argument("--layout", action="append", choices=["nchw16c", "nchw"],
-                   help="conv layouts polydl may use (repeatable; default: both)")
+    p.add_argument("--layout", action="append", choices=["nchw16c", "nchw", "nchw-nchw16c"],
+                   help="conv layouts polydl may use (repeatable; default: all three; "
+                        "nchw-nchw16c, NCHW in and blocks out, for layers of fewer than 16 "
+                        "input channels only)")
     p.add_argument("--first-layout", action="store_true",
                    help="use the first layout that builds and verifies instead of building "
                         "each and keeping the fastest (one compile per layer instead of two)")

@@ -115,6 +115,7 @@ def conv2d(
     dilation: int = 1,
     accumulate: bool = True,
     out_dtype: str | None = None,
+    out_layout: str | None = None,
     *,
     target: TargetArg = "c",
     machine: MachineArg = None,
@@ -125,7 +126,9 @@ def conv2d(
     `polydl.layouts.to_conv_weights` gives them. `layout="nhwc"` (groups=1) takes x[N,H,W,C]
     and w[K,R,S,C] and gives y[N,P,Q,K]. `accumulate=False` overwrites a `y` passed in
     (`y = conv`) instead of adding to it; `out_dtype="bfloat16"` gives a bf16 y from bf16
-    inputs (float32 by default)."""
+    inputs (float32 by default). `out_layout="nchw16c"` with layout "nchw" (groups=1) gives a
+    blocked y from an NCHW x, weights as `polydl.layouts.to_kcrs16k` gives them
+    (w[KB,C,R,S,16]): the fast form of a layer of few input channels (a network's stem)."""
     return _build(
         "conv2d",
         target,
@@ -147,6 +150,7 @@ def conv2d(
         dilation=dilation,
         accumulate=accumulate,
         out_dtype=out_dtype,
+        out_layout=out_layout,
     )
 
 

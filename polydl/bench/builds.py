@@ -37,6 +37,8 @@ class Pass:
     build: Callable[[Case, list[np.ndarray], str, str], PolydlBuild]
     references: Callable[[Case, list[np.ndarray], ModuleType | None], list[Runner]]
     layouts: bool = True
+    # the layouts of `measure.CONV_LAYOUTS` a case is built in (the two plain ones by default)
+    takes: Callable[[Case, str], bool] = lambda case, layout: layout in ("nchw16c", "nchw")
 
 
 def polydl_runner(

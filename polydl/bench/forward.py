@@ -102,14 +102,18 @@ def build_polydl_conv(case: Case, x: np.ndarray, w: np.ndarray, layout: str,
                       schedule: str = "auto") -> PolydlBuild:
     s = case.size
     t0 = time.perf_counter()
+    x_layout, _, y_layout = layout.partition("-")  # "nchw-nchw16c": NCHW in, blocks out
     kernel = polydl.conv2d(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
-        stride=s["stride"], padding=s["padding"], dtype=case.dtype, layout=layout,
-        schedule=schedule,
+        stride=s["stride"], padding=s["padding"], dtype=case.dtype, layout=x_layout,
+        schedule=schedule, out_layout=y_layout or None,
     )
     compile_s = time.perf_counter() - t0
-    blocked = layout == "nchw16c"
-    inputs = [layouts.to_nchw16c(x), layouts.to_kcrs16c16k(w)] if blocked else [x, w]
+    blocked = (y_layout or x_layout) == "nchw16c"
+    if x_layout == "nchw16c":
+        inputs = [layouts.to_nchw16c(x), layouts.to_kcrs16c16k(w)]
+    else:
+        inputs = [x, layouts.to_kcrs16k(w) if blocked else w]
 
     def plain(y: np.ndarray) -> np.ndarray:
         return layouts.from_nchw16c(y, s["K"]) if blocked else np.asarray(y)
@@ -164,4 +168,12 @@ def _conv_references(
 
 
 GEMM = Pass(input_shapes, expected, _build_gemm, _gemm_references, layouts=False)
-CONV = Pass(input_shapes, expected, _build_conv, _conv_references)
+def _conv_takes(case: Case, layout: str) -> bool:
+    """The plain layouts, and NCHW in, blocks out for a float32 layer of fewer than 16 input
+    channels (a network's stem; the blocked layout then sums 16 lanes of which C hold data)."""
+    if layout == "nchw-nchw16c":
+        return case.size["C"] < layouts.BLOCK and case.dtype == "float32"
+    return layout in ("nchw16c", "nchw")
+
+
+CONV = Pass(input_shapes, expected, _build_conv, _conv_references, takes=_conv_takes)

@@ -254,6 +254,18 @@ def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
     assert row.relative_error is not None and row.relative_error < 1e-4
 
 
+def test_a_stem_case_also_compares_nchw_in_blocks_out(prepared_threads: None) -> None:
+    """A layer of fewer than 16 input channels is built a third way, NCHW in and blocks out
+    (`polydl.conv2d(out_layout="nchw16c")`), verified through the same conversion."""
+    case = Case("stem", "conv2d", (("N", 1), ("C", 3), ("K", 16), ("H", 12), ("W", 12),
+                                   ("R", 7), ("S", 7), ("stride", 2), ("padding", 3)))
+    row = measure.bench_case(case, None, repeat=1, budget_s=0.2, peak_gflops=100.0,
+                           compare_layouts=True)
+    assert row.status == "ok", row.message
+    assert set(row.variants) == {"nchw16c", "nchw", "nchw-nchw16c"}
+    assert row.relative_error is not None and row.relative_error < 1e-4
+
+
 def test_a_tuned_case_builds_the_databases_schedule(
     prepared_threads: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -425,6 +425,50 @@ def conv2d_numpy_padded(x: np.ndarray, w: np.ndarray, stride: int,
     return conv2d_numpy(xp, w, stride, 0)
 
 
+@pytest.mark.parametrize("fuse, accumulate", [(("bias", "relu"), False), (("bias", "residual"), True)])
+def test_an_nchw_input_gives_a_blocked_output(fuse: tuple[str, ...], accumulate: bool) -> None:
+    """`out_layout="nchw16c"` with an NCHW x (a stem: 3 channels, 7 x 7 at stride 2): y, the
+    bias and the residual blocked, the weights w[KB][C][R][S][16]; the nest's numbers and the
+    compiled kernel's match numpy, its calls vectors of output channels."""
+    sizes = dict(N=2, C=3, K=20, H=17, W=15, R=7, S=7, stride=2, padding=3)
+    nest, params = conv2d(**sizes, fuse=fuse, accumulate=accumulate, out_layout="nchw16c")  # type: ignore[arg-type]
+    shapes = {a.name: a.concrete_shape(params) for a in nest.arrays}
+    assert shapes["y"] == (2, 2, 9, 8, 16) and shapes["x"] == (2, 3, 17, 15)
+    assert shapes["w"] == (2, 3, 7, 7, 16) and shapes["b"] == (32,)
+    rng = np.random.default_rng(23)
+    x = rng.uniform(-1, 1, (2, 3, 17, 15)).astype(np.float32)
+    wt = rng.uniform(-1, 1, (20, 3, 7, 7)).astype(np.float32)
+    b = np.zeros(32, np.float32)
+    b[:20] = rng.uniform(-1, 1, 20)
+    res = rng.uniform(-1, 1, (2, 20, 9, 8)).astype(np.float32)
+    y0 = rng.uniform(-1, 1, (2, 20, 9, 8)).astype(np.float32)
+    want = conv2d_numpy(x, wt, 2, 3) + b[None, :20, None, None] + (y0 if accumulate else 0)
+    want = want + res if "residual" in fuse else np.maximum(want, 0.0)
+    inputs = {"x": x, "w": layouts.to_kcrs16k(wt), "b": b}
+    if "residual" in fuse:
+        inputs["res"] = layouts.to_nchw16c(res)
+    kernel = build_kernel(nest, params, "c", "auto")
+    call = kernel.schedule.microkernel
+    assert call is not None and call.n == "k"
+    got = kernel(**inputs, y=layouts.to_nchw16c(y0))
+    np.testing.assert_allclose(layouts.from_nchw16c(got, 20), want, rtol=1e-5, atol=1e-5)
+    if not accumulate:
+        got = evaluate(nest, params, inputs)["y"]
+        np.testing.assert_allclose(layouts.from_nchw16c(got, 20), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("changes, argument", [
+    ({"layout": "nchw16c", "out_layout": "nchw"}, "out_layout"),
+    ({"out_layout": "nhwc"}, "out_layout"),
+    ({"out_layout": "blocked"}, "out_layout"),
+    ({"out_layout": "nchw16c", "groups": 3, "K": 6}, "groups"),
+])
+def test_out_layout_takes_nchw_in_blocks_out_only(changes: dict, argument: str) -> None:
+    with pytest.raises(ArgumentError) as info:
+        conv2d(**{**dict(N=1, C=3, K=4, H=6, W=6, R=3, S=3, padding=1), **changes})
+    assert info.value.argument == argument
+
+
 SHORT_ROW_CASES = [
     # c, k, h, w, r, s, (top, left, bottom, right), accumulate
     (20, 24, 7, 7, 3, 3, (1, 1, 1, 1), False),  # ResNet's 7 x 7 3 x 3 layers, smaller
