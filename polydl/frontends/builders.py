@@ -424,8 +424,8 @@ def conv2d(
     arrays += [declaration(in_type, "x", x_shape, True), declaration(in_type, "w", w_shape, True)]
     zero = '0.0f' if ctype == 'float' else '0.0'
     if source == "xf":
-        # the wide sums start at zero (the calls that begin them overwrite yw) and then set
-        # or add into y
+        # the wide sums start at zero (a loop: the copy out in the calls' nest keeps the start
+        # out of the microkernel, `schedules/postops.py`), then set or add into y
         arrays.append(declaration(ctype, "yw", wide_shape, False))
         nests += [zero_based_nest(wide_loops, f"yw[n][k][m] = {zero};"),
                   zero_based_nest(conv_loops, body), out_copy]
