@@ -464,6 +464,33 @@ def test_a_candidate_far_slower_than_the_others_is_timed_by_its_first_call(matmu
     assert len(outcomes[2].samples) >= QUIET.min_rounds  # the reference
 
 
+class _SlowStart:
+    """A kernel whose first call pays a one-time cost (threads started, pages touched)."""
+
+    def __init__(self, first: float, then: float) -> None:
+        self.waits = [first]
+        self.then = then
+
+    def __call__(self, *args: Any, **outputs: Any) -> None:
+        time.sleep(self.waits.pop() if self.waits else self.then)
+
+
+def test_a_candidate_slow_on_its_first_call_only_is_timed_in_full(matmul32: Nest) -> None:
+    """The first call of a process may start its OpenMP threads: a candidate is set aside
+    as slow only when a second call is slow too."""
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    request = Request(nest, params, host_target(), ({}, {}), limits=QUIET, reference=1)
+    messages = _Messages()
+    slow = 2 * measuring.SLOW_FACTOR * 0.02
+    measuring._Child(request, messages)._time(
+        {0: (_SlowStart(slow, 0.02), [], {}), 1: (_Sleeper(0.02), [], {})})
+    outcomes = {m[1].index: m[1] for m in messages.sent if m[0] == "outcome"}
+    assert outcomes[0].status == records.OK and not outcomes[0].message.startswith("timed once")
+    assert len(outcomes[0].samples) >= QUIET.min_rounds and max(outcomes[0].samples) < slow
+
+
 def test_search_spaces_fork_their_processes_when_made() -> None:
     """`polydl tune --workers` starts Ray's threads while the spaces are computed: the
     processes computing them are forked before, when `SearchSpaces` is made."""
