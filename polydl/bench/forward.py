@@ -167,7 +167,6 @@ def _conv_references(
     return conv_references(inputs[0], inputs[1], case, torch)
 
 
-GEMM = Pass(input_shapes, expected, _build_gemm, _gemm_references, layouts=False)
 def _conv_takes(case: Case, layout: str) -> bool:
     """The plain layouts, and NCHW in, blocks out for a float32 layer of fewer than 16 input
     channels (a network's stem; the blocked layout then sums 16 lanes of which C hold data)."""
@@ -176,4 +175,5 @@ def _conv_takes(case: Case, layout: str) -> bool:
     return layout in ("nchw16c", "nchw")
 
 
+GEMM = Pass(input_shapes, expected, _build_gemm, _gemm_references, layouts=False)
 CONV = Pass(input_shapes, expected, _build_conv, _conv_references, takes=_conv_takes)

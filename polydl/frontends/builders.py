@@ -17,6 +17,7 @@ from polydl.frontends.spec_writing import (
     declaration,
     epilogue_names,
     epilogue_nests,
+    float_literal,
     function_text,
     integer_arg,
     parse_built,
@@ -422,7 +423,7 @@ def conv2d(
         arrays.append(declaration(in_type, "wd", wd_shape, False))
         nests.append(weight_copy)
     arrays += [declaration(in_type, "x", x_shape, True), declaration(in_type, "w", w_shape, True)]
-    zero = '0.0f' if ctype == 'float' else '0.0'
+    zero = float_literal(0.0, ctype)
     if source == "xf":
         # the wide sums start at zero (a loop: the copy out in the calls' nest keeps the start
         # out of the microkernel, `schedules/postops.py`), then set or add into y

@@ -38,6 +38,7 @@ from polydl.frontends.spec_writing import (
     Built,
     choice_arg,
     declaration,
+    float_literal,
     function_text,
     integer_arg,
     nest,
@@ -221,7 +222,7 @@ def conv2d_backward_data(
                 ("q", max(0, -off_w), min(cs.Q, cols - off_w))]
             nests.append(nest(copy, f"dyf[n][k][(p + {off_h}) * {cols} + q + {off_w}] = dy[n][k][p][q];"))
             wide = zero_based(("n", "N"), ("c", "C"), ("m", span))
-            nests.append(nest(wide, "dxw[n][c][m] = 0.0f;" if ct == "float" else "dxw[n][c][m] = 0.0;"))
+            nests.append(nest(wide, f"dxw[n][c][m] = {float_literal(0.0, ct)};"))
             nests.append(nest(wide + zero_based(("k", "K"), ("r", "R"), ("s", "S")),
                               f"dxw[n][c][m] += dyf[n][k][m + r * {cols} + s] * wt[c][k][r][s];"))
             main_nest = nest(zero_based(("n", "N"), ("c", "C"), ("ih", "H"), ("iw", "W")),
@@ -452,7 +453,7 @@ def conv2d_backward_weights(
             # the product of a block is dense: its cells between groups are no weights
             cells = zero_based(("kb", cs.KB), ("r", "R"), ("s", "S"), ("c", BLOCK), ("k", BLOCK))
             nests.append(nest(cells, f"if (c / {cs.Cg} != k / {cs.Cg}) dw[kb][r][s][c][k] = "
-                                     f"{'0.0f' if ct == 'float' else '0.0'};"))
+                                     f"{float_literal(0.0, ct)};"))
     arrays += [
         declaration(ct, "x", cs.activation("C", "H", "W"), True),
         declaration(ct, "dy", cs.activation("K", cs.P, cs.Q), True),
@@ -466,9 +467,9 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
     copied channels-last first (`xt[n][h][w][c]`, padded; a 1 x 1 window without padding takes
     only the positions it reads), so that the calls run over the channels c at unit stride in
     both xt and the weights' cells, `dwt[k][r][s][c]`, which are then added into dw[k][c][r][s]
-    (a 1 x 1 window without padding sums into dw itself). Read in place, a 1 x 1 layer had no vector loop (c
-    and k strided by the positions: 10-13 GFLOP/s on two Zen 5 cores, 175-225 so) and a 3 x 3
-    one at stride 2 reduced along a row read at the stride (53, 234 so)."""
+    (a 1 x 1 window without padding sums into dw itself). Read in place, a 1 x 1 layer had no
+    vector loop (c and k strided by the positions: 10-13 GFLOP/s on two Zen 5 cores, 175-225
+    so) and a 3 x 3 one at stride 2 reduced along a row read at the stride (53, 234 so)."""
     s, ct, stride = cs.sizes, cs.ctype, cs.stride
     # a 1 x 1 window without padding reads only the positions at the stride, and its cells
     # are dw's own

@@ -162,7 +162,7 @@ def epilogue_nests(
     per-channel operands (bias, scale, shift). Each nest is separate: the scheduler decides
     whether it runs inside the producer's loops (schedules/fusion.py)."""
     (at, shape), (ch, ch_shape) = out, channel
-    zero = "0.0f" if ctype == "float" else "0.0"
+    zero = float_literal(0.0, ctype)
     arrays: list[str] = []
     nests: list[str] = []
     for epilogue in epilogues:

@@ -4,9 +4,9 @@ Seeds are the reuse model's candidates (loop orders, tile sizes, microkernel bin
 around each seed the space adds its neighbours: every tile size halved and doubled, packing of
 A and B switched, the outer tilings of microkernel schedules, calls over 2 and 4 output-channel
 blocks wherever a call can take them (not only where the ranking's rules offer them), and every
-legal choice of parallel loops. Each point is evaluated by the analytic model, which drops the illegal ones (a
-dependence check refuses them) and gives the prior cost; each keeps the fusion "auto" would
-apply, so a candidate is timed as it would run.
+legal choice of parallel loops. Each point is evaluated by the analytic model, which drops the
+illegal ones (a dependence check refuses them) and gives the prior cost; each keeps the fusion
+"auto" would apply, so a candidate is timed as it would run.
 """
 
 from __future__ import annotations
