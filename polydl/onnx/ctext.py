@@ -334,32 +334,6 @@ def padded_input(x_shape: Sequence[int], pads: Sequence[int]) -> tuple[tuple[int
                                 "0.0f")]
 
 
-def conv_stem_blocked(name: str, x_shape: Sequence[int], K: int, window: Window,
-                      dilation: int, activation: str) -> Text:
-    """A convolution of an input with few channels (a network's stem: 3 colours) into the
-    blocked layout, from the zero-padded input `xp`, then the bias and `activation` ("{0}" is y).
-    The calls read the padded input under each window directly (`xp[n][c][p*sh + r][q*sw + s]`,
-    a row of S values per call, (c, r) batched) with the weights as `w[kb][c][r][s][k]`."""
-    N, C, H, W = x_shape
-    (R, S), (sh, sw) = window.size, window.stride
-    P, Q = window.out
-    KB = -(-K // BLOCK)
-    padded, nests = padded_input(x_shape, window.pads)
-    under = f"xp[n][c][p * {sh} + r * {dilation}][q * {sw} + s * {dilation}]"
-    y = "y[n][kb][p][q][k]"
-    nests += [
-        loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)], f"{y} = b[kb * 16 + k];"),
-        loops([("n", N), ("kb", KB), ("p", P), ("c", C), ("r", R), ("q", Q), ("s", S), ("k", BLOCK)],
-              f"{y} += {under} * w[kb][c][r][s][k];"),
-    ]
-    if activation:
-        nests.append(loops([("n", N), ("kb", KB), ("p", P), ("q", Q), ("k", BLOCK)],
-                           f"{y} = {activation.format(y)};"))
-    arrays = [array("y", (N, KB, P, Q, BLOCK), False), array("xp", padded, False), array("x", x_shape, True),
-              array("w", (KB, C, R, S, BLOCK), True), array("b", (KB * BLOCK,), True)]
-    return function(name, arrays, nests, local=("xp",), filled=("xp",))  # written in full
-
-
 def conv_direct(name: str, x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
                 stride: tuple[int, int], dilation: tuple[int, int],
                 pads: tuple[int, int, int, int], groups: int, activation: str) -> Text:

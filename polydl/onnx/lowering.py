@@ -386,7 +386,7 @@ def _conv(low: Lowering, node: Node) -> None:
         raise UnsupportedOperator(node.name, node.op, f"strides {(sh, sw)} and dilations "
                                   f"{(dh, dw)} that differ between the axes, with a fused residual")
     if groups == 1 and C < BLOCK and K >= BLOCK and residual is None and x.layout == PLAIN:
-        _stem(low, x, weights, bias, geometry, act, current, ", ".join(label))
+        _stem(low, x, weights, bias, geometry, fuse, current, ", ".join(label))
         return
     blocked = C >= BLOCK and _blockable(C, K, groups)
     layout = BLOCKED if blocked else PLAIN
@@ -500,10 +500,11 @@ def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
 
 
 def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
-          geometry: ConvGeometry, activation: str, current: str, label: str) -> None:
-    """A convolution of few input channels into the blocked layout, reading the padded input
-    under each window (`ctext.conv_stem_blocked`), all the images in one call; `activation`
-    is the fused Relu/Clip's expression.
+          geometry: ConvGeometry, fuse: list[str], current: str, label: str) -> None:
+    """A convolution of few input channels (a network's stem: 3 colours) from NCHW into the
+    blocked layout (`builders.conv2d(out_layout="nchw16c")`: each tap of the padded input a
+    broadcast against 16 output channels), all the images in one call, with the bias and the
+    fused Relu/Clip (`fuse`).
 
     A GEMM over gathered windows (C*R*S values under each output position copied out first)
     was the other form; on a 16-core Sapphire Rapids host resnet18's 7 x 7 / 2 stem took 15.2
@@ -512,18 +513,18 @@ def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
     50.9, 53.5 and 51.4 ms at batch 32, 1.85 against 1.69 ms at batch 1."""
     N, C, H, W = x.shape
     K, _, R, S = weights.shape
-    P, Q = geometry.out(H, W, R, S)
     KB = layouts.blocks(K)
-    w_padded = np.zeros((KB * BLOCK, C, R, S), np.float32)
-    w_padded[:K] = weights
+    out = low.activation((N, K, *geometry.out(H, W, R, S)), BLOCKED)
+    pads = geometry.pads
+    built = builders.conv2d(N, C, K, H, W, R, S, stride=geometry.stride[0],
+                            padding=pads if len(set(pads)) > 1 else pads[0], layout="nchw",
+                            out_layout="nchw16c", fuse=("bias", *fuse), dilation=geometry.dilation[0],
+                            accumulate=False, **low.conv_options)
     b_padded = np.zeros(KB * BLOCK, np.float32)
     b_padded[:K] = bias
-    out = low.activation((N, K, P, Q), BLOCKED)
-    window = ctext.Window((R, S), geometry.stride, geometry.pads, (P, Q))
-    text = ctext.conv_stem_blocked("conv_stem", (N, C, H, W), K, window, geometry.dilation[0], activation)
-    w_blocked = w_padded.reshape(KB, BLOCK, C, R, S).transpose(0, 2, 3, 4, 1)
-    low.kernel(f"{label} [padded input -> nchw16c]", text,
-               {"y": out.buffer, "x": x.buffer, "w": low.constant(w_blocked, "w"),
+    low.kernel(f"{label} [nchw -> nchw16c]", built,
+               {"y": out.buffer, "x": x.buffer,
+                "w": low.constant(layouts.to_kcrs16k(weights.astype(np.float32)), "w"),
                 "b": low.constant(b_padded, "b")})
     low.values[current] = out
 

@@ -187,12 +187,8 @@ def test_a_one_vector_register_tile_runs_over_several_blocks_on_avx512() -> None
         best = rank(model, target)[0].schedule
         assert best.microkernel.blocks == "kb" and best.tile_sizes["kb"] >= 2, best.describe()
     assert rank(model, AVX2)[0].schedule.microkernel.blocks is None
-    from polydl.onnx import ctext
-    from polydl.onnx.lowering import _parse
-
-    window = ctext.Window((7, 7), (2, 2), (3, 3, 3, 3), (112, 112))
-    stem_model = build_model(_parse(ctext.conv_stem_blocked("stem", (2, 3, 224, 224), 64, window,
-                                                            1, "")), {})
+    stem_model = build_model(*builders.conv2d(N=2, C=3, K=64, H=224, W=224, R=7, S=7, stride=2,
+                                              padding=3, out_layout="nchw16c"))
     stem_best = rank(stem_model, two)[0].schedule
     assert stem_best.microkernel.k == "s" and stem_best.microkernel.blocks is None
     assert block_variants(stem_model, stem_best, two) == []
