@@ -192,6 +192,10 @@ class StatementPrinter:
         return f"{target} {s.op} {value};"
 
 
+# islpy's type stubs lack the members named after C keywords (for_, if_, and_, or_)
+AST_FOR = isl.ast_node_type.for_  # type: ignore[attr-defined]
+AST_IF = isl.ast_node_type.if_  # type: ignore[attr-defined]
+
 _BINARY_OPS = {
     isl.ast_expr_op_type.add: "+",
     isl.ast_expr_op_type.sub: "-",
@@ -205,9 +209,9 @@ _BINARY_OPS = {
     isl.ast_expr_op_type.lt: "<",
     isl.ast_expr_op_type.ge: ">=",
     isl.ast_expr_op_type.gt: ">",
-    isl.ast_expr_op_type.and_: "&&",
+    isl.ast_expr_op_type.and_: "&&",  # type: ignore[attr-defined]
     isl.ast_expr_op_type.and_then: "&&",
-    isl.ast_expr_op_type.or_: "||",
+    isl.ast_expr_op_type.or_: "||",  # type: ignore[attr-defined]
     isl.ast_expr_op_type.or_else: "||",
 }
 

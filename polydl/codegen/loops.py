@@ -15,7 +15,7 @@ from collections.abc import Callable
 import islpy as isl
 
 from polydl.codegen.accumulators import AccumulatorPrinter, Instance
-from polydl.codegen.c_expr import ITERATOR_PREFIX, ast_expr_to_c
+from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
 from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
@@ -85,9 +85,9 @@ class LoopPrinter:
             for i in range(children.n_ast_node()):
                 out += self._node(children.get_at(i), indent, in_parallel)
             return out
-        if kind == isl.ast_node_type.for_:
+        if kind == AST_FOR:
             return self._for(node, indent, in_parallel)
-        if kind == isl.ast_node_type.if_:
+        if kind == AST_IF:
             out = [f"{pad}if ({_strip(ast_expr_to_c(node.if_get_cond()))}) {{"]
             out += self._node(node.if_get_then_node(), indent + 1, in_parallel)
             if node.if_has_else_node():
@@ -148,7 +148,7 @@ class LoopPrinter:
                 lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond))
                 return [pad + line for line in lines]
         out.append(pad + header)
-        out += self._node(node.for_get_body(), indent + 1, in_parallel or parallel_here)
+        out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
 
     def _collapsible(self, node: isl.AstNode, marked: int = 0) -> int:
@@ -161,7 +161,7 @@ class LoopPrinter:
         wanted = set(range(first, first + marked)) if marked else self.parallel_dims
         depth, outer = 1, [node.for_get_iterator().get_id().get_name()]
         inner = node.for_get_body()
-        while (inner.get_type() == isl.ast_node_type.for_ and not inner.for_is_degenerate()
+        while (inner.get_type() == AST_FOR and not inner.for_is_degenerate()
                and _dim_of(inner.for_get_iterator().get_id().get_name()) == first + depth
                and first + depth in wanted):
             bounds = ast_expr_to_c(inner.for_get_init()) + " " + ast_expr_to_c(inner.for_get_cond())
@@ -220,9 +220,9 @@ class LoopPrinter:
         if kind == isl.ast_node_type.block:
             children = node.block_get_children()
             return all(self._leaves_all(children.get_at(i), test) for i in range(children.n_ast_node()))
-        if kind == isl.ast_node_type.for_:
+        if kind == AST_FOR:
             return bool(node.for_is_degenerate()) and self._leaves_all(node.for_get_body(), test)
-        if kind == isl.ast_node_type.if_:
+        if kind == AST_IF:
             return self._leaves_all(node.if_get_then_node(), test) and (
                 not node.if_has_else_node() or self._leaves_all(node.if_get_else_node(), test)
             )

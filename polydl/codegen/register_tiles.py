@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polydl.codegen.c_expr import StatementPrinter, ast_expr_to_c
+from polydl.codegen.c_expr import AST_FOR, StatementPrinter, ast_expr_to_c
 from polydl.ir import Binary, Const, Expr, Load, Unary, int_vars
 from polydl.poly.model import StatementModel
 from polydl.poly.sums import addend_of, extremum_of, reads_own_cell
@@ -92,7 +92,7 @@ class RowTilePrinter:
     def match(self, node: isl.AstNode, statements: dict[str, StatementModel],
               header: Callable[[isl.AstNode], str]) -> RowTile | None:
         chain = []
-        while node.get_type() == isl.ast_node_type.for_ and not node.for_is_degenerate():
+        while node.get_type() == AST_FOR and not node.for_is_degenerate():
             chain.append(node)
             node = node.for_get_body()
         if len(chain) < 3 or node.get_type() != isl.ast_node_type.user:

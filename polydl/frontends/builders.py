@@ -9,6 +9,7 @@ Scratch arrays (the zero-padded input of a convolution) are marked `local`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 from polydl.errors import ArgumentError
 from polydl.frontends.spec_writing import (
@@ -443,7 +444,15 @@ def conv2d(
     return parse_built("conv2d", text, sizes, local=("xp", "xs", "xd", "wd", "xf", "yw"), filled=("xs",))
 
 
-def target_options(primitive: str, kind: str | None, lanes: int | None = None) -> dict[str, bool]:
+class ConvOptions(TypedDict, total=False):
+    """The forms `conv2d` takes per target (`target_options`)."""
+
+    column_phases: bool
+    merged_positions: bool
+    half_block_groups: bool
+
+
+def target_options(primitive: str, kind: str | None, lanes: int | None = None) -> ConvOptions:
     """The builder options the kernels of a target kind ("c", "cuda", "hip"; None: not known)
     take unless a caller sets them: the C target's NCHW stems read their input's columns by
     phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place), and
@@ -452,8 +461,10 @@ def target_options(primitive: str, kind: str | None, lanes: int | None = None) -
     (a 16-lane vector's FMA costs what an 8-lane one does elsewhere)."""
     if primitive != "conv2d" or kind != "c":
         return {}
-    return {"column_phases": True, "merged_positions": True,
-            **({"half_block_groups": True} if lanes and lanes < BLOCK else {})}
+    options = ConvOptions(column_phases=True, merged_positions=True)
+    if lanes and lanes < BLOCK:
+        options["half_block_groups"] = True
+    return options
 
 
 def short_rows(sizes: dict[str, int], stride: int, dilation: int, padding: Padding) -> bool:

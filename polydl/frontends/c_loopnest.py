@@ -707,7 +707,7 @@ class _FunctionReader:
             )
         return plus_one(lowest) if cond.op == ">" else lowest
 
-    def _guard(self, node: c_ast.If, depth: int) -> tuple[Guard, ...]:
+    def _guard(self, node: c_ast.If, depth: int) -> tuple[Node, ...]:
         """`if (C) A else B` as guards of disjoint conjunctions of affine comparisons: C in
         disjunctive normal form, made disjoint (each piece excludes the ones before it), with
         A read once per piece; B likewise under the negation of C. One iteration runs exactly

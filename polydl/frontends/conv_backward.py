@@ -246,9 +246,10 @@ def conv2d_backward_data(
             body = (f"dx{cs.at('c', 'ih', 'iw')} += {source}{cs.at('k', 'ih + r', 'iw + s')} * "
                     f"wt{cs.transposed_weight()};")
             if cs.merged:
-                at = cs.position()
+                position = cs.position()
                 main = image_loop + c_loops[:1] + [("m", 0, s["H"] * s["W"])] + k_loops + c_loops[1:]
-                body = f"dx{cs.at('c', *at)} += dy{cs.at('k', *at)} * wt{cs.transposed_weight('0', '0')};"
+                body = (f"dx{cs.at('c', *position)} += dy{cs.at('k', *position)} * "
+                        f"wt{cs.transposed_weight('0', '0')};")
             main_nest = nest(main, body)
     else:
         target = "dx" if not cs.padded else "dxp"
@@ -446,8 +447,8 @@ def conv2d_backward_weights(
             # the call's k runs over an image's positions (49, not a row of 7), batched over n
             main = (k_loops[:1] + c_loops[:1] + [("n", 0, "N"), ("m", 0, s["H"] * s["W"])]
                     + c_loops[1:] + k_loops[1:])
-            at = cs.position()
-            read, out, cell = cs.at("c", *at), cs.at("k", *at), cs.weight("0", "0")
+            position = cs.position()
+            read, out, cell = cs.at("c", *position), cs.at("k", *position), cs.weight("0", "0")
         nests.append(nest(main, f"dw{cell} += {source}{read} * dy{out};"))
         if cs.form == "in_block":
             # the product of a block is dense: its cells between groups are no weights

@@ -84,6 +84,13 @@ def _binary(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Evaluat
     return lambda node, inputs: [np.asarray(function(np.asarray(inputs[0]), np.asarray(inputs[1])))]
 
 
+def _range(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Range: the scalars' own type kept (int64 stays int64, float32 float32)."""
+    start, limit, delta = (np.asarray(v) for v in inputs[:3])
+    dtype = np.result_type(start, limit, delta)
+    return [np.arange(start.item(), limit.item(), delta.item(), dtype=dtype)]
+
+
 EVALUATORS: dict[str, Evaluate] = {
     "Constant": _constant,
     "Identity": lambda node, inputs: [np.asarray(inputs[0])],
@@ -105,8 +112,7 @@ EVALUATORS: dict[str, Evaluate] = {
     "Mul": _binary(np.multiply),
     "Div": _binary(lambda a, b: a // b if a.dtype.kind in "iu" else a / b),
     "Sqrt": lambda node, inputs: [np.sqrt(np.asarray(inputs[0]))],
-    "Range": lambda node, inputs: [np.arange(np.asarray(inputs[0]), np.asarray(inputs[1]),
-                                             np.asarray(inputs[2]))],
+    "Range": _range,
 }
 
 

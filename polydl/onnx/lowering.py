@@ -407,7 +407,8 @@ def _conv(low: Lowering, node: Node) -> None:
         residual = None
     if blocked and groups == 1 and (R, S, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) \
             and low.winograd_machine is not None:
-        shape = winograd.choose(N, C, K, H, W, *out.shape[2:], geometry.pads[:2],
+        P, Q = out.shape[2:]
+        shape = winograd.choose(N, C, K, H, W, P, Q, (geometry.pads[0], geometry.pads[1]),
                                 low.winograd_machine)
         if shape is not None:
             _conv_winograd(low, shape, x, out, weights, bias, residual, in_place, act, ", ".join(label))

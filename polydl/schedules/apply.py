@@ -202,6 +202,7 @@ def _group_plan(
         if summed is None:
             raise ScheduleError(f"no private sums: {why_not}")
     summing = False  # whether a parallel loop carries the sum
+    dims: tuple[int, ...]
     if parallel is None:
         first = next((d for d in range(len(order)) if _parallel_at(band_deps, smap, order, d)), None)
         dims = () if first is None else (first,)

@@ -55,12 +55,13 @@ def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str
     extents = _box_extents(s)
     if extents is None:
         return []
-    stride = {
+    found = {
         (acc_name, v): element_stride(model, acc, v)
         for acc_name, acc in (("c", c), ("x", x), ("y", y))
         for v in band_vars
     }
-    if any(value is None for value in stride.values()):
+    stride = {key: value for key, value in found.items() if value is not None}
+    if len(stride) < len(found):
         return []
     out: list[tuple[tuple[int, ...], MicrokernelBinding]] = []
     reduction = [v for v in band_vars if stride[("c", v)] == 0]

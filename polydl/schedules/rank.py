@@ -107,7 +107,7 @@ def _n_tiles(extent: int, lanes: int, cores: int) -> list[int]:
         return [extent]
     out = [t for t in (4 * lanes, 2 * lanes, lanes * 8) if t < extent][:2] + [extent] * (extent <= 256)
     balanced = _balanced_n_tile(extent, lanes, cores)
-    return out + [balanced] * (balanced is not None and balanced not in out)
+    return out + ([balanced] if balanced is not None and balanced not in out else [])
 
 
 def _balanced_n_tile(extent: int, lanes: int, cores: int) -> int | None:

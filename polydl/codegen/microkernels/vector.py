@@ -210,7 +210,9 @@ def _with_postops(spec: BrgemmSpec, tile: Tile, blocking: Blocking, family: str,
                  else f"{name}_hsum({cell.name})")
         if spec.beta:
             total = f"*({cell.address}) + {total}"
-        body = postops.scalar_lines(
-            spec.postops, "v", lambda o, r=row, j=col: f"ep{o}[{r * at[o].m + j * at[o].n}]", ops.ctype)
+        def operand(o: int, r: int = row, j: int = col) -> str:
+            return f"ep{o}[{r * at[o].m + j * at[o].n}]"
+
+        body = postops.scalar_lines(spec.postops, "v", operand, ops.ctype)
         lines.append(f"{{ {ops.ctype} v = {total}; {' '.join(body)} *({cell.address}) = v; }}")
     return replace(tile, post=tuple(lines), post_stores=True)
