@@ -24,12 +24,22 @@ they take one of four forms (`grouped_form` says which the conv2d builder uses, 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 BLOCK = 16
 
 
 def blocks(channels: int, block: int = BLOCK) -> int:
     return -(-channels // block)
+
+
+def to_blocked_channels(v: np.ndarray, dtype: DTypeLike | None = None,
+                        block: int = BLOCK) -> np.ndarray:
+    """A per-channel vector (a bias, a scale, a shift) of K values as a blocked kernel takes
+    it: `blocks(K) * block` values, the lanes past K zero (in `dtype`, by default v's)."""
+    out = np.zeros(blocks(len(v), block) * block, dtype=v.dtype if dtype is None else dtype)
+    out[:len(v)] = v
+    return out
 
 
 def to_nchw16c(x: np.ndarray, block: int = BLOCK) -> np.ndarray:

@@ -62,11 +62,7 @@ def _layout_inputs(case: Case, layout: str, x: np.ndarray, w: np.ndarray, extra:
         xs, ws = xs.astype(ml_dtypes.bfloat16), ws.astype(ml_dtypes.bfloat16)
     more = []
     for e in extra:  # per-channel vectors, padded to whole blocks when blocked
-        if blocked:
-            padded = np.zeros(layouts.blocks(k) * layouts.BLOCK, dtype=e.dtype)
-            padded[:k] = e
-            e = padded
-        more.append(e)
+        more.append(layouts.to_blocked_channels(e) if blocked else e)
 
     def plain(y: np.ndarray) -> np.ndarray:
         return layouts.from_nchw16c(y, k) if blocked else np.asarray(y)

@@ -277,12 +277,8 @@ def conv2d(
         source = "x"
         row, col, guard = _unpadded_taps(row, col, (top, left, bottom, right))
     if layout == "nchw16c":
-        cb, kb = f"(C + {BLOCK - 1}) / {BLOCK}", f"(K + {BLOCK - 1}) / {BLOCK}"
-        out_shape = ["N", kb, P, Q, str(BLOCK)]
-        out_loops: list[tuple[str, int | str]] = [
-            ("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
-        out = "[n][kb][p][q][k]"
-        bias_shape, bias = [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]"
+        cb = f"(C + {BLOCK - 1}) / {BLOCK}"
+        kb, out_shape, out_loops, out, bias_shape, bias = _blocked_output(P, Q)
         x_shape = ["N", cb, "H", "W", str(BLOCK)]
         xp_shape = ["N", cb, *padded, str(BLOCK)]
         copy = zero_based_nest([("n", "N"), ("cb", cb), ("ih", "H"), ("iw", "W"), ("c", str(BLOCK))],
@@ -333,11 +329,7 @@ def conv2d(
         if into_blocks:
             # the output lanes (16 channels of a block) a vector, each tap of x a broadcast;
             # a call runs along a row of outputs, its taps s the reduction, (c, r) the batch
-            kb = f"(K + {BLOCK - 1}) / {BLOCK}"
-            out_shape = ["N", kb, P, Q, str(BLOCK)]
-            out_loops = [("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
-            out = "[n][kb][p][q][k]"
-            bias_shape, bias = [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]"
+            kb, out_shape, out_loops, out, bias_shape, bias = _blocked_output(P, Q)
             conv_loops = out_loops[:3] + [("c", "C"), ("r", "R"), ("q", Q), ("s", "S"), out_loops[4]]
             body = f"y{out} += {source}[n][c][{row}][{col}] * w[kb][c][r][s][k];"
             w_shape = [kb, "C", "R", "S", str(BLOCK)]
@@ -518,6 +510,16 @@ def _short_dense_1x1(sizes: dict[str, int], stride: int, padding: Padding, group
     return (sizes["R"] == sizes["S"] == 1 and not any(padding)
             and (sizes["W"] - 1) // stride + 1 < SHORT_ROW and (sizes["H"] - 1) // stride > 0
             and grouped_form(sizes["C"], sizes["K"], groups) == "dense")
+
+
+def _blocked_output(P: str, Q: str) -> tuple[
+        str, list[str], list[tuple[str, int | str]], str, list[str], str]:
+    """The blocked output y[N][KB][P][Q][16] of a convolution: (the block count KB, y's shape,
+    its loops, its subscript, the bias's shape and subscript: KB*16 values)."""
+    kb = f"(K + {BLOCK - 1}) / {BLOCK}"
+    loops: list[tuple[str, int | str]] = [("n", "N"), ("kb", kb), ("p", P), ("q", Q), ("k", str(BLOCK))]
+    return (kb, ["N", kb, P, Q, str(BLOCK)], loops, "[n][kb][p][q][k]",
+            [f"{kb} * {BLOCK}"], f"[kb * {BLOCK} + k]")
 
 
 def _blocked_conv(

@@ -90,8 +90,8 @@ def _m_tiles(extent: int, tall: bool) -> list[int]:
     1.06 over 8 GEMMs; 2 of its cores 0.94-1.12x, 1.05; on AVX2's 16 registers 0.88-0.91x, and
     with B one vector wide 0.88-0.93x: not offered there.) The fifth, 14 rows where 64 is
     offered, is AVX-512's register tile (14 rows of two vectors); with four sizes, 257 x 131 x
-    509 on the 16-core host took calls of 32 rows, 0.89-0.92x as fast as those of 16, and a 64 x 64 x 65536
-    product on two Zen 5 cores 0.85-0.98x its 14-row calls with the sum split."""
+    509 on the 16-core host took calls of 32 rows, 0.89-0.92x as fast as those of 16, and a
+    64 x 64 x 65536 product on two Zen 5 cores 0.85-0.98x its 14-row calls with the sum split."""
     options = {t for t in (4, 6, 7, 8, 12, 14, 16, 28, 32) if t < extent}
     options.add(extent if extent <= 64 else 64)
     if extent >= 256 and tall:

@@ -138,6 +138,16 @@ def test_blocked_layout_shapes() -> None:
     assert [a.name for a in nest.locals] == ["xp"]
 
 
+def test_a_per_channel_vector_fills_whole_blocks_with_zero_lanes() -> None:
+    """The bias the blocked kernels above take (b: 32 values for K=20), from K values."""
+    bias = np.arange(1, 21, dtype=np.float64)
+    blocked = layouts.to_blocked_channels(bias, np.float32)
+    assert blocked.dtype == np.float32 and blocked.shape == (32,)
+    assert np.array_equal(blocked[:20], bias) and not blocked[20:].any()
+    assert layouts.to_blocked_channels(bias[:16]).dtype == np.float64  # v's own type by default
+    assert layouts.to_blocked_channels(bias[:16]).shape == (16,)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
 def test_generated_names_are_not_reserved(layout: str) -> None:
     nest, _ = conv2d(N=1, C=1, K=1, H=3, W=3, R=3, S=3, padding=1, layout=layout, fuse=("bias", "relu", "residual"))
