@@ -64,10 +64,14 @@ def run_compiler(command: list[str], target: str) -> None:
     if shutil.which(command[0]) is None:
         raise CompileError(command[0], command, f"{target} compiler '{command[0]}' not found on PATH "
                            f"(set {COMPILERS[target]})")
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-    except subprocess.TimeoutExpired:
-        raise CompileError(command[0], command, "compiler timed out after 900 s") from None
+    # clang's HIP driver leaves two empty folders in TMPDIR per compile (its offload bundles'):
+    # a folder of its own, removed after, keeps them out of the user's /tmp
+    with tempfile.TemporaryDirectory(prefix="polydl-gpucc-") as scratch:
+        env["TMPDIR"] = scratch
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+        except subprocess.TimeoutExpired:
+            raise CompileError(command[0], command, "compiler timed out after 900 s") from None
     if result.returncode != 0:
         raise CompileError(command[0], command, result.stderr or result.stdout)
 

@@ -416,7 +416,8 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
     probe.write_text("#include <hip/hip_runtime.h>\n__global__ void k(float *x) { x[0] = 1; }\n")
     result = subprocess.run(
         ["hipcc", f"--offload-arch={arch}", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
-        capture_output=True, text=True, env={**__import__("os").environ, "HIP_PLATFORM": "amd"},
+        capture_output=True, text=True,
+        env={**__import__("os").environ, "HIP_PLATFORM": "amd", "TMPDIR": str(tmp_path)},
     )
     return result.returncode == 0
 
@@ -425,10 +426,16 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront",
                                   "conv_split", "conv_winograd"])
-def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path) -> None:
+def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
     if not _hipcc_knows(arch, tmp_path):
         pytest.skip(f"this hipcc's clang does not know {arch} (Debian 12's clang 15 predates gfx942)")
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "hip").code
+    # clang's HIP driver leaves folders in TMPDIR; the build must not leave them in the user's
+    user_tmp = tmp_path / "user-tmp"
+    user_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(user_tmp))
     library = compile_gpu_library(code, tmp_path / "out", architectures=(arch,))
     assert library.stat().st_size > 0
+    assert list(user_tmp.iterdir()) == []
