@@ -4,7 +4,6 @@ polydl's kernel (the best layout that verifies) and the references, timed interl
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from types import ModuleType
@@ -16,7 +15,7 @@ from polydl.bench.builds import Pass, PolydlBuild, variant_speeds, verify
 from polydl.bench.cases import BenchError, Case
 from polydl.bench.forward import CONV, GEMM
 from polydl.bench.results import Row, error_row, one_line
-from polydl.bench.timing import time_runners
+from polydl.bench.timing import Speeds, time_runners
 
 # Conv layouts polydl may use. By default each is built and the fastest that verifies is kept
 # (the blocked one loses where C is not a multiple of 16, e.g. conv1's C=3); without the
@@ -96,14 +95,13 @@ def bench_case(
             verified.append(ref)
     runners = [build.runner, *verified]
     rounds, samples = time_runners(runners, repeat, budget_s)
-    speeds = {n: case.flops / statistics.median(v) / 1e9 for n, v in samples.items()}
-    fastest = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
+    speeds = Speeds.of(case.flops, samples)
     return Row(
         case.name,
         case.shape,
         case.flops,
-        polydl_gflops=speeds.pop("polydl"),
-        references=speeds,
+        polydl_gflops=speeds.median.pop("polydl"),
+        references=speeds.median,
         status=status,
         peak_gflops=peak_gflops,
         relative_error=err,
@@ -114,6 +112,7 @@ def bench_case(
         rounds=rounds,
         samples={n: len(v) for n, v in samples.items()},
         variants=variants,
-        fastest=fastest,
+        fastest=speeds.fastest,
+        round_gflops=speeds.rounds,
         reference_errors=reference_errors,
     )

@@ -76,6 +76,11 @@ def num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def spread(values: Sequence[float]) -> str:
+    """The lowest and highest of `values` ("-" for fewer than two)."""
+    return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else "-"
+
+
 def _check(row: Row) -> str:
     if row.status == "ERROR":
         return "ERROR"
@@ -109,18 +114,19 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
             if env.torch_version else "; PyTorch not installed: numpy only"),
         "",
     ]
-    header = ["case", "shape", "layout", "polydl", "best ref", "ref", "ratio", "%peak",
-              "compile s", "check"]
+    header = ["case", "shape", "layout", "polydl", "best ref", "ref", "ratio", "rounds",
+              "%peak", "compile s", "check"]
     lines = []
     for r in rows:
         best = r.best_reference
         lines.append([
             r.case, r.shape, r.variant or "-", num(r.polydl_gflops, ".1f"),
             num(best[1] if best else None, ".1f"), best[0] if best else "-",
-            num(r.ratio, ".2f"), num(r.peak_percent, ".0f"), num(r.compile_s, ".1f"), _check(r),
+            num(r.ratio, ".2f"), spread(r.round_ratios()), num(r.peak_percent, ".0f"), num(r.compile_s, ".1f"), _check(r),
         ])
     out += _table(header, lines, left=3)
-    out.append("(speeds in GFLOP/s, medians; ratio = polydl / best reference)")
+    out.append("(speeds in GFLOP/s, medians; ratio = polydl / best reference; rounds = the "
+               "lowest and highest of that ratio in one interleaved round)")
 
     names = sorted({n for r in rows for n in r.references})
     if names:
@@ -144,7 +150,8 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
         + (f" ({s.min_case})" if s.min_case else "")
         + (f"; failed: {', '.join(s.failed)}" if s.failed else ""),
         f"target   {t.description}: {verdict} (geomean {num(t.geomean, '.2f')}, "
-        f"min {num(t.minimum, '.2f')}{' ' + t.minimum_case if t.minimum_case else ''})"
+        f"min {num(t.minimum, '.2f')}{' ' + t.minimum_case if t.minimum_case else ''}"
+        + (f", its rounds {spread(t.minimum_rounds)}" if len(t.minimum_rounds) > 1 else "") + ")"
         + (f"; {t.note}" if t.note else ""),
     ]
     return "\n".join(out)

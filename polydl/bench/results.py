@@ -33,6 +33,8 @@ class Row:
     # the fastest sample of each side (polydl under "polydl"): less sensitive to a busy machine
     fastest: dict[str, float] = field(default_factory=dict)
     reference_errors: dict[str, float] = field(default_factory=dict)
+    # each side's median speed in each interleaved round, in round order
+    round_gflops: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def best_reference(self) -> tuple[str, float] | None:
@@ -47,6 +49,16 @@ class Row:
         if self.polydl_gflops is None or not speeds or self.status != "ok":
             return None
         return self.polydl_gflops / max(speeds)
+
+    def round_ratios(self, prefixes: Sequence[str] = ("",)) -> list[float]:
+        """polydl's speed over the reference of `ratio_vs` in each round: how far the rounds
+        spread around the ratio of the medians (empty where rounds were not kept)."""
+        speeds = {n: g for n, g in self.references.items() if n.startswith(tuple(prefixes))}
+        if self.status != "ok" or not speeds or "polydl" not in self.round_gflops:
+            return []
+        best = max(speeds, key=lambda n: speeds[n])
+        return [p / r for p, r in zip(self.round_gflops["polydl"], self.round_gflops.get(best, []),
+                                      strict=False) if r > 0]
 
     @property
     def ratio(self) -> float | None:
@@ -65,6 +77,7 @@ class Row:
             best_reference=best[0] if best else None,
             best_reference_gflops=best[1] if best else None,
             ratio=self.ratio,
+            round_ratios=self.round_ratios(),
             peak_percent=self.peak_percent,
         )
         return data

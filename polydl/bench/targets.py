@@ -45,6 +45,8 @@ class TargetResult:
     minimum_case: str | None
     met: bool | None  # None: not evaluated (its reference did not run)
     note: str = ""
+    # the lowest case's ratio in each interleaved round: whether its minimum is the machine's
+    minimum_rounds: tuple[float, ...] = ()
 
 
 def evaluate_target(target: Target, rows: Sequence[Row]) -> TargetResult:
@@ -66,7 +68,8 @@ def evaluate_target(target: Target, rows: Sequence[Row]) -> TargetResult:
     if target.each_min is not None:
         met = met and minimum is not None and minimum >= target.each_min
     note = f"{len(failed)} case(s) failed or did not build" if failed else ""
-    return TargetResult(target.description, geomean, minimum, worst, met, note)
+    rounds = next((r.round_ratios(target.prefixes) for r in rows if r.case == worst), [])
+    return TargetResult(target.description, geomean, minimum, worst, met, note, tuple(rounds))
 
 
 @dataclass(frozen=True)

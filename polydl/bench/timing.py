@@ -4,6 +4,7 @@ machine noise hits every side alike."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,33 @@ def time_interleaved(
             for _ in range(SAMPLES_PER_ROUND):
                 samples[runner.name].append(time_call(runner.run, inner[runner.name]))
     return samples
+
+
+def round_medians(samples: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each runner's median seconds per call in each round (its `SAMPLES_PER_ROUND` samples
+    of that round), in round order: sides compared round by round met the same machine."""
+    return {name: [statistics.median(values[i:i + SAMPLES_PER_ROUND])
+                   for i in range(0, len(values), SAMPLES_PER_ROUND)]
+            for name, values in samples.items()}
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """GFLOP/s of each runner from its samples: the median, the fastest sample, and the
+    median of each round."""
+
+    median: dict[str, float]
+    fastest: dict[str, float]
+    rounds: dict[str, list[float]]
+
+    @classmethod
+    def of(cls, flops: float, samples: dict[str, list[float]]) -> Speeds:
+        def rate(seconds: float) -> float:
+            return flops / seconds / 1e9
+
+        return cls({n: rate(statistics.median(v)) for n, v in samples.items()},
+                   {n: rate(min(v)) for n, v in samples.items()},
+                   {n: [rate(t) for t in v] for n, v in round_medians(samples).items()})
 
 
 def time_runners(

@@ -15,7 +15,6 @@ Every side is timed interleaved in one process, medians compared as ratios (see 
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -33,7 +32,7 @@ from polydl.bench.cases import BenchError, Case
 from polydl.bench.forward import conv_references
 from polydl.bench.forward import expected as float64_result
 from polydl.bench.results import Row, error_row, one_line
-from polydl.bench.timing import Runner, time_runners
+from polydl.bench.timing import Runner, Speeds, time_runners
 from polydl.frontends import builders
 from polydl.runtime.kernel import Kernel
 from polydl.runtime.verify import relative_error
@@ -164,14 +163,13 @@ def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected
             verified.append(ref)
     runners = [build.runner, *verified]
     rounds, samples = time_runners(runners, repeat, budget_s)
-    speeds = {n: case.flops / statistics.median(v) / 1e9 for n, v in samples.items()}
-    fastest = {n: case.flops / min(v) / 1e9 for n, v in samples.items()}
+    speeds = Speeds.of(case.flops, samples)
     return Row(
-        case.name, case.shape, case.flops, polydl_gflops=speeds.pop("polydl"), references=speeds,
-        status="ok", peak_gflops=peak_gflops, relative_error=err, compile_s=build.compile_s,
+        case.name, case.shape, case.flops, polydl_gflops=speeds.median.pop("polydl"),
+        references=speeds.median, status="ok", peak_gflops=peak_gflops, relative_error=err, compile_s=build.compile_s,
         variant=build.variant, schedule=schedule, message="; ".join(problems), rounds=rounds,
-        samples={n: len(v) for n, v in samples.items()}, variants=variants, fastest=fastest,
-        reference_errors=reference_errors,
+        samples={n: len(v) for n, v in samples.items()}, variants=variants, fastest=speeds.fastest,
+        round_gflops=speeds.rounds, reference_errors=reference_errors,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,15 @@ def test_interleaved_timing_alternates_runners() -> None:
     assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
 
 
+def test_speeds_keep_each_rounds_median_in_order() -> None:
+    n = timing.SAMPLES_PER_ROUND
+    samples = {"polydl": [1.0] * n + [2.0] * (n - 1) + [9.0] + [4.0] * n}
+    speeds = timing.Speeds.of(8e9, samples)
+    assert speeds.rounds["polydl"] == pytest.approx([8.0, 4.0, 2.0])
+    assert speeds.fastest["polydl"] == pytest.approx(8.0)
+    assert speeds.median["polydl"] == pytest.approx(8.0 / 2.0)
+
+
 # ------------------------------------------------------------------------------ rows, targets
 def _row(case: str, polydl: float | None, status: str = "ok", **refs: float) -> Row:
     return Row(case=case, shape="2x3x4", flops=48, polydl_gflops=polydl,
@@ -147,6 +157,19 @@ def test_row_ratio_is_against_the_best_reference() -> None:
     assert row.peak_percent == pytest.approx(45.0)
     assert _row("b", 90.0, status="FAILED", numpy=30.0).ratio is None
     assert _row("c", None, status="ERROR").ratio is None
+
+
+def test_round_ratios_pair_polydl_with_the_ratios_reference_round_by_round() -> None:
+    row = replace(_row("a", 90.0, numpy=30.0, torch_nchw=100.0),
+                  round_gflops={"polydl": [80.0, 90.0, 99.0], "torch.nchw": [100.0, 90.0, 110.0],
+                                "numpy": [40.0, 30.0, 20.0]})
+    assert row.round_ratios() == pytest.approx([0.8, 1.0, 0.9])
+    assert row.round_ratios(("numpy",)) == pytest.approx([2.0, 3.0, 4.95])
+    assert _row("b", 90.0, torch_nchw=100.0).round_ratios() == []
+    low = targets.evaluate_target(targets.TARGETS["resnet50"], [row])
+    assert low.minimum_rounds == pytest.approx((0.8, 1.0, 0.9))
+    text = report.format_report("resnet50", _environment(), [row])
+    assert "0.80-1.00" in text and "its rounds 0.80-1.00" in text
 
 
 def test_geometric_mean() -> None:
