@@ -13,6 +13,11 @@ import numpy as np
 
 SAMPLES_PER_ROUND = 3  # timed samples of each runner per round, after one untimed call
 MIN_SAMPLE_S = 1e-3  # a sample of a fast call times this long a batch of calls
+# A runner's turn starts once the process's other threads are idle: its CPU time grows by less
+# than QUIET_CORES of a core over a window of QUIET_WINDOW_S, waiting QUIET_MAX_S at most.
+QUIET_CORES = 0.5
+QUIET_WINDOW_S = 0.005
+QUIET_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,34 @@ def plan(
     return max(1, min(repeat, rounds)), inner
 
 
+def quiesce() -> float:
+    """Wait until no thread of this process is busy; return the seconds waited.
+
+    The sides of a case run different thread pools in one process: polydl's and PyTorch's
+    OpenMP, numpy's OpenBLAS. A pool's workers spin for a while after a call before they sleep
+    (OpenBLAS's for about 0.1 s), on the cores the next side then runs on: measured on the
+    16-core host at 16 threads, whichever side followed numpy ran its round up to 100x slower.
+    The main thread sleeping, the process's CPU time shows whether any worker still spins."""
+    start = time.perf_counter()
+    while True:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(QUIET_WINDOW_S)
+        busy = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
+        if busy < QUIET_CORES or time.perf_counter() - start > QUIET_MAX_S:
+            return time.perf_counter() - start
+
+
 def time_interleaved(
     runners: Sequence[Runner], rounds: int, inner: dict[str, int]
 ) -> dict[str, list[float]]:
-    """Seconds per call: every round runs each runner in turn (order rotated per round), one
-    untimed call first so a runner never pays for the previous one's threads or caches."""
+    """Seconds per call: every round runs each runner in turn (order rotated per round), once
+    the previous runner's threads are idle (`quiesce`) and after one untimed call, so a runner
+    never pays for the previous one's threads or caches."""
     samples: dict[str, list[float]] = {r.name: [] for r in runners}
     for i in range(rounds):
         turn = i % len(runners)
         for runner in [*runners[turn:], *runners[:turn]]:
+            quiesce()
             runner.run()
             for _ in range(SAMPLES_PER_ROUND):
                 samples[runner.name].append(time_call(runner.run, inner[runner.name]))

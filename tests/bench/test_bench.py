@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,31 @@ def test_interleaved_timing_alternates_runners() -> None:
     assert {n: len(v) for n, v in samples.items()} == {"a": 6, "b": 6}
     per_round = 1 + timing.SAMPLES_PER_ROUND * 1 + 1 + timing.SAMPLES_PER_ROUND * 2
     assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
+
+
+def test_quiesce_waits_for_a_spinning_thread_of_the_process() -> None:
+    done = threading.Event()
+
+    def spin() -> None:  # a pool's worker spinning after its call, as OpenBLAS's do
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            pass
+        done.set()
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    timing.quiesce()
+    assert done.is_set()
+    worker.join()
+
+
+def test_every_turn_starts_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(timing, "quiesce", lambda: calls.append("quiet") or 0.0)
+    runners = [timing.Runner(n, lambda n=n: calls.append(n), lambda: np.zeros(1)) for n in "ab"]
+    timing.time_interleaved(runners, rounds=2, inner={"a": 1, "b": 1})
+    turns = [i for i, c in enumerate(calls) if c == "quiet"]
+    assert len(turns) == 4 and all(calls[i + 1] != "quiet" for i in turns)
 
 
 def test_speeds_keep_each_rounds_median_in_order() -> None:
