@@ -94,9 +94,16 @@ class Trial:
 
     @property
     def relative(self) -> float | None:
-        """Median seconds against the reference's median from the same process."""
+        """Seconds against the reference's from the same process: the median of the rounds'
+        ratios where every round timed both (the measuring process commits its rounds for all
+        its candidates at once), so a round that a burst of other work slowed for one side
+        counts as one odd ratio, not as a shift of one side's median; else the ratio of the
+        medians (a candidate timed once)."""
         if self.seconds is None or not self.reference_samples:
             return None
+        if len(self.samples) == len(self.reference_samples) > 1:
+            return statistics.median(t / r for t, r in zip(self.samples, self.reference_samples,
+                                                           strict=True))
         return self.seconds / statistics.median(self.reference_samples)
 
     @property

@@ -143,6 +143,16 @@ def test_a_file_of_schema_2_gains_the_reference_samples_in_place(tmp_path: Path)
     assert [x.relative for x in user_db(path).trials()] == [None, 0.5]
 
 
+def test_a_trial_timed_in_every_round_beside_the_reference_compares_round_by_round() -> None:
+    # the third round ran slow for the reference alone: its median moves, the rounds' does not
+    paired = trial(samples=(1e-3, 1.1e-3, 1e-3), reference_samples=(2e-3, 2.2e-3, 9e-3))
+    assert paired.relative == pytest.approx(0.5)
+    assert paired.seconds / 2.2e-3 != pytest.approx(0.5)
+    # a candidate timed once has one sample: the ratio of the medians
+    once = trial(samples=(3e-3,), reference_samples=(2e-3, 2.2e-3, 9e-3))
+    assert once.relative == pytest.approx(3e-3 / 2.2e-3)
+
+
 def test_the_best_compares_ratios_to_the_reference_timed_beside_each(tmp_path: Path) -> None:
     db = user_db(tmp_path / "u.sqlite")
     # measured while the machine ran slow: more seconds, yet half the reference's time
