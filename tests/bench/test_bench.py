@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -134,20 +132,19 @@ def test_interleaved_timing_alternates_runners() -> None:
     assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
 
 
-def test_quiesce_waits_for_a_spinning_thread_of_the_process() -> None:
-    done = threading.Event()
+def test_quiesce_waits_until_the_process_stops_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = {"wall": 0.0}
 
-    def spin() -> None:  # a pool's worker spinning after its call, as OpenBLAS's do
-        end = time.perf_counter() + 0.2
-        while time.perf_counter() < end:
-            pass
-        done.set()
+    def cpu() -> float:  # 16 workers spin for 0.1 s after their call, then sleep
+        return 16 * min(clock["wall"], 0.1)
 
-    worker = threading.Thread(target=spin)
-    worker.start()
-    timing.quiesce()
-    assert done.is_set()
-    worker.join()
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(timing.time, "process_time", cpu)
+    monkeypatch.setattr(timing.time, "sleep", lambda s: clock.__setitem__("wall", clock["wall"] + s))
+    waited = timing.quiesce()
+    assert 0.1 <= waited <= 0.1 + 2 * timing.QUIET_WINDOW_S
+    clock["wall"] = 5.0  # a quiet process: one window
+    assert timing.quiesce() == pytest.approx(timing.QUIET_WINDOW_S)
 
 
 def test_every_turn_starts_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
