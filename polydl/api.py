@@ -39,17 +39,23 @@ def target_of(target: TargetArg = "c", machine: MachineArg = None) -> Target:
 def lower(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
+    constant: Sequence[str] = (),
 ) -> Compilation:
     """Run the compiler up to generated source (no native compile)."""
-    return pipeline.lower(nest, params, target_of(target, machine), schedule)
+    return pipeline.lower(nest.keeping(constant), params, target_of(target, machine), schedule)
 
 
 def build_kernel(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
+    constant: Sequence[str] = (),
 ) -> Kernel:
-    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel."""
-    return pipeline.build_kernel(nest, params, target_of(target, machine), schedule)  # type: ignore[return-value]
+    """Lower (or reuse the stored lowering of) a nest and return its compiled kernel.
+    `constant` names inputs the caller keeps unchanged between calls (weights at inference):
+    where the schedule packs one, the copy is made at the first call and kept for the next;
+    after changing one in place, call `kernel.constants_changed()`."""
+    return pipeline.build_kernel(nest.keeping(constant), params, target_of(target, machine),  # type: ignore[return-value]
+                                 schedule)
 
 
 def compile(  # noqa: A001 - the public name docs/contract.md gives
@@ -62,26 +68,29 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     function: str | None = None,
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[str | os.PathLike[str]] | None = None,
+    constant: Sequence[str] = (),
 ) -> Kernel:
     """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel,
     for `target` described by `machine` (default: this machine); `function` picks one function
     of a C file that defines several. A C spec goes through the C preprocessor where it has
     directives or `defines` are given (`{"N": 64}` is `-D N=64`, a None value `-D N`), with
-    `include_dirs` searched for its headers (`-I DIR`)."""
+    `include_dirs` searched for its headers (`-I DIR`). `constant`: inputs kept between
+    calls, as `build_kernel` takes them."""
     resolved = target_of(target, machine)
     nest, bound = load_spec(spec, params, function, defines, include_dirs, target_kind=resolved.kind)
-    return build_kernel(nest, bound, resolved, schedule)
+    return build_kernel(nest, bound, resolved, schedule, constant=constant)
 
 
 def _build(
-    builder: str, target: TargetArg, machine: MachineArg, schedule: ScheduleArg, **sizes: Any
+    builder: str, target: TargetArg, machine: MachineArg, schedule: ScheduleArg,
+    constant: Sequence[str] = (), **sizes: Any
 ) -> Kernel:
     resolved = target_of(target, machine)
     # the builder's form for the target where the caller leaves it (as a TOML spec's loading)
     lanes = resolved.vector_lanes("float32") if isinstance(resolved, CpuTarget) else None
     options = builders.target_options(builder, resolved.kind, lanes)
     nest, params = builders.PRIMITIVES[builder](**{**options, **sizes})
-    return build_kernel(nest, params, resolved, schedule)
+    return build_kernel(nest, params, resolved, schedule, constant=constant)
 
 
 def matmul(
@@ -93,9 +102,11 @@ def matmul(
     target: TargetArg = "c",
     machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
+    constant: Sequence[str] = (),
 ) -> Kernel:
-    """`C[M][N] += A[M][K] * B[K][N]`; call as `k(A, B)`."""
-    return _build("matmul", target, machine, schedule, M=M, N=N, K=K, dtype=dtype)
+    """`C[M][N] += A[M][K] * B[K][N]`; call as `k(A, B)`. `constant=("B",)`: B stays the same
+    between calls (see `build_kernel`)."""
+    return _build("matmul", target, machine, schedule, constant, M=M, N=N, K=K, dtype=dtype)
 
 
 def conv2d(
@@ -120,6 +131,7 @@ def conv2d(
     target: TargetArg = "c",
     machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
+    constant: Sequence[str] = (),
 ) -> Kernel:
     """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call as
     `k(x, w, *fused)`. `padding` is an int or (top, left, bottom, right); blocked weights as
@@ -128,12 +140,14 @@ def conv2d(
     (`y = conv`) instead of adding to it; `out_dtype="bfloat16"` gives a bf16 y from bf16
     inputs (float32 by default). `out_layout="nchw16c"` with layout "nchw" (groups=1) gives a
     blocked y from an NCHW x, weights as `polydl.layouts.to_kcrs16k` gives them
-    (w[KB,C,R,S,16]): the fast form of a layer of few input channels (a network's stem)."""
+    (w[KB,C,R,S,16]): the fast form of a layer of few input channels (a network's stem).
+    `constant=("w",)`: the weights stay the same between calls (see `build_kernel`)."""
     return _build(
         "conv2d",
         target,
         machine,
         schedule,
+        constant,
         N=N,
         C=C,
         K=K,
@@ -161,9 +175,9 @@ def conv2d(
 
 def _layer(
     built: tuple[LoopNest, dict[str, int]], target: TargetArg, machine: MachineArg,
-    schedule: ScheduleArg,
+    schedule: ScheduleArg, constant: Sequence[str] = (),
 ) -> Kernel:
-    return build_kernel(built[0], built[1], target, schedule, machine=machine)
+    return build_kernel(built[0], built[1], target, schedule, machine=machine, constant=constant)
 
 
 def conv2d_backward_data(
@@ -191,9 +205,12 @@ def conv2d_backward_weights(
 def linear(
     N: int, C: int, K: int, dtype: str = "float32", fuse: tuple[str, ...] | list[str] = (), *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
+    constant: Sequence[str] = (),
 ) -> Kernel:
-    """Fully-connected `y[N,K] = x[N,C] w[K,C]^T`, then `fuse`; call as `k(x, w, *fused)`."""
-    return _layer(layers.linear(N, C, K, dtype, tuple(fuse)), target, machine, schedule)
+    """Fully-connected `y[N,K] = x[N,C] w[K,C]^T`, then `fuse`; call as `k(x, w, *fused)`.
+    `constant=("w",)`: the weights stay the same between calls (see `build_kernel`)."""
+    return _layer(layers.linear(N, C, K, dtype, tuple(fuse)), target, machine, schedule,
+                  constant)
 
 
 def linear_backward_data(

@@ -57,8 +57,9 @@ def _load(args: argparse.Namespace, kind: str = "c"):
     from polydl.frontends import load_spec
 
     # always a path: a file name with '=' or '{' is not the text of a spec
-    return load_spec(Path(args.spec), _params(args.param) or None, args.function,
-                     args.define, args.include_dir, target_kind=kind)
+    nest, params = load_spec(Path(args.spec), _params(args.param) or None, args.function,
+                             args.define, args.include_dir, target_kind=kind)
+    return nest.keeping(getattr(args, "constant", None) or ()), params
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -301,6 +302,11 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--schedule", default="auto", choices=("auto", "tuned"),
                            help="auto: the analytic ranking; tuned: the performance database, "
                            "else the cost model's pick, else the analytic ranking")
+            c.add_argument("--constant", action="append", default=[], metavar="ARRAY",
+                           help="an input the caller keeps unchanged between calls (weights "
+                                "at inference): a packed copy of it is made at the first call "
+                                "and kept; the library exports FUNCTION_constants_changed() "
+                                "(repeatable; ONNX weights are kept without it)")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")

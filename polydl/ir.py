@@ -8,10 +8,11 @@ elements. Nothing here knows about isl or C beyond the small renderers `to_isl` 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from polydl.errors import SourcePosition, SpecError
+from polydl.errors import ArgumentError, SourcePosition, SpecError
 
 # ----------------------------------------------------------------------------- index expressions
 
@@ -414,7 +415,11 @@ class Array:
 
     A `local` array is scratch space of the kernel (e.g. a zero-padded copy of an input): not
     a parameter, allocated zero-filled on every call, unless `filled` (written in full before
-    anything reads it, such as a scaled copy of an operand: no zeroing pass)."""
+    anything reads it, such as a scaled copy of an operand: no zeroing pass).
+
+    A `kept` input is one the caller keeps unchanged between calls (weights at inference): a
+    packed copy of it is made at the first call and kept for the next ones (see
+    `LoopNest.keeping`)."""
 
     name: str
     dtype: str
@@ -423,6 +428,9 @@ class Array:
     position: SourcePosition | None = field(default=None, compare=False)
     local: bool = False
     filled: bool = False
+    # left out of the fingerprint while False, so nests that keep nothing keep their identity
+    # (stored lowerings, tuning records)
+    kept: bool = field(default=False, metadata={"fingerprint": "when set"})
 
     def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
         return tuple(eval_int(e, params) for e in self.shape)
@@ -474,6 +482,26 @@ class LoopNest:
     def with_name(self, name: str) -> LoopNest:
         return replace(self, name=name)
 
+    def keeping(self, names: Iterable[str]) -> LoopNest:
+        """This nest with the inputs `names` kept between calls (`Array.kept`): inputs the
+        caller promises not to change from one call to the next, except where it says so
+        (`Kernel.constants_changed()`). A name that is not an input is an ArgumentError."""
+        names = (names,) if isinstance(names, str) else tuple(dict.fromkeys(names))
+        inputs = {a.name for a in self.inputs}
+        for name in names:
+            if name not in inputs:
+                raise ArgumentError("constant", (
+                    f"'{name}' is not an input array of {self.name}; its inputs: "
+                    f"{', '.join(sorted(inputs)) or 'none'}"))
+        if not names:
+            return self
+        return replace(self, arrays=tuple(replace(a, kept=True) if a.name in names else a
+                                          for a in self.arrays))
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.arrays if a.kept)
+
 
 def walk_statements(
     body: tuple[Node, ...], enclosing: tuple[Loop | Guard, ...] = ()
@@ -492,7 +520,8 @@ def fingerprint(value: object) -> str:
     """A text identity of IR that ignores source positions and spelling: what the code depends on."""
     if is_dataclass(value) and not isinstance(value, type):
         inner = ", ".join(
-            f"{f.name}={fingerprint(getattr(value, f.name))}" for f in fields(value) if f.compare
+            f"{f.name}={fingerprint(getattr(value, f.name))}" for f in fields(value)
+            if f.compare and (f.metadata.get("fingerprint") != "when set" or getattr(value, f.name))
         )
         return f"{type(value).__name__}({inner})"
     if isinstance(value, tuple | list):

@@ -52,6 +52,9 @@ class GeneratedCode:
     fallback_flags: tuple[str, ...] = ()  # C: the same ISA for a compiler that lacks its -march
     placements: tuple[EpiloguePlacement, ...] = ()  # where the fused epilogues run
     pointer_alignment: int = 1  # GPU: bytes every array's device address must be a multiple of
+    # C: inputs whose packed copies the library keeps between calls; it then exports
+    # `<function>_constants_changed()`
+    kept: tuple[str, ...] = ()
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -77,4 +80,5 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
             for p in data.get("placements", ())
         ),
         pointer_alignment=int(data.get("pointer_alignment", 1)),
+        kept=tuple(data.get("kept", ())),
     )

@@ -15,7 +15,7 @@ from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgu
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.line_copies import line_copies
 from polydl.codegen.loops import LoopPrinter
-from polydl.codegen.microkernel_call import CallPrinter
+from polydl.codegen.microkernel_call import CallPrinter, kept_flag
 from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.codegen.scratch_clearing import clearing
 from polydl.codegen.templating import render
@@ -171,6 +171,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                             simd_dims=simd_dims, accumulators=sums,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()
+    # inputs read in vectors that the caller may give off a cache line: copied onto one
+    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
     locals_ = []
     for a in model.nest.locals:
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
@@ -182,7 +184,17 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
          "count": call.pack.elements, "zeroed": False}
         for call in packs.values()
-        if call.pack is not None
+        if call.pack is not None and not call.pack.kept
+    ]
+    # the copies of inputs the caller keeps between calls: the library keeps them, keyed by
+    # the input's address as given (before any copy onto a cache line)
+    kept = [
+        {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
+         "count": call.pack.elements, "fill": kept_flag(call.pack.name),
+         "source": given.get(call.b.array, call.b.array),
+         "slots": f"_pd_kept_slots{call.pack.name}"}
+        for call in packs.values()
+        if call.pack is not None and call.pack.kept
     ]
     locals_ += [
         {"name": call.pack_a.name, "c_type": layouts[call.a.array].c_type,
@@ -191,8 +203,6 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if call.pack_a is not None
     ]
 
-    # inputs read in vectors that the caller may give off a cache line: copied onto one
-    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
     on_line = [{"name": a, "given": g, "c_type": layouts[a].c_type, "count": math.prod(layouts[a].shape)}
                for a, g in given.items()]
     name = model.nest.name
@@ -208,12 +218,15 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,
+        kept=kept,
         line_copies=on_line,
         body=body,
         # microkernels that reuse a packed constant input across calls count the calls
         tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
     )
-    header = render("c/kernel.h.j2", **values, arguments=arguments)
+    kept_inputs = tuple(dict.fromkeys(call.b.array for call in packs.values()
+                                      if call.pack is not None and call.pack.kept))
+    header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,
         arguments=arguments,
@@ -226,4 +239,5 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         target_flags=target.compile_flags(),
         fallback_flags=target.portable_flags(),
         placements=tuple(placements),
+        kept=kept_inputs,
     )

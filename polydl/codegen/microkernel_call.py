@@ -81,6 +81,11 @@ def _spec_variant(spec: BrgemmSpec, overwrite: bool, ops: PostOps) -> BrgemmSpec
                    postops=ops if ops.steps else spec.postops)
 
 
+def kept_flag(pack: str) -> str:
+    """The C variable that says whether this call fills the kept copy `pack`."""
+    return f"_pd_fill{pack}"
+
+
 def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
     digest = hashlib.sha256(repr((spec, isa)).encode()).hexdigest()[:12]
     return f"_pd_brgemm_{digest}"
@@ -255,6 +260,8 @@ class CallPrinter:
         out += ["  " * depth + line for line in self._pack_slot(call, n_start, k_start)]
         for d in reversed(range(1, depth)):
             out.append("  " * d + "}")
+        if pack.kept:  # the library's kept copy: filled by the first call on this B only
+            return [f"if ({kept_flag(pack.name)})", *out, "}"]
         return out + ["}"]
 
     def pack_a_lines(self, call: MicrokernelCall, args: list[str]) -> list[str]:

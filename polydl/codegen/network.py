@@ -91,6 +91,7 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
     values = {
         "name": plan.name, "version": __version__, "target": target, "steps": steps,
         "functions": used, "prototypes": [_prototype(codes[f]) for f in used],
+        "kept_functions": [f for f in used if codes[f].kept],
         "alignment": ALIGNMENT, "arena_bytes": plan.arena_bytes,
         "arena_alloc": max(ALIGNMENT, aligned(plan.arena_bytes)),
         "weights_bytes": plan.weights_bytes,

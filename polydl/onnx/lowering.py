@@ -86,6 +86,11 @@ class Lowering:
                arguments: dict[str, str], zero: Sequence[str] = (), repeat: int = 1,
                strides: dict[str, int] | None = None) -> None:
         nest, params = (parse(text), {}) if isinstance(text, ctext.Text) else text
+        # the network's weights stay where they are for its life: a kernel that packs one
+        # packs it at the first call only
+        weights = [arg for arg, buffer in arguments.items()
+                   if self.plan.root(buffer).kind == "constant"]
+        nest = nest.keeping(a.name for a in nest.inputs if a.name in weights)
         self.plan.steps.append(KernelStep(label, nest, arguments, tuple(zero), dict(params),
                                           repeat, dict(strides or {})))
 

@@ -13,6 +13,7 @@ import ctypes
 import math
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,9 +163,17 @@ class Kernel(CompiledKernel):
     ) -> None:
         super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
         self.cannot_run = cannot_run
+        self._kept = KeptInputs(code, self.arguments, library_path)
         if not cannot_run:
-            self._ffi, self._function = _load(library_path, code)
+            self._ffi, self._function, changed = _load(library_path, code)
             self._call_plan = CallPlan(self._ffi, code.arguments)
+            self._kept.changed = changed
+
+    def constants_changed(self) -> None:
+        """Say that an input kept between calls (`constant=` when built) was changed in place:
+        its packed copy is made again at the next call. (Another array, or one at another
+        address, is noticed without this.)"""
+        self._kept.bump()
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         if self.cannot_run:
@@ -172,6 +181,8 @@ class Kernel(CompiledKernel):
         bound = self._call_plan.bind(args, named)
         if bound is None:  # something is off or unusual: the full checks raise or accept it
             bound = self._bind_checked(args, named)
+        if self._kept.names:
+            self._kept.note(args, named)
         # the arrays stay alive through the call: held by `args`, `named` and `outputs`, and by
         # the from_buffer cdata in c_values
         c_values, outputs = bound
@@ -193,6 +204,55 @@ class Kernel(CompiledKernel):
 
 
 _MISSING = object()  # an argument the call did not give
+
+
+class KeptInputs:
+    """The inputs whose packed copies the library keeps between calls (`GeneratedCode.kept`),
+    and the arrays last passed for them. The library finds a copy by the input's address;
+    a different array at an address seen before (the first one freed, its memory reused)
+    would read the copy of the old one, so it moves the library's generation on first. The
+    addresses seen are the library's (kernels loaded from one library share its copies)."""
+
+    def __init__(self, code: GeneratedCode, arguments: tuple[KernelArgument, ...],
+                 library: Path) -> None:
+        self.names = code.kept
+        inputs = [a for a in arguments if a.is_input]
+        self._where = tuple((i, spelling(a.name)) for i, a in enumerate(inputs) if a.name in code.kept)
+        with _LOCK:
+            self._seen = _KEPT_SEEN.setdefault(library, {})
+        self._lock = _KEPT_LOCK
+        self.changed: Callable[[], None] | None = None
+
+    def bump(self) -> None:
+        if self.changed is not None:
+            self.changed()
+
+    def note(self, args: tuple[Any, ...], named: dict[str, Any]) -> None:
+        """Before a call that passed every check: bump where a kept input is an array other
+        than the one last seen at its address."""
+        for position, keyword in self._where:
+            value = args[position] if position < len(args) else named.get(keyword)
+            if not isinstance(value, np.ndarray):
+                continue
+            owner = _owner(value)
+            address = value.__array_interface__["data"][0]
+            with self._lock:
+                known = address in self._seen
+                seen = self._seen.get(address)
+                if seen is None or seen() is not owner:
+                    if known:
+                        self.bump()
+                    try:
+                        self._seen[address] = weakref.ref(owner)
+                    except TypeError:  # an owner that takes no weak reference: always a new one
+                        self._seen[address] = None
+
+
+def _owner(array: np.ndarray) -> Any:
+    """The object that owns an array's memory (the end of its chain of bases)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array.base if array.base is not None else array
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,21 +459,28 @@ def _zero_output(arg: KernelArgument) -> np.ndarray:
 # library.
 _LOADED: dict[Path, tuple[cffi.FFI, Any, Any]] = {}
 _LOCK = threading.Lock()
+# per library with kept copies: the owner of the array last passed at each address
+_KEPT_SEEN: dict[Path, dict[int, weakref.ref[Any] | None]] = {}
+_KEPT_LOCK = threading.Lock()
 
 
-def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any]:
+def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any, Any]:
+    """(ffi, the kernel's function, its `_constants_changed` function or None)."""
     with _LOCK:
         if library_path not in _LOADED:
             ffi = cffi.FFI()
             ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
+            if code.kept:
+                ffi.cdef(f"void {code.function}_constants_changed(void);")
             require_runtime()
             try:
                 lib = load_for_life(ffi, library_path)
             except OSError as exc:  # a truncated file, a foreign compiler's output, ...
                 raise CompileError("dlopen", str(library_path), f"cannot load the kernel: {exc}") from None
             _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
-        ffi, function, _ = _LOADED[library_path]
-        return ffi, function
+        ffi, function, lib = _LOADED[library_path]
+        changed = getattr(lib, f"{code.function}_constants_changed") if code.kept else None
+        return ffi, function, changed
 
 
 def _result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:

@@ -12,6 +12,7 @@ import os
 import shlex
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +95,8 @@ def cached_network_library(network: NetworkSource, kernels: Sequence[GeneratedCo
 # call sets its own weights under the library's lock.
 _LOADED: dict[Path, tuple[cffi.FFI, Any, threading.Lock]] = {}
 _LOAD_LOCK = threading.Lock()
+# per library: the weights (a network's array) it was handed last
+_CURRENT_WEIGHTS: dict[Path, weakref.ref[np.ndarray]] = {}
 
 
 def _load(library: Path, function: str, inputs: int, outputs: int) -> tuple[cffi.FFI, Any, threading.Lock]:
@@ -136,6 +139,15 @@ class Network:
         self._weights = aligned_zeros((len(weights),), np.dtype(np.uint8))
         self._weights[:] = np.frombuffer(weights, dtype=np.uint8)
 
+    def _use_weights(self) -> None:
+        """Hand the library this network's weights, unless they are the ones it holds (under
+        the library's lock). Setting them tells the kernels that keep packed copies of weights
+        to pack again, so it is done only when another network of the library ran since."""
+        current = _CURRENT_WEIGHTS.get(self.library_path)
+        if current is None or current() is not self._weights:
+            self._set_weights(self._ffi.cast("void *", self._weights.ctypes.data))
+            _CURRENT_WEIGHTS[self.library_path] = weakref.ref(self._weights)
+
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}{list(s)}" for n, s in self.inputs)
         outs = ", ".join(f"{n}{list(s)}" for n, s in self.outputs)
@@ -163,7 +175,7 @@ class Network:
         results = [aligned_zeros(shape, np.dtype(np.float32)) for _, shape in self.outputs]
         pointers = [self._ffi.cast("float *", a.ctypes.data) for a in [*arrays, *results]]
         with self._lock:  # one library serves every network of the same structure
-            self._set_weights(self._ffi.cast("void *", self._weights.ctypes.data))
+            self._use_weights()
             status = self._entry(*pointers)
         if status != 0:
             raise PolyDLError(f"network {self.function} failed with status {status} "

@@ -157,6 +157,9 @@ class PackedB:
     # k tile, just before the calls that read them (the slot part stays in L2 until read).
     k_blocked: bool = False
     parallel_copy: bool = False  # no parallel loop encloses the copy: it runs on the threads
+    # B is an input the caller keeps between calls (`Array.kept`): all of it is copied before
+    # the nest (level 0) into a copy the library keeps, at the first call only
+    kept: bool = False
 
     @property
     def k_stride(self) -> int:
@@ -379,6 +382,9 @@ def _pack_b(
            [r.var for r in deps] and not (k_blocked and outer[d] == k_tile)
            for d in parallel_dims):
         level, k_blocked = 0, False
+    kept = _kept_input(model, b.array)
+    if kept:  # copied once for many calls: where it runs in a call does not matter
+        level, k_blocked = 0, False
     # outside every parallel loop, the copy's own loop over slots runs on the threads
     parallel_copy = not any(d < level for d in parallel_dims)
     return PackedB(
@@ -392,7 +398,14 @@ def _pack_b(
         outer_strides=tuple(dep_strides),
         k_blocked=k_blocked,
         parallel_copy=parallel_copy,
+        kept=kept,
     )
+
+
+def _kept_input(model: PolyModel, array: str) -> bool:
+    """Whether `array` is an input the caller keeps between calls (`Array.kept`)."""
+    return any(a.name == array and a.kept and a.is_input and not a.local
+               for a in model.nest.arrays)
 
 
 def _only_accumulation(s: StatementModel, loops: tuple[str, ...]) -> bool:

@@ -243,7 +243,19 @@ def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBindi
     row_bytes = abs(b_k) * _element_bytes(model, b)
     long_rows = n_ext > lanes * _micro_vectors(machine) and row_bytes >= 1024
     reshaped = b_n != 1 or (long_rows and not _bf16_b(model, binding))
-    return reshaped and loop_extent(model, binding.m) >= 4 * MICRO_ROWS
+    # a B the caller keeps between calls is copied once for all of them: no rows of C need
+    # to pay for it
+    return reshaped and (loop_extent(model, binding.m) >= 4 * MICRO_ROWS
+                         or kept_b(model, binding))
+
+
+def kept_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
+    """Whether the call's B is an input the caller keeps between calls (`Array.kept`): its
+    packed copy is made at the first call only."""
+    operands = _gemm_operands(model, binding)
+    return operands is not None and any(
+        a.name == operands[2].array and a.kept and a.is_input and not a.local
+        for a in model.nest.arrays)
 
 
 def _bf16_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
@@ -745,7 +757,8 @@ def _evaluate(
     memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / BANDWIDTH[c] for c in traffic)
     if final.parallel and cores > 1:
         memory += shared_read_bytes(model, final, cores) / BANDWIDTH["l3"]
-    if final.microkernel is not None and final.microkernel.pack_b:
+    kept = final.microkernel is not None and final.microkernel.pack_b and kept_b(model, final.microkernel)
+    if final.microkernel is not None and final.microkernel.pack_b and not kept:
         strides = _b_strides(model, final.microkernel)
         operands = _gemm_operands(model, final.microkernel)
         b_bytes = (strides[2] * _element_bytes(model, operands[2])) if strides and operands else 0
@@ -773,7 +786,7 @@ def _evaluate(
         first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         if around > 1 or not (mk is not None and mk.batch):
-            cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b))
+            cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b and not kept))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 

@@ -135,3 +135,52 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_aot_library_keeps_a_constant_input_packed_until_told(tmp_path: Path) -> None:
+    """`--constant B`: the library packs B at the first call and reads that copy after; a
+    change in place shows once the program calls `matmul_constants_changed()`."""
+    out = tmp_path / "out"
+    m, n, k = 2, 1000, 2048  # a classifier's shape: B is packed only because it is kept
+    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", f"M={m}", "-p", f"N={n}",
+                 "-p", f"K={k}", "--machine", "x86-64-v3", "--constant", "B", "-o", str(out)]) == 0
+    assert "void matmul_constants_changed(void);" in (out / "matmul.h").read_text()
+    program = tmp_path / "main.c"
+    program.write_text(f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "matmul.h"
+static float A[{m}][{k}], B[{k}][{n}], C[{m}][{n}];
+static double total(void) {{
+  double s = 0;
+  for (int i = 0; i < {m}; i++) for (int j = 0; j < {n}; j++) {{ s += C[i][j]; C[i][j] = 0; }}
+  return s;
+}}
+int main(void) {{
+  for (int i = 0; i < {m}; i++) for (int p = 0; p < {k}; p++) A[i][p] = (float)((i + p) % 7);
+  for (int p = 0; p < {k}; p++) for (int j = 0; j < {n}; j++) B[p][j] = (float)((p + 2 * j) % 5);
+  if (matmul(&C[0][0], &A[0][0], &B[0][0])) return 1;
+  printf("%.1f\\n", total());
+  for (int p = 0; p < {k}; p++) for (int j = 0; j < {n}; j++) B[p][j] *= 2;
+  if (matmul(&C[0][0], &A[0][0], &B[0][0])) return 1;
+  printf("%.1f\\n", total());  /* the kept copy: unchanged */
+  matmul_constants_changed();
+  if (matmul(&C[0][0], &A[0][0], &B[0][0])) return 1;
+  printf("%.1f\\n", total());  /* packed again: doubled */
+  return 0;
+}}
+""")
+    exe = tmp_path / "main"
+    subprocess.run(["cc", str(program), f"-I{out}", f"-L{out}", "-lmatmul",
+                    f"-Wl,-rpath,{out}", "-o", str(exe)], check=True)
+    printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    a = np.add.outer(np.arange(m), np.arange(k)) % 7
+    b = (np.arange(k)[:, None] + 2 * np.arange(n)[None, :]) % 5
+    first = float((a.astype(np.float64) @ b).sum())
+    assert [float(v) for v in printed.split()] == [first, first, 2 * first]
+
+
+def test_a_constant_that_is_no_input_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", "M=4", "-p", "N=4", "-p", "K=4",
+                 "--constant", "C"]) == 1
+    assert "'C' is not an input array of matmul; its inputs: A, B" in capsys.readouterr().err

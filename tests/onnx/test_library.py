@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
 
 pytest.importorskip("onnxruntime")
 
 import polydl.onnx  # noqa: E402
 from polydl.cli import main  # noqa: E402
 from polydl.onnx import zoo  # noqa: E402
-from tests.onnx.reference import random, run_onnxruntime  # noqa: E402
+from tests.onnx.reference import make_model, random, run_onnxruntime  # noqa: E402
 
 MAIN_C = r"""
 #include <stdio.h>
@@ -136,3 +137,29 @@ def test_second_compile_comes_from_the_cache(monkeypatch: pytest.MonkeyPatch) ->
     second = polydl.onnx.compile(model)
     x = random((1, 8, 6, 6), seed=2)
     np.testing.assert_array_equal(first(x), second(x))
+
+
+def test_networks_of_one_library_keep_packed_copies_of_their_own_weights() -> None:
+    """A classifier's weights are packed at the first call and the copy kept (the network's
+    weights never change); two networks of one structure share the library, and handing it
+    the other network's weights makes the kernel pack again."""
+    x = random((1, 2048), seed=1)
+    nets, weights = [], []
+    for seed in (2, 3):
+        w = random((2048, 1000), seed=seed)
+        model = make_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
+        nets.append(polydl.onnx.compile(model, machine="x86-64-v3"))
+        weights.append(w)
+    assert nets[0].library_path == nets[1].library_path
+    assert "B packed" in nets[0].explain()  # the weights, packed once and kept
+    for _ in range(2):
+        for net, w in zip(nets, weights, strict=True):
+            np.testing.assert_allclose(net(x), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    # a caller of the library that changes the weights in place hands them over again
+    # (`NAME_set_weights`): the kept copy is packed anew, though at the same address
+    net = nets[0]
+    net(x)
+    net._weights.view(np.float32)[:] *= 2.0
+    net._set_weights(net._ffi.cast("void *", net._weights.ctypes.data))
+    np.testing.assert_allclose(net(x), 2.0 * (x.astype(np.float64) @ weights[0]), rtol=1e-4,
+                               atol=1e-4)
