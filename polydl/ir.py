@@ -430,7 +430,8 @@ class Array:
     filled: bool = False
     # left out of the fingerprint while False, so nests that keep nothing keep their identity
     # (stored lowerings, tuning records)
-    kept: bool = field(default=False, metadata={"fingerprint": "when set"})
+    # (and out of repr: tuning records key a problem by the repr of its arrays)
+    kept: bool = field(default=False, repr=False, metadata={"fingerprint": "when set"})
 
     def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
         return tuple(eval_int(e, params) for e in self.shape)

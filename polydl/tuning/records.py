@@ -31,6 +31,8 @@ FINAL_STATUSES = frozenset({OK, COMPILE_FAILED, WRONG_RESULT, CRASHED, TIMED_OUT
 def problem_key(nest: LoopNest, params: Mapping[str, int]) -> str:
     """Identity of a problem: its loop nest as IR (independent of spelling) and its sizes."""
     text = repr((nest.params, nest.arrays, nest.body)) + json.dumps(dict(params), sort_keys=True)
+    if nest.kept:  # a kept input packs for free: another problem (nests keeping none keep their keys)
+        text += f"kept={nest.kept}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -16,6 +16,7 @@ from polydl.errors import ArgumentError
 from polydl.frontends import builders, layers
 from polydl.ir import fingerprint
 from polydl.target.cpu import CpuTarget
+from polydl.tuning.records import problem_key
 
 # a classifier's shape: few rows, B rows a page apart; packing pays only when it is kept
 M, N, K = 2, 1000, 2048
@@ -120,10 +121,14 @@ def test_the_copy_runs_before_the_nest_only_when_it_must_be_filled() -> None:
 
 
 def test_keeping_nothing_leaves_the_nests_identity() -> None:
-    nest, _ = builders.matmul(8, 8, 8)
+    """Stored lowerings key a nest by its fingerprint, tuning records by the repr of its
+    arrays: a nest that keeps nothing keeps both (records stored before stay found)."""
+    nest, params = builders.matmul(8, 8, 8)
     assert nest.keeping(()) is nest
-    assert "kept" not in fingerprint(nest)
-    assert fingerprint(nest.keeping(["B"])) != fingerprint(nest)
+    assert "kept" not in fingerprint(nest) and "kept" not in repr(nest.arrays)
+    kept = nest.keeping(["B"])
+    assert fingerprint(kept) != fingerprint(nest)
+    assert problem_key(kept, params) != problem_key(nest, params)
 
 
 @pytest.mark.parametrize("name, expected", [("C", "not an input"), ("W", "not an input")])
