@@ -25,8 +25,9 @@ predict the held-out suite's problems): the fraction of problems whose pick is w
 best measured, the mean and worst pick; measurements until one within 5% of the best, in the
 model's order against the expectation of random order ((n + 1) / (g + 1) for g good of n),
 and with `--full-space` the same over every problem's whole search space (exact where `picks`
-measured the model's first points), with the model's first point of the whole space against
-the best measured; and the best measured against the analytic choice per suite (geometric
+measured the model's first points), in the model's order, the analytic order and the order
+`polydl tune`'s guided search starts in (the analytic choice, then the model's), with the
+model's first point of the whole space against the best measured; and the best measured against the analytic choice per suite (geometric
 mean). Prints a table, writes JSON (default benchmarks/results/tuning.json).
 """
 
@@ -266,11 +267,16 @@ def search_counts(model: CostModel, space: list, trials: list, per_problem: int,
     scores = model.predict([f for _, f in space])
     by_model = [keys[i] for i in sorted(range(len(keys)), key=scores.__getitem__)]
 
+    # what `polydl tune`'s guided strategy measures first: the analytic choice (the space's
+    # first point, the reference of every trial), then the model's order (after its first
+    # batch it also takes neighbours of the fastest measured, which cannot be replayed here)
+    guided = keys[:1] + [k for k in by_model if k != keys[0]]
+
     def until_good(order: list) -> int:
         return next((n for n, k in enumerate(order, 1) if k in good), len(order))
     first = by_model[0] if by_model else None
     return {"space": len(keys), "model": until_good(by_model), "analytic": until_good(keys),
-            "random": (len(keys) + 1) / (estimated_good + 1),
+            "guided": until_good(guided), "random": (len(keys) + 1) / (estimated_good + 1),
             "space_pick": best / times[first] if first in times else None}
 
 
@@ -347,7 +353,7 @@ def analyze(args: argparse.Namespace) -> dict:
     out: dict = {"suites": {}, "problems": []}
     print(f"{'held out':22s} {'problems':>8s} {'within 5%':>9s} {'analytic':>8s} {'mean':>6s} {'worst':>6s} "
           f"{'model n':>7s} {'random n':>8s} {'tuned/analytic':>14s}"
-          + (f" {'space':>5s} {'model N':>7s} {'analytic N':>10s} {'random N':>8s} {'pick':>4s} "
+          + (f" {'space':>5s} {'model N':>7s} {'analytic N':>10s} {'guided N':>8s} {'random N':>8s} {'pick':>4s} "
              f"{'pick in 5%':>10s} {'pick':>7s}" if spaces else ""))
     for held in [s for s in SUITES if by_suite.get(s)]:
         train = [t for s, ts in by_suite.items() if s != held for t in ts]
@@ -377,7 +383,7 @@ def analyze(args: argparse.Namespace) -> dict:
         }
         if counts:
             row["full_space"] = {name: statistics.fmean(c[name] for c in counts)
-                                 for name in ("space", "model", "analytic", "random")}
+                                 for name in ("space", "model", "analytic", "guided", "random")}
             measured_picks = [c["space_pick"] for c in counts if c["space_pick"] is not None]
             row["full_space"]["picks_measured"] = len(measured_picks)
             row["full_space"]["pick_within_5pct"] = (
@@ -391,7 +397,8 @@ def analyze(args: argparse.Namespace) -> dict:
                 f"{row['random_measurements']:8.2f} {row['tuned_vs_analytic_geomean'] or 0:14.3f}")
         if counts:
             f = row["full_space"]
-            line += f" {f['space']:5.0f} {f['model']:7.1f} {f['analytic']:10.1f} {f['random']:8.1f}"
+            line += (f" {f['space']:5.0f} {f['model']:7.1f} {f['analytic']:10.1f} {f['guided']:8.1f}"
+                     f" {f['random']:8.1f}")
             if f["picks_measured"]:
                 line += f" {f['picks_measured']:4d} {f['pick_within_5pct']:10.0%} {f['pick_mean']:7.1%}"
         print(line)
@@ -408,11 +415,15 @@ def analyze(args: argparse.Namespace) -> dict:
     if all("full_space" in r for r in rows):
         model_n = sum(r["full_space"]["model"] * r["problems"] for r in rows)
         analytic_n = sum(r["full_space"]["analytic"] * r["problems"] for r in rows)
+        guided_n = sum(r["full_space"]["guided"] * r["problems"] for r in rows)
         random_n = sum(r["full_space"]["random"] * r["problems"] for r in rows)
         out["overall"]["full_space"] = {"random_vs_model": random_n / model_n,
-                                        "random_vs_analytic": random_n / analytic_n}
+                                        "random_vs_analytic": random_n / analytic_n,
+                                        "random_vs_guided": random_n / guided_n}
         print(f"over the whole search space: random search needs {random_n / model_n:.1f}x the "
-              f"model's measurements and {random_n / analytic_n:.1f}x the analytic order's")
+              f"model's measurements, {random_n / analytic_n:.1f}x the analytic order's and "
+              f"{random_n / guided_n:.1f}x the guided search's (the analytic choice, then the "
+              "model's order)")
         measured = sum(r["full_space"]["picks_measured"] for r in rows)
         if measured:
             within = sum((r["full_space"]["pick_within_5pct"] or 0) * r["full_space"]["picks_measured"]
