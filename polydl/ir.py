@@ -428,9 +428,9 @@ class Array:
     position: SourcePosition | None = field(default=None, compare=False)
     local: bool = False
     filled: bool = False
-    # left out of the fingerprint while False, so nests that keep nothing keep their identity
-    # (stored lowerings, tuning records)
-    # (and out of repr: tuning records key a problem by the repr of its arrays)
+    # left out of the fingerprint while False (stored lowerings key a nest by it) and out of
+    # repr (tuning records key a problem by the repr of its arrays): a nest that keeps nothing
+    # keeps both identities
     kept: bool = field(default=False, repr=False, metadata={"fingerprint": "when set"})
 
     def concrete_shape(self, params: dict[str, int]) -> tuple[int, ...]:
@@ -501,7 +501,8 @@ class LoopNest:
 
     @property
     def kept(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.arrays if a.kept)
+        """The inputs kept between calls (`keeping`)."""
+        return tuple(a.name for a in self.inputs if a.kept)
 
 
 def walk_statements(

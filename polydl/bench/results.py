@@ -36,28 +36,32 @@ class Row:
     # each side's median speed in each interleaved round, in round order
     round_gflops: dict[str, list[float]] = field(default_factory=dict)
 
+    def best_among(self, prefixes: Sequence[str] = ("",)) -> tuple[str, float] | None:
+        """The fastest reference whose name starts with one of `prefixes`, and its speed."""
+        speeds = {n: g for n, g in self.references.items() if n.startswith(tuple(prefixes))}
+        if not speeds:
+            return None
+        name = max(speeds, key=lambda n: speeds[n])
+        return name, speeds[name]
+
     @property
     def best_reference(self) -> tuple[str, float] | None:
-        if not self.references:
-            return None
-        name = max(self.references, key=lambda n: self.references[n])
-        return name, self.references[name]
+        return self.best_among()
 
     def ratio_vs(self, prefixes: Sequence[str] = ("",)) -> float | None:
         """polydl's speed over the best reference whose name starts with one of `prefixes`."""
-        speeds = [g for n, g in self.references.items() if n.startswith(tuple(prefixes))]
-        if self.polydl_gflops is None or not speeds or self.status != "ok":
+        best = self.best_among(prefixes)
+        if self.polydl_gflops is None or best is None or self.status != "ok":
             return None
-        return self.polydl_gflops / max(speeds)
+        return self.polydl_gflops / best[1]
 
     def round_ratios(self, prefixes: Sequence[str] = ("",)) -> list[float]:
         """polydl's speed over the reference of `ratio_vs` in each round: how far the rounds
         spread around the ratio of the medians (empty where rounds were not kept)."""
-        speeds = {n: g for n, g in self.references.items() if n.startswith(tuple(prefixes))}
-        if self.status != "ok" or not speeds or "polydl" not in self.round_gflops:
+        best = self.best_among(prefixes)
+        if self.status != "ok" or best is None or "polydl" not in self.round_gflops:
             return []
-        best = max(speeds, key=lambda n: speeds[n])
-        return [p / r for p, r in zip(self.round_gflops["polydl"], self.round_gflops.get(best, []),
+        return [p / r for p, r in zip(self.round_gflops["polydl"], self.round_gflops.get(best[0], []),
                                       strict=False) if r > 0]
 
     @property

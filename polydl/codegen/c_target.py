@@ -188,13 +188,13 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     ]
     # the copies of inputs the caller keeps between calls: the library keeps them, keyed by
     # the input's address as given (before any copy onto a cache line)
+    kept_calls = [call for call in packs.values() if call.pack is not None and call.pack.kept]
     kept = [
         {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
          "count": call.pack.elements, "fill": kept_flag(call.pack.name),
          "source": given.get(call.b.array, call.b.array),
          "slots": f"_pd_kept_slots{call.pack.name}"}
-        for call in packs.values()
-        if call.pack is not None and call.pack.kept
+        for call in kept_calls if call.pack is not None
     ]
     locals_ += [
         {"name": call.pack_a.name, "c_type": layouts[call.a.array].c_type,
@@ -224,8 +224,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # microkernels that reuse a packed constant input across calls count the calls
         tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
     )
-    kept_inputs = tuple(dict.fromkeys(call.b.array for call in packs.values()
-                                      if call.pack is not None and call.pack.kept))
+    kept_inputs = tuple(dict.fromkeys(call.b.array for call in kept_calls))
     header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,

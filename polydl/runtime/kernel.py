@@ -218,8 +218,10 @@ class KeptInputs:
         self.names = code.kept
         inputs = [a for a in arguments if a.is_input]
         self._where = tuple((i, spelling(a.name)) for i, a in enumerate(inputs) if a.name in code.kept)
-        with _LOCK:
-            self._seen = _KEPT_SEEN.setdefault(library, {})
+        self._seen: dict[int, weakref.ref[Any] | None] = {}
+        if self.names:
+            with _LOCK:
+                self._seen = _KEPT_SEEN.setdefault(library, {})
         self._lock = _KEPT_LOCK
         self.changed: Callable[[], None] | None = None
 

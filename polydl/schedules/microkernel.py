@@ -382,7 +382,7 @@ def _pack_b(
            [r.var for r in deps] and not (k_blocked and outer[d] == k_tile)
            for d in parallel_dims):
         level, k_blocked = 0, False
-    kept = _kept_input(model, b.array)
+    kept = b.array in model.nest.kept
     if kept:  # copied once for many calls: where it runs in a call does not matter
         level, k_blocked = 0, False
     # outside every parallel loop, the copy's own loop over slots runs on the threads
@@ -400,12 +400,6 @@ def _pack_b(
         parallel_copy=parallel_copy,
         kept=kept,
     )
-
-
-def _kept_input(model: PolyModel, array: str) -> bool:
-    """Whether `array` is an input the caller keeps between calls (`Array.kept`)."""
-    return any(a.name == array and a.kept and a.is_input and not a.local
-               for a in model.nest.arrays)
 
 
 def _only_accumulation(s: StatementModel, loops: tuple[str, ...]) -> bool:

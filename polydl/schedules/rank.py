@@ -253,9 +253,7 @@ def kept_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
     """Whether the call's B is an input the caller keeps between calls (`Array.kept`): its
     packed copy is made at the first call only."""
     operands = _gemm_operands(model, binding)
-    return operands is not None and any(
-        a.name == operands[2].array and a.kept and a.is_input and not a.local
-        for a in model.nest.arrays)
+    return operands is not None and operands[2].array in model.nest.kept
 
 
 def _bf16_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
