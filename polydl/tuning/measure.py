@@ -290,6 +290,7 @@ class _Child:
             firsts[i] = once = max(time.perf_counter() - t0, 1e-7)
             calls[i] = max(1, math.ceil(self.limits.sample_s / once))
         fastest = min(firsts.values())
+        aside: dict[int, str] = {}  # the candidates timed once, sent with the rounds' load
         for i in list(ready):
             if i == self.request.reference or not self._slow(firsts[i], fastest):
                 continue
@@ -303,8 +304,7 @@ class _Child:
             calls[i] = max(1, math.ceil(self.limits.sample_s / firsts[i]))
             if self._slow(firsts[i], fastest):
                 del ready[i]
-                self._send(Outcome(i, records.OK, (firsts[i],),
-                                   f"timed once: {firsts[i] / fastest:.1f}x the fastest first call"))
+                aside[i] = f"timed once: {firsts[i] / fastest:.1f}x the fastest first call"
         samples: dict[int, list[float]] = {i: [] for i in ready}
         order = list(ready)
         cpus = self.cpus or ()
@@ -358,14 +358,19 @@ class _Child:
                 or time.monotonic() > deadline
             ):
                 break
+        busy = (f"other processes took {load:.0%} of cores {_cpu_list(cpus)} after "
+                f"{waits - 1} waits") if noisy else ""
         for i in ready:
             if noisy:
-                message = (f"other processes took {load:.0%} of cores {_cpu_list(cpus)} after "
-                           f"{waits - 1} waits")
-                self._send(Outcome(i, records.NOISY, tuple(samples[i]), message, load))
+                self._send(Outcome(i, records.NOISY, tuple(samples[i]), busy, load))
             else:
                 self._send(Outcome(i, records.OK, tuple(samples[i]),
                                    f"spread {spread(samples[i]):.1%} over {len(samples[i])} rounds", load))
+        for i, why in aside.items():
+            # a first call slowed by another process is no measure of the candidate: one
+            # stored as OK would be the request's only OK trial, so its winner
+            self._send(Outcome(i, records.NOISY if noisy else records.OK, (firsts[i],),
+                               f"{busy}; {why}" if noisy else why, load))
 
 
 # What `_Child._build_ahead` built for the request being measured, by `_built_key`: the

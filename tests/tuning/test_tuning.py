@@ -464,6 +464,24 @@ def test_a_candidate_far_slower_than_the_others_is_timed_by_its_first_call(matmu
     assert len(outcomes[2].samples) >= QUIET.min_rounds  # the reference
 
 
+def test_a_candidate_timed_once_on_busy_cores_is_noisy(matmul32: Nest, monkeypatch: Any) -> None:
+    """Its one call may have waited for another process: stored as OK, it would be the only
+    OK trial of a request whose rounds were all noisy, so the request's winner."""
+    from polydl.tuning import measure as measuring
+
+    nest, params = matmul32
+    monkeypatch.setattr(measuring.CoreMeter, "other_share", lambda self: 0.9)
+    monkeypatch.setattr(measuring, "METER_WINDOW_S", 0.0)
+    busy = replace(QUIET, max_other_load=0.2, load_waits=0)
+    request = Request(nest, params, host_target(), ({}, {}), limits=busy, reference=0)
+    messages = _Messages()
+    slow = 2 * measuring.SLOW_FACTOR * 0.02
+    measuring._Child(request, messages)._time({0: (_Sleeper(0.02), [], {}), 1: (_Sleeper(slow), [], {})})
+    outcomes = {m[1].index: m[1] for m in messages.sent if m[0] == "outcome"}
+    assert [outcomes[i].status for i in (0, 1)] == [records.NOISY] * 2
+    assert "timed once" in outcomes[1].message and outcomes[1].other_load == 0.9
+
+
 class _SlowStart:
     """A kernel whose first call pays a one-time cost (threads started, pages touched)."""
 
