@@ -5,6 +5,7 @@ Speed is never asserted here; the benchmark itself reports it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import replace
@@ -475,3 +476,15 @@ def test_run_script_reports_bench_errors_as_usage_errors(
             run.main([*argv, "--no-json"])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_kept_benchmark_checks_both_kernels_and_pairs_rounds() -> None:
+    kept = _load_benchmark("kept")
+    result = kept.measure(2, 96, 64, rounds=2)
+    assert set(result["errors"]) == {"per call", "kept"} and max(result["errors"].values()) < 1e-5
+    assert len(result["round_speedups"]) == 2 and result["speedup"] > 0
+    assert all(len(v) == 2 for v in result["round_seconds"].values())
+    assert any(line.startswith("2x96x64 ") for line in kept.table([result]))
+    assert kept._shape("1x1000x2048") == (1, 1000, 2048)
+    with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
+        kept._shape("1000x2048")

@@ -22,6 +22,14 @@ def test_run_verifies_and_prints_gflops(capsys: pytest.CaptureFixture[str]) -> N
     assert "verify   ok" in out and "GFLOP/s" in out
 
 
+def test_python_m_polydl_is_the_command_line() -> None:
+    """Where pip put the `polydl` script off PATH (a --target install), `python -m polydl`."""
+    done = subprocess.run([sys.executable, "-m", "polydl", "machine"], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "cores" in done.stdout
+
+
 def test_run_verifies_at_reduced_sizes_where_the_reference_would_take_minutes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

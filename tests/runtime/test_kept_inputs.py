@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -153,3 +154,29 @@ def test_the_linear_layer_takes_its_weights_as_kept() -> None:
     w = rng.standard_normal((48, 64)).astype(np.float32)
     for _ in range(2):
         np.testing.assert_allclose(k(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+class _Interface:
+    """An object that lends its memory through `__array_interface__` and, having slots and
+    no `__weakref__`, takes no weak reference."""
+
+    __slots__ = ("__array_interface__", "memory")
+
+    def __init__(self, memory: np.ndarray) -> None:
+        self.memory = memory
+        self.__array_interface__ = memory.__array_interface__
+
+
+def test_an_array_whose_owner_takes_no_weak_reference_is_packed_at_every_call(
+        kernel: polydl.Kernel) -> None:
+    """Such an owner cannot be told from a later one at the same address: every call takes
+    the array for a new one, so a change in place, unannounced, is still read."""
+    a, b = _inputs(5)
+    lent = _Interface(b.copy())
+    shared = np.asarray(lent)
+    assert shared.base is lent
+    with pytest.raises(TypeError):
+        weakref.ref(lent)
+    assert _close(kernel(a, shared), a, b)
+    shared[:] = 2.0 * b
+    assert _close(kernel(a, shared), a, 2.0 * b)
