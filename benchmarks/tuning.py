@@ -26,7 +26,8 @@ best measured, the mean and worst pick; measurements until one within 5% of the 
 model's order against the expectation of random order ((n + 1) / (g + 1) for g good of n),
 and with `--full-space` the same over every problem's whole search space (exact where `picks`
 measured the model's first points), in the model's order, the analytic order and the order
-`polydl tune`'s guided search starts in (the analytic choice, then the model's), with the
+`polydl tune`'s guided search starts in (the analytic choice, then the model's and the analytic
+order in turn: `tuner.guided_order`), with the
 model's first point of the whole space against the best measured; and the best measured against the analytic choice per suite (geometric
 mean). Prints a table, writes JSON (default benchmarks/results/tuning.json).
 """
@@ -268,9 +269,10 @@ def search_counts(model: CostModel, space: list, trials: list, per_problem: int,
     by_model = [keys[i] for i in sorted(range(len(keys)), key=scores.__getitem__)]
 
     # what `polydl tune`'s guided strategy measures first: the analytic choice (the space's
-    # first point, the reference of every trial), then the model's order (after its first
-    # batch it also takes neighbours of the fastest measured, which cannot be replayed here)
-    guided = keys[:1] + [k for k in by_model if k != keys[0]]
+    # first point, the reference of every trial), then the model's and the analytic order in
+    # turn (after its first batch it also takes neighbours of the fastest measured, which
+    # cannot be replayed here)
+    guided = [keys[i] for i in tuner.guided_order(range(len(keys)), scores, 0)] if keys else []
 
     def until_good(order: list) -> int:
         return next((n for n, k in enumerate(order, 1) if k in good), len(order))
@@ -423,7 +425,7 @@ def analyze(args: argparse.Namespace) -> dict:
         print(f"over the whole search space: random search needs {random_n / model_n:.1f}x the "
               f"model's measurements, {random_n / analytic_n:.1f}x the analytic order's and "
               f"{random_n / guided_n:.1f}x the guided search's (the analytic choice, then the "
-              "model's order)")
+              "model's and the analytic order in turn)")
         measured = sum(r["full_space"]["picks_measured"] for r in rows)
         if measured:
             within = sum((r["full_space"]["pick_within_5pct"] or 0) * r["full_space"]["picks_measured"]

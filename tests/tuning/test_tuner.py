@@ -29,7 +29,7 @@ from polydl.tuning.lookup import tuned_schedule
 from polydl.tuning.measure import Limits, Request, measure
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
-from polydl.tuning.tuner import LocalExecutor, tune
+from polydl.tuning.tuner import LocalExecutor, guided_order, tune
 
 # Tests run beside each other (xdist): the load check is off where a test expects `ok`.
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
@@ -274,3 +274,14 @@ def test_two_ray_workers_store_the_same_records_as_one(small, tmp_path: Path) ->
     assert {(t.schedule_key, t.status) for t in by_ray.measured} == {
         (t.schedule_key, t.status) for t in alone.measured}
     assert len(by_ray.measured) == 6 and not math.isnan(by_ray.best.seconds or math.nan)
+
+
+def test_the_guided_order_takes_the_two_rankings_in_turn() -> None:
+    """A learned model that ranks a family it never saw backwards still leaves the analytic
+    model's best points among the first measured."""
+    costs = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    backwards = [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    assert guided_order(costs, backwards, first=0) == [0, 5, 1, 4, 2, 3]
+    assert guided_order(costs, None, first=3) == [3, 0, 1, 2, 4, 5]
+    assert guided_order(costs, costs, first=None) == [0, 1, 2, 3, 4, 5]
+    assert guided_order([], None) == []
