@@ -432,10 +432,10 @@ def guided_order(costs: Sequence[float], scores: Sequence[float] | None = None,
     """The order the guided search takes points in, by index: `first` (the analytic choice),
     then the learned model's ranking (`scores`, lower is better) and the analytic model's
     (`costs`) in turn, each point once; the analytic ranking alone where no model is trained.
-    In turn, because neither ranking is the better one everywhere: on ResNet-50 layers a model
-    trained on other problems found a point within 5% of the best in 1.9 measurements and the
-    analytic order in 1.3, but on GEMMs held out of its training the model took 100 and the
-    analytic order 1.9 (benchmarks/README.md, Tuning)."""
+    In turn: the model learns what this machine's trials show and the analytic model cannot,
+    but on a family of problems it was not trained on it ranks worse (GEMMs held out of its
+    training: 27 measurements to a point within 5% of the best, the analytic order 1.4;
+    benchmarks/README.md, Tuning); in turn, a poor model costs at most every other measurement."""
     by_cost = sorted(range(len(costs)), key=costs.__getitem__)
     rankings = [by_cost] if scores is None else [sorted(range(len(scores)), key=scores.__getitem__), by_cost]
     order: list[int] = [] if first is None else [first]
