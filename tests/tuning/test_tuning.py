@@ -482,9 +482,10 @@ class _ColdAfterAnother:
 
 
 def test_every_turn_starts_warm_whatever_its_calls(matmul32: Nest) -> None:
-    """A turn of few calls (the reference's first call was slow: OpenMP's threads started)
-    would otherwise carry the cold call after another kernel's turn in a larger share of its
-    time: the reference measured 0.71-0.76 ms beside candidates of 0.56-0.67, and alone 0.55."""
+    """A turn of few calls (the reference's first timed call was cold: it follows every
+    candidate's check) would otherwise carry the cold call after another kernel's turn in a
+    larger share of its time: the reference measured 0.71-0.76 ms beside candidates of
+    0.56-0.67, and alone 0.55."""
     from polydl.tuning import measure as measuring
 
     nest, params = matmul32
