@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,18 +98,14 @@ def main() -> int:
     args = parser.parse_args()
 
     from polydl.bench.cases import BenchError
-    from polydl.bench.threads import pinned_cores, thread_environment, threads_prepared
+    from polydl.bench.threads import pinned_cores, run_pinned, runs_on
 
     try:
         cores = pinned_cores(args.threads)
     except BenchError as exc:
         parser.error(str(exc))
-    if (not threads_prepared() or os.environ["OMP_NUM_THREADS"] != str(len(cores))
-            or cores != sorted(os.sched_getaffinity(0))):
-        # numpy's BLAS and OpenMP read their threads at load: run again with them set
-        env = {**os.environ, **thread_environment(len(cores), forced=True)}
-        return subprocess.run([sys.executable, *sys.argv], env=env,
-                              preexec_fn=lambda: os.sched_setaffinity(0, cores)).returncode
+    if not runs_on(cores):  # numpy's BLAS and OpenMP read their threads at load: run again
+        return run_pinned([sys.executable, *sys.argv], cores)
 
     from polydl.target.host import host_target
 

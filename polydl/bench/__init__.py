@@ -16,8 +16,6 @@ compiler imports it (only the `polydl bench` command does).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +23,7 @@ from typing import Any
 from polydl.bench.cases import SUITE_FILES, BenchError, load_suite, select_cases
 from polydl.bench.harness import run_suite
 from polydl.bench.measure import CONV_LAYOUTS
-from polydl.bench.threads import pinned_cores, thread_environment, threads_prepared
+from polydl.bench.threads import pinned_cores, run_pinned, runs_on
 from polydl.bench.variants import CASE_RUNNERS
 from polydl.target import host_target
 
@@ -69,18 +67,14 @@ def main(
         compare_layouts=compare_layouts, batch=batch, schedule=schedule,
     )
     cores = pinned_cores(threads)
-    if (not threads_prepared() or cores != sorted(os.sched_getaffinity(0))
-            or os.environ["OMP_NUM_THREADS"] != str(len(cores))):
+    if not runs_on(cores):
         return _run_in_child({**arguments, "threads": len(cores)}, cores)
     return run_suite(host_target(), **arguments)
 
 
 def _run_in_child(arguments: dict[str, Any], cores: list[int]) -> int:
-    env = {**os.environ, **thread_environment(len(cores), forced=True)}
     code = (
         "import json, sys; from polydl.bench import main; "
         "sys.exit(main(**json.loads(sys.argv[1])))"
     )
-    sys.stdout.flush()
-    return subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], env=env,
-                          preexec_fn=lambda: os.sched_setaffinity(0, cores)).returncode
+    return run_pinned([sys.executable, "-c", code, json.dumps(arguments)], cores)

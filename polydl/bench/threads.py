@@ -8,6 +8,8 @@ cycles (~0.1 s), halving the speed of whatever runs next; 2^4 cycles makes them 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from types import ModuleType
 
 from polydl.bench.cases import BenchError
@@ -45,6 +47,19 @@ def pinned_cores(threads: int | None) -> list[int]:
 def threads_prepared() -> bool:
     """Whether this process started with the thread settings (numpy's BLAS reads them at load)."""
     return all(name in os.environ for name in THREAD_ENV)
+
+
+def runs_on(cores: list[int]) -> bool:
+    """Whether this process started with the thread settings for `cores` and runs on them."""
+    return (threads_prepared() and cores == sorted(os.sched_getaffinity(0))
+            and os.environ["OMP_NUM_THREADS"] == str(len(cores)))
+
+
+def run_pinned(command: list[str], cores: list[int]) -> int:
+    """Run `command` with one thread per core of `cores`, pinned to them; its exit status."""
+    env = {**os.environ, **thread_environment(len(cores), forced=True)}
+    sys.stdout.flush()
+    return subprocess.run(command, env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores)).returncode
 
 
 def import_torch(threads: int) -> ModuleType | None:

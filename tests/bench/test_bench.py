@@ -413,6 +413,20 @@ def test_pinned_cores_are_the_first_of_this_process(monkeypatch: pytest.MonkeyPa
     assert threads.thread_environment(3)["OMP_NUM_THREADS"] == "1"
 
 
+def test_a_process_runs_on_its_cores_only_with_their_thread_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    available = sorted(__import__("os").sched_getaffinity(0))
+    for name, value in threads.thread_environment(len(available), forced=True).items():
+        monkeypatch.setenv(name, value)
+    assert threads.runs_on(available)
+    assert not threads.runs_on(available[:1] + [max(available) + 1])
+    monkeypatch.setenv("OMP_NUM_THREADS", str(len(available) + 1))
+    assert not threads.runs_on(available)
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    monkeypatch.setenv("OMP_NUM_THREADS", str(len(available)))
+    assert not threads.runs_on(available)
+
+
 def test_one_thread_run_at_batch_1_schedules_for_one_core(tmp_path: Path) -> None:
     """`threads` pins a child process to that many cores: polydl's target has that many cores,
     every side that many threads, and the layers run at `batch`."""
