@@ -755,13 +755,15 @@ def _evaluate(
     memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / BANDWIDTH[c] for c in traffic)
     if final.parallel and cores > 1:
         memory += shared_read_bytes(model, final, cores) / BANDWIDTH["l3"]
-    kept = final.microkernel is not None and final.microkernel.pack_b and kept_b(model, final.microkernel)
-    if final.microkernel is not None and final.microkernel.pack_b and not kept:
-        strides = _b_strides(model, final.microkernel)
-        operands = _gemm_operands(model, final.microkernel)
+    mk = final.microkernel
+    # B packed in every call (a kept B is packed once for all of them)
+    packs_per_call = mk is not None and mk.pack_b and not kept_b(model, mk)
+    if mk is not None and packs_per_call:
+        strides = _b_strides(model, mk)
+        operands = _gemm_operands(model, mk)
         b_bytes = (strides[2] * _element_bytes(model, operands[2])) if strides and operands else 0
         memory += 2 * b_bytes / BANDWIDTH["l3"]  # read B, write the copy
-        if b_bytes and not final.microkernel.batch:
+        if b_bytes and not mk.batch:
             memory += sum(_packed_rereads(model, final, b_bytes, caches[c]) for c in ("l2", "l3")) / BANDWIDTH["l3"]
         if b_bytes and cores > 1:
             memory += packed_elsewhere(model, final, cores) * b_bytes / FROM_OTHER_CORE_BANDWIDTH
@@ -775,7 +777,6 @@ def _evaluate(
         summed = summed_output(model, plan.statements)[0]
         out_bytes = array_bytes(model, summed) if summed else 0
         cost += out_bytes / BANDWIDTH["l1"] + cores * 2 * out_bytes / BANDWIDTH["l3"]
-    mk = final.microkernel
     if final.parallel and cores > 1:
         # every entry into the parallel loop forks and joins the threads (and a packed copy
         # inside the loops around it is one more parallel loop): a few microseconds each
@@ -784,7 +785,7 @@ def _evaluate(
         first = order.index(final.parallel[0]) if final.parallel[0] in order else 0
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         if around > 1 or not (mk is not None and mk.batch):
-            cost += FORK_CYCLES * around * (1 + int(mk is not None and mk.pack_b and not kept))
+            cost += FORK_CYCLES * around * (1 + int(packs_per_call))
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
