@@ -16,7 +16,18 @@ import numpy as np
 import pytest
 
 from polydl import bench
-from polydl.bench import backward, cases, forward, measure, peak, report, targets, threads, timing
+from polydl.bench import (
+    backward,
+    builds,
+    cases,
+    forward,
+    measure,
+    peak,
+    report,
+    targets,
+    threads,
+    timing,
+)
 from polydl.bench.cases import Case
 from polydl.bench.report import Environment
 from polydl.bench.results import Row
@@ -164,6 +175,20 @@ def test_speeds_keep_each_rounds_median_in_order() -> None:
     assert speeds.rounds["polydl"] == pytest.approx([8.0, 4.0, 2.0])
     assert speeds.fastest["polydl"] == pytest.approx(8.0)
     assert speeds.median["polydl"] == pytest.approx(8.0 / 2.0)
+
+
+def test_layouts_are_chosen_by_the_median_the_row_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One fast call of an erratic layout does not win the choice over a steadier, faster one."""
+    case = Case("c", "matmul", (("M", 1000), ("N", 1000), ("K", 1000)))  # 2e9 flops
+    erratic = [1.0] + [3.0] * 14  # fastest sample 1 s, median 3 s
+    steady = [2.0] * 15
+    monkeypatch.setattr(builds, "time_runners",
+                        lambda runners, repeat, budget: (5, {"nchw": erratic, "nchw16c": steady}))
+    made = [builds.PolydlBuild(timing.Runner("polydl", lambda: None, lambda: np.zeros(1)), 0.0, "", v)
+            for v in ("nchw", "nchw16c")]
+    speeds = builds.variant_speeds(case, made, repeat=5)
+    assert speeds == pytest.approx({"nchw": 2e9 / 3.0 / 1e9, "nchw16c": 1.0})
+    assert max(speeds, key=speeds.__getitem__) == "nchw16c"
 
 
 # ------------------------------------------------------------------------------ rows, targets
