@@ -55,7 +55,8 @@ BATCH = 8  # candidates measured together (interleaved) per worker
 class Executor(Protocol):
     """Runs measurement requests: `slots` at a time, results as they complete."""
 
-    slots: int
+    @property
+    def slots(self) -> int: ...
 
     def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]: ...
 
@@ -190,7 +191,8 @@ def tune(
         batch = picker.next(min(batch_size, budget - len(measured)), measured)
         if not batch:
             break
-        chunks = [chunk for chunk in (batch[i:: executor.slots] for i in range(executor.slots)) if chunk]
+        parts = executor.slots  # read once: over shared workers it follows their queue
+        chunks = [chunk for chunk in (batch[i::parts] for i in range(parts)) if chunk]
         requests = [referenced_request(nest, params, target, chunk, reference, limits)
                     for chunk in chunks]
         for index, outcomes in executor.run(requests):
@@ -324,8 +326,7 @@ class SharedWorkers:
     (the 7 x 7 stem's compiles take 3x the others') waited behind short ones and then ran
     alone at the end while the other workers sat idle."""
 
-    # candidates a request: each request also times the reference beside them, so smaller
-    # requests balance the workers better and do more work in all
+    # candidates a request while a worker would otherwise wait (`requests_per_batch`)
     CHUNK = 4
 
     def __init__(self, executor: Executor) -> None:
@@ -350,6 +351,17 @@ class SharedWorkers:
 
     def view(self) -> _SharedView:
         return _SharedView(self)
+
+    def requests_per_batch(self) -> int:
+        """How many requests a problem's next batch goes out as: one while every worker has a
+        request waiting for it, else batches of `CHUNK` (at the start and the end, when some
+        worker would wait). Each request also times the reference, so fewer, larger requests
+        do more work in all: on the 16-core host, 8 workers tuned 1.13x the candidates an hour
+        with requests of 8 than with requests of 4, whose smaller tail had kept the workers
+        busier (95% of the time against 87%)."""
+        if self._requests.qsize() >= len(self._threads):
+            return 1
+        return max(1, BATCH // self.CHUNK)
 
     def submit(self, index: int, request: Request, replies: queue.Queue,
                expected_s: float | None = None) -> None:
@@ -387,16 +399,20 @@ def _cancelled() -> PolyDLError:
 
 
 class _SharedView:
-    """One problem's executor over `SharedWorkers`: a batch of BATCH candidates in requests of
-    `SharedWorkers.CHUNK`, each queued with the time its candidates are expected to take."""
+    """One problem's executor over `SharedWorkers`: a batch of BATCH candidates in as many
+    requests as the workers' queue calls for (`SharedWorkers.requests_per_batch`, read by
+    `tune` at each batch), each queued with the time its candidates are expected to take."""
 
     batch = BATCH
-    slots = BATCH // SharedWorkers.CHUNK
 
     def __init__(self, shared: SharedWorkers) -> None:
         self.shared = shared
         self.seconds = 0.0  # what its requests took so far, over this many candidates
         self.candidates = 0
+
+    @property
+    def slots(self) -> int:
+        return self.shared.requests_per_batch()
 
     def parts(self) -> Sequence[Executor]:
         return [self]

@@ -115,7 +115,8 @@ def test_a_busy_core_gives_noisy_trials_never_a_winner(small, tmp_path: Path) ->
     finally:
         busy.kill()
         busy.wait()
-    assert [t.status for t in result.measured] == [records.NOISY] * 2
+    seen = [(t.status, t.other_load, t.message) for t in result.measured]
+    assert [t.status for t in result.measured] == [records.NOISY] * 2, seen
     assert all(t.other_load is not None and t.other_load > 0.2 for t in result.measured)
     assert db.best(result.problem.key, target.key()) is None
     assert db.measured(result.problem.key, target.key()) == set()  # measured again next time

@@ -726,10 +726,9 @@ def test_a_pool_of_one_core_workers_stores_what_one_worker_does(tmp_path: Path) 
 
 
 def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path: Path) -> None:
-    """Three problems on two workers: every request carries at most `CHUNK` candidates beside
-    the reference, a problem's requests go to whichever worker is free (one problem's to both
-    here), and the records are those of tuning the problems one after another (largest
-    first)."""
+    """Three problems on two workers: a problem's requests go to whichever worker is free
+    (one problem's to both here), and the records are those of tuning the problems one after
+    another (largest first)."""
     target = host_target()
     problems = [(f"mm{n}", *builders.matmul(n, 32, 16)) for n in (16, 32, 48)]
     spaces = search_spaces([(nest, params) for _, nest, params in problems], target)
@@ -764,7 +763,7 @@ def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path:
         if name == "side":
             assert set().union(*served.values()) == {0, 1}
             assert any(workers == {0, 1} for workers in served.values())  # a problem spread
-            assert max(sizes) <= SharedWorkers.CHUNK + 1  # and the reference
+            assert max(sizes) <= 6 + 1  # a batch (trials=6), in one request or split
         else:
             assert min(sizes) > SharedWorkers.CHUNK + 1  # one worker: a batch in one request
     assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
@@ -811,6 +810,49 @@ def test_shared_workers_serve_the_longest_expected_request_first(matmul32: Nest)
         gate.set()
         shared.close()
     assert served == [0, 3, 5, 2, 4, 1]
+
+
+def test_a_batch_is_split_only_while_a_worker_would_wait(matmul32: Nest) -> None:
+    """One request a batch while every worker has one waiting (each request also times the
+    reference); batches of `CHUNK` when a worker would otherwise sit idle."""
+    nest, params = matmul32
+    base = Request(nest, params, host_target(), ())
+    gate = threading.Event()
+    taken = threading.Semaphore(0)
+
+    class Held:
+        def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
+            taken.release()
+            gate.wait(10)
+            yield 0, []
+
+    class Two:
+        slots = 2
+
+        def parts(self) -> list[Held]:
+            return [Held(), Held()]
+
+    shared = SharedWorkers(Two())  # type: ignore[arg-type]
+    view = shared.view()
+    replies: queue.Queue = queue.Queue()
+    split = BATCH // SharedWorkers.CHUNK
+    try:
+        assert split > 1 and view.slots == split  # idle workers
+        for _ in range(2):
+            shared.submit(0, base, replies)
+        assert taken.acquire(timeout=10) and taken.acquire(timeout=10)
+        assert view.slots == split  # both busy, nothing waiting for them
+        shared.submit(0, base, replies)
+        assert view.slots == split  # one waiting: the next worker free would find none
+        shared.submit(0, base, replies)
+        assert view.slots == 1  # a request waiting for each
+        gate.set()
+        for _ in range(4):
+            replies.get(timeout=10)
+        assert view.slots == split
+    finally:
+        gate.set()
+        shared.close()
 
 
 def test_a_problem_expects_its_requests_to_take_what_its_candidates_took_so_far(
