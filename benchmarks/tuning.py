@@ -27,9 +27,10 @@ model's order against the expectation of random order ((n + 1) / (g + 1) for g g
 and with `--full-space` the same over every problem's whole search space (exact where `picks`
 measured the model's first points), in the model's order, the analytic order and the order
 `polydl tune`'s guided search starts in (the analytic choice, then the model's and the analytic
-order in turn: `tuner.guided_order`), with the
-model's first point of the whole space against the best measured; and the best measured against the analytic choice per suite (geometric
-mean). Prints a table, writes JSON (default benchmarks/results/tuning.json).
+order in turn: `tuner.guided_order`), with the model's first point of the whole space against
+the best measured; the best measured against the analytic choice per suite (geometric mean);
+and how far the labels can be told apart (`label_noise`). Prints a table, writes JSON
+(default benchmarks/results/tuning.json).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from polydl.tuning import records, tuner  # noqa: E402
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
 from polydl.tuning.distributed import worker_cpus  # noqa: E402
-from polydl.tuning.measure import Limits, Request  # noqa: E402
+from polydl.tuning.measure import Limits, Request, spread  # noqa: E402
 from polydl.tuning.records import Problem  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
 from polydl.tuning.suites import suite_problems  # noqa: E402
@@ -340,6 +341,30 @@ def picks(args: argparse.Namespace) -> None:
     print(f"measured in {time.monotonic() - start:.1f} s", flush=True)
 
 
+def label_noise(trials: list) -> dict:
+    """How far a collection's labels can be told apart: each trial's per-round ratios to its
+    reference spread ((p75 - p25) / median, as `measure.spread`) at the median trial and the
+    90th percentile, with the rounds at the median; and per problem the reference's median in
+    its slowest request over its fastest, at the median problem and the 90th percentile. The
+    best of 16 labels that each err by a few percent is that much faster than it is."""
+    spreads, rounds = [], []
+    references = defaultdict(set)
+    for t in trials:
+        if len(t.samples) == len(t.reference_samples) > 1:
+            spreads.append(spread([a / b for a, b in zip(t.samples, t.reference_samples, strict=True)]))
+            rounds.append(len(t.samples))
+        if t.reference_samples:
+            references[(t.problem.key, t.target_key)].add(statistics.median(t.reference_samples))
+    apart = [max(v) / min(v) for v in references.values() if len(v) > 1]
+
+    def at(values: list, q: float) -> float | None:
+        return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else None
+
+    return {"ratio_spread_median": at(spreads, 0.5), "ratio_spread_p90": at(spreads, 0.9),
+            "rounds_median": at(rounds, 0.5), "reference_apart_median": at(apart, 0.5),
+            "reference_apart_p90": at(apart, 0.9), "problems_with_requests": len(apart)}
+
+
 def analyze(args: argparse.Namespace) -> dict:
     db = PerfDatabase(args.db, system=False)
     trials = db.trials()
@@ -414,6 +439,13 @@ def analyze(args: argparse.Namespace) -> dict:
     }
     print(f"overall: {out['overall']['within_5pct']:.0%} of {total} held-out problems within 5%; "
           f"random search needs {out['overall']['measurement_ratio']:.1f}x the model's measurements")
+    noise = out["labels"] = label_noise([t for t in trials if t.status == records.OK])
+    if noise["ratio_spread_median"] is not None:
+        print(f"labels: a trial's per-round ratios to its reference spread {noise['ratio_spread_median']:.1%} "
+              f"(median trial, {noise['rounds_median']} rounds), {noise['ratio_spread_p90']:.1%} (90th percentile)"
+              + (f"; a problem's reference, slowest request / fastest: {noise['reference_apart_median']:.2f} "
+                 f"(median problem), {noise['reference_apart_p90']:.2f} (90th percentile)"
+                 if noise["reference_apart_median"] is not None else ""))
     if all("full_space" in r for r in rows):
         model_n = sum(r["full_space"]["model"] * r["problems"] for r in rows)
         analytic_n = sum(r["full_space"]["analytic"] * r["problems"] for r in rows)

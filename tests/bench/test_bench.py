@@ -32,6 +32,7 @@ from polydl.bench.cases import Case
 from polydl.bench.report import Environment
 from polydl.bench.results import Row
 from polydl.target import CpuTarget, host_target
+from polydl.tuning.records import Problem, Trial
 
 
 # ------------------------------------------------------------------------------ suites
@@ -527,3 +528,23 @@ def test_kept_benchmark_checks_both_kernels_and_pairs_rounds() -> None:
     assert kept._shape("1x1000x2048") == (1, 1000, 2048)
     with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
         kept._shape("1000x2048")
+
+
+def test_tuning_benchmark_reports_how_noisy_the_labels_are() -> None:
+    tuning = _load_benchmark("tuning")
+    problem = Problem("p", "matmul", (("M", 16),), "float32")
+
+    def trial(samples: tuple[float, ...], reference: tuple[float, ...]) -> Trial:
+        return Trial(problem, "{}", {"order": [str(samples)]}, "ok", samples=samples,
+                     reference_samples=reference)
+
+    steady = trial((1.0, 2.0, 1.0, 2.0), (1.0, 2.0, 1.0, 2.0))  # ratios 1, 1, 1, 1
+    shaky = trial((1.0, 1.0, 1.0, 1.0), (1.0, 0.5, 1.0, 0.5))  # ratios 1, 2, 1, 2
+    other = trial((3.0, 3.0), (3.0, 3.0))  # a second request: its reference took 2x as long
+    noise = tuning.label_noise([steady, shaky, other])
+    assert noise["ratio_spread_median"] == pytest.approx(0.0)
+    assert noise["ratio_spread_p90"] == pytest.approx(1.0 / 1.5)  # (2 - 1) / 1.5
+    assert noise["rounds_median"] == 4
+    # the reference's medians per request: 1.5, 0.75, 3.0 -> slowest / fastest 4
+    assert noise["reference_apart_median"] == pytest.approx(4.0)
+    assert noise["problems_with_requests"] == 1
