@@ -64,7 +64,7 @@ SLOW_CALL_S = 0.02
 class Limits:
     min_rounds: int = 3
     max_rounds: int = 15
-    spread: float = 0.03  # stop when every candidate's (p75 - p25) / median is below this
+    spread: float = 0.03  # stop when the ratios' (p75 - p25) / median are below this (`settled`)
     sample_s: float = 2e-3  # calls are batched so that one sample lasts at least this long
     budget_s: float = 1.0  # timing seconds per candidate, after `min_rounds`
     timeout_s: float = 120.0  # silence from the child that counts as a hang
@@ -355,7 +355,7 @@ class _Child:
                 break
             meter, window = CoreMeter(cpus), {i: [] for i in ready}
             if rounds >= self.limits.min_rounds and (
-                all(spread(s) <= self.limits.spread for s in samples.values())
+                settled(samples, self.request.reference, self.limits.spread)
                 or time.monotonic() > deadline
             ):
                 break
@@ -482,6 +482,19 @@ class CoreMeter:
         if start is None or end is None or wall <= 0:
             return None
         return max(0.0, (end[0] - start[0]) - (end[1] - start[1])) / wall
+
+
+def settled(samples: Mapping[int, Sequence[float]], reference: int | None, limit: float) -> bool:
+    """Whether the rounds so far are enough: with the reference among the kernels, every
+    candidate's per-round ratios to it spread at most `limit` (the ratios are the labels
+    stored: a drift of the machine that moves both sides leaves them, a burst on one side
+    shows in them); else every kernel's own samples. The rounds pair: every kernel of the
+    request gets one sample a round."""
+    base = samples.get(reference) if reference is not None else None
+    if base is None or len(samples) == 1:
+        return all(spread(s) <= limit for s in samples.values())
+    return all(spread([t / r for t, r in zip(s, base, strict=True)]) <= limit
+               for i, s in samples.items() if i != reference)
 
 
 def spread(samples: Sequence[float]) -> float:

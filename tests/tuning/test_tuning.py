@@ -37,7 +37,7 @@ from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import tuned_schedule
-from polydl.tuning.measure import Limits, Outcome, Request, measure
+from polydl.tuning.measure import Limits, Outcome, Request, measure, settled
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
 from polydl.tuning.tuner import (
@@ -268,6 +268,20 @@ def _first_schedules(nest: LoopNest, params: dict[str, int], target: CpuTarget,
                      n: int = 3) -> tuple[dict, ...]:
     space = search_space(build_model(nest, params), target)
     return tuple(c.schedule.to_dict() for c in space[:n])
+
+
+def test_rounds_stop_when_the_ratios_to_the_reference_settle() -> None:
+    """The labels are the candidates' per-round ratios to the reference: a drift of the machine
+    that moves both sides stops nothing, sides that waver against each other keep the rounds
+    going though each alone is steady."""
+    drifting = {0: [1.0, 2.0, 4.0, 8.0], 1: [0.9, 1.8, 3.6, 7.2]}
+    assert settled(drifting, reference=0, limit=0.03)
+    assert not settled(drifting, reference=None, limit=0.03)  # by each side's own samples
+    wavering = {0: [1.0, 1.02, 1.0, 1.02], 1: [1.02, 1.0, 1.02, 1.0]}  # each spread 2%
+    assert not settled(wavering, reference=0, limit=0.03)  # their ratios spread 4%
+    assert settled(wavering, reference=None, limit=0.03)
+    assert settled({0: [1.0, 1.01, 1.0]}, reference=0, limit=0.03)  # the reference alone
+    assert not settled({0: [1.0, 2.0, 1.0, 2.0], 2: [1.0] * 4}, reference=1, limit=0.03)  # no reference
 
 
 @pytest.mark.parametrize("fault, status, said", [
