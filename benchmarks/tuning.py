@@ -350,9 +350,10 @@ def label_noise(trials: list) -> dict:
     spreads, rounds = [], []
     references = defaultdict(set)
     for t in trials:
-        if len(t.samples) == len(t.reference_samples) > 1:
-            spreads.append(spread([a / b for a, b in zip(t.samples, t.reference_samples, strict=True)]))
-            rounds.append(len(t.samples))
+        ratios = t.round_ratios
+        if ratios:
+            spreads.append(spread(ratios))
+            rounds.append(len(ratios))
         if t.reference_samples:
             references[(t.problem.key, t.target_key)].add(statistics.median(t.reference_samples))
     apart = [max(v) / min(v) for v in references.values() if len(v) > 1]

@@ -103,10 +103,18 @@ class Trial:
         medians (a candidate timed once)."""
         if self.seconds is None or not self.reference_samples:
             return None
-        if len(self.samples) == len(self.reference_samples) > 1:
-            return statistics.median(t / r for t, r in zip(self.samples, self.reference_samples,
-                                                           strict=True))
+        ratios = self.round_ratios
+        if ratios:
+            return statistics.median(ratios)
         return self.seconds / statistics.median(self.reference_samples)
+
+    @property
+    def round_ratios(self) -> tuple[float, ...]:
+        """Each round's sample over the reference's in that round; none where the rounds do
+        not pair (a candidate timed once, or no reference)."""
+        if len(self.samples) == len(self.reference_samples) > 1:
+            return tuple(t / r for t, r in zip(self.samples, self.reference_samples, strict=True))
+        return ()
 
     @property
     def schedule_key(self) -> str:

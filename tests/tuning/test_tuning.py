@@ -767,17 +767,18 @@ def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path:
         def parts(self) -> list[Part]:
             return [Part(0, pause=0.05), Part(1, pause=0.01)]
 
+    trials = 6  # a problem's one batch
     reports: dict[str, list] = {}
     for name, executor in (("side", Two()), ("one", Part(0))):
         done = reports.setdefault(name, [])
         sizes.clear()
         tune_problems(problems, spaces, target=target, executor=executor,  # type: ignore[arg-type]
-                      report=lambda n, r, done=done: done.append((n, r)), trials=6,
+                      report=lambda n, r, done=done: done.append((n, r)), trials=trials,
                       db=_db(tmp_path, f"{name}.sqlite"))
         if name == "side":
             assert set().union(*served.values()) == {0, 1}
             assert any(workers == {0, 1} for workers in served.values())  # a problem spread
-            assert max(sizes) <= 6 + 1  # a batch (trials=6), in one request or split
+            assert max(sizes) <= trials + 1  # the batch and the reference, whole or split
         else:
             assert min(sizes) > SharedWorkers.CHUNK + 1  # one worker: a batch in one request
     assert sorted(n for n, _ in reports["side"]) == ["mm16", "mm32", "mm48"]
@@ -785,7 +786,7 @@ def test_problems_tuned_side_by_side_share_the_workers(matmul32: Nest, tmp_path:
     assert [n for n, _ in reports["one"]] == ["mm48", "mm32", "mm16"]
     side = {n: {t.schedule_key for t in r.measured} for n, r in reports["side"]}
     one = {n: {t.schedule_key for t in r.measured} for n, r in reports["one"]}
-    assert side == one and all(len(keys) == 6 for keys in side.values())
+    assert side == one and all(len(keys) == trials for keys in side.values())
 
 
 def test_shared_workers_serve_the_longest_expected_request_first(matmul32: Nest) -> None:
