@@ -30,11 +30,12 @@ class EpiloguePlacement:
     epilogues: tuple[str, ...]  # statement names
     as_postops: bool
     reason: str
-    where: str = ""  # a start fused before the reduction: where it runs
+    where: str = ""  # a start (or a feeding copy) fused before the reduction: where it runs
+    what: str = "start"
 
     def describe(self) -> str:
         if self.where:
-            return f"start {', '.join(self.epilogues)} {self.where}: {self.reason}"
+            return f"{self.what} {', '.join(self.epilogues)} {self.where}: {self.reason}"
         where = "as post-ops in the microkernel" if self.as_postops else "after the call"
         return f"epilogue {', '.join(self.epilogues)} {where}: {self.reason}"
 

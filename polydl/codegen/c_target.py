@@ -150,6 +150,12 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # (calls that overwrite their start would overwrite a thread's private copy)
         start = (start_statement(groups[index - 1])
                  if index and plan.calls and plan.private_sum is None else None)
+        if plan.feeds:
+            loop = plan.order[plan.feed_level - 1] if plan.feed_level else "the nest"
+            placements.append(EpiloguePlacement(
+                tuple(s.name for s in plan.feeds), False,
+                "each thread copies what its iterations read right before they read it",
+                where=f"in the band before the nest it feeds (inside loop {loop})", what="copy"))
         if plan.prologues:
             loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
             placements.append(EpiloguePlacement(

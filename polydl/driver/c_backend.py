@@ -26,6 +26,7 @@ from polydl.schedules.apply import apply_schedule
 from polydl.schedules.auto import auto_schedule, resolve
 from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.feeds import fuse_feed
 from polydl.schedules.microkernel import multiply_accumulate
 from polydl.schedules.nests import plan_nests
 from polydl.schedules.schedule import AFFINE, Schedule
@@ -89,7 +90,7 @@ def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
     else:
         raise PolyDLError(f"schedule must be 'auto', 'tuned' or a Schedule, not {schedule!r}")
     nest_plans = plan_nests(model, target, with_main=chosen.scheduler == AFFINE)
-    return Plan(chosen, decision, fuse_start(apply_schedule(model, chosen, nest_plans)))
+    return Plan(chosen, decision, fuse_feed(fuse_start(apply_schedule(model, chosen, nest_plans))))
 
 
 def generate(model: PolyModel, plan: Plan, target: CpuTarget) -> GeneratedCode:

@@ -98,6 +98,9 @@ def _summary(c: Compilation) -> list[str]:
         par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
         calls = "; microkernel for " + ", ".join(plan.calls) if plan.calls else ""
         fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
+        if plan.feeds:
+            fused += (f"; {', '.join(st.name for st in plan.feeds)} copied inside loop "
+                      f"{level_loop(plan.order, plan.feed_level or 0)}, before the loops that read it")
         main = " (main)" if plan.group == scheduled.main_group else ""
         if plan.tree is not None:
             lines.append(f"  nest {plan.group}{main} [{names}]: {plan.how}, "

@@ -59,6 +59,10 @@ class GroupPlan:
     # The statement that sets the output, fused before the producer at `fusion_level`
     # (`start.py`).
     prologues: tuple[StatementModel, ...] = ()
+    # The copy into a scratch array that the nest reads, fused before it at `feed_level`
+    # (`feeds.py`).
+    feeds: tuple[StatementModel, ...] = ()
+    feed_level: int | None = None
     # A plan from the general scheduler (`affine.py`): the code follows this schedule tree
     # (its `parallel` marks name the parallel loops), `schedule_map` is its flat form.
     tree: isl.Schedule | None = None
@@ -70,7 +74,7 @@ class GroupPlan:
 
     @property
     def printed_statements(self) -> tuple[StatementModel, ...]:
-        return self.prologues + self.statements + self.epilogues
+        return self.feeds + self.prologues + self.statements + self.epilogues
 
 
 @dataclass(frozen=True, eq=False)

@@ -92,14 +92,18 @@ def fuse_at(
     before: bool = False,
     others: isl.UnionMap | None = None,
     others_are: Sequence[StatementModel] = (),
+    feeding: bool = False,
 ) -> FusedMaps | str:
     """The fused maps of `consumers` (in chain order) at `level`, or why that is illegal.
     `before`: they run before the producer there (a start statement, `schedules.start`), not
     after it. `others`: the schedule of `others_are` (the producers and anything already fused,
-    with the dimension at `level` inserted) to use instead of `instance_map` with one inserted."""
+    with the dimension at `level` inserted) to use instead of `instance_map` with one inserted.
+    `feeding`: the `consumers` write cells the producers read (a copy the producers read,
+    `schedules.feeds`): each runs in the iteration whose producers read its cell."""
     outer: list[isl.Map] = []
     for s in consumers:
-        found = _outer_time(model, producers, instance_map, s, level)
+        found = (_feed_time(producers, instance_map, s, level) if feeding
+                 else _outer_time(model, producers, instance_map, s, level))
         if isinstance(found, str):
             return found
         outer.append(found)
@@ -173,6 +177,30 @@ def _outer_time(
     return found
 
 
+def _feed_time(
+    producers: Sequence[StatementModel], instance_map: isl.UnionMap, s: StatementModel, level: int,
+) -> isl.Map | str:
+    """Instance of `s` -> the producers' first `level` time dimensions at the instances that
+    read the cell it writes: one iteration of those loops for every instance."""
+    write = s.write
+    array = write.access.array
+    reads = _union(acc.relation for p in producers for acc in p.accesses
+                   if not acc.is_write and acc.access.array == array)
+    if reads.is_empty():
+        return f"the main nest reads nothing {s.name} writes"
+    timed = isl.UnionMap.from_map(write.relation).apply_range(reads.reverse()).apply_range(instance_map)
+    if timed.is_empty():
+        return f"the main nest reads no cell of {array} that {s.name} writes"
+    found = isl.Map.from_union_map(timed)
+    found = found.project_out(isl.dim_type.out, level, found.dim(isl.dim_type.out) - level)
+    if not found.domain().is_equal(s.domain):
+        return f"some cells of {array} that {s.name} writes are read by no instance of the main nest"
+    if not found.is_single_valued():
+        return (f"a cell of {array} that {s.name} writes is read in several iterations of these "
+                "loops")
+    return found
+
+
 def fused_working_set(
     model: PolyModel, consumers: Sequence[StatementModel], fused: FusedMaps, line_bytes: int
 ) -> int:
@@ -197,6 +225,12 @@ def fits_cache(machine: CpuTarget, nbytes: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- isl helpers
+
+
+def widened(*maps: isl.UnionMap) -> isl.UnionMap:
+    """The union of schedule maps, each padded with zeros to the widest one's time dimensions."""
+    width = max(out_width(m) for m in maps)
+    return _union(_pad(m, width) for union in maps for m in maps_of(union))
 
 
 def _union(maps) -> isl.UnionMap:

@@ -437,7 +437,10 @@ def _with_parallel(
     first = plan.order.index(free[0])
     chosen = [free[0]]
     nxt = plan.order[first + 1] if first + 1 < len(plan.order) else None
-    if trip_count(model, schedule, free[0]) < 4 * machine.cores and nxt in free:
+    trips = trip_count(model, schedule, free[0])
+    if trips < 4 * machine.cores and trips % machine.cores and nxt in free:
+        # (a first loop that splits evenly gives every thread the same units collapsed or not,
+        # and alone it leaves room inside for a copy that feeds them, `feeds.py`)
         chosen.append(nxt)
     final = replace(schedule, parallel=tuple(chosen), private_sums=False)
     try:
