@@ -61,6 +61,8 @@ class ArrayLayout:
     name: str
     dtype: str
     shape: tuple[int, ...]
+    # one slice of the first index per thread, the thread's own (`codegen.thread_scratch`)
+    per_thread: bool = False
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -99,8 +101,8 @@ class StatementPrinter:
         if not layout.shape:  # a scalar parameter, passed by value
             return acc.array
         terms = []
-        for idx, stride in zip(acc.indices, layout.strides, strict=True):
-            text = idx.to_c()
+        for d, (idx, stride) in enumerate(zip(acc.indices, layout.strides, strict=True)):
+            text = "_pd_thread()" if layout.per_thread and d == 0 else idx.to_c()
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
         return f"{acc.array}[{' + '.join(terms) or '0'}]"
 

@@ -19,6 +19,7 @@ from polydl.codegen.microkernel_call import CallPrinter, kept_flag
 from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.codegen.scratch_clearing import clearing
 from polydl.codegen.templating import render
+from polydl.codegen.thread_scratch import THREAD_HELPERS, per_thread_arrays
 from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
@@ -103,8 +104,9 @@ def _printers(
     scheduled: ScheduledNest, target: CpuTarget
 ) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
     model = scheduled.model
+    sliced = per_thread_arrays(scheduled)
     layouts = {
-        a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params))
+        a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
         for a in model.nest.arrays
     }
     printer = StatementPrinter(layouts)
@@ -152,9 +154,11 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                  if index and plan.calls and plan.private_sum is None else None)
         if plan.feeds:
             loop = plan.order[plan.feed_level - 1] if plan.feed_level else "the nest"
+            held = [s.write.access.array for s in plan.feeds if layouts[s.write.access.array].per_thread]
             placements.append(EpiloguePlacement(
                 tuple(s.name for s in plan.feeds), False,
-                "each thread copies what its iterations read right before they read it",
+                "each thread copies what its iterations read right before they read it"
+                + "".join(f"; {a} is held one slice of its first index per thread" for a in held),
                 where=f"in the band before the nest it feeds (inside loop {loop})", what="copy"))
         if plan.prologues:
             loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
@@ -182,9 +186,11 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     locals_ = []
     for a in model.nest.locals:
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
-        locals_.append({"name": a.name, "c_type": layouts[a.name].c_type,
-                        "count": math.prod(layouts[a.name].shape), "zeroed": zeroed,
-                        "zero_lines": clear})
+        shape = layouts[a.name].shape
+        count = (f"_pd_slices({shape[0]}) * {math.prod(shape[1:])}L" if layouts[a.name].per_thread
+                 else math.prod(shape))
+        locals_.append({"name": a.name, "c_type": layouts[a.name].c_type, "count": count,
+                        "zeroed": zeroed, "zero_lines": clear})
     # packed copies are written in full before they are read: no need to zero them
     locals_ += [
         {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
@@ -220,7 +226,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         **{**values, "parameters": c_parameters(arguments, given)},
         schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
         includes=[],  # each microkernel source includes the headers it needs
-        helpers=C_HELPERS,
+        helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else ""),
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,

@@ -43,10 +43,11 @@ MAX_LINES = 120
 _UNPRINTABLE = re.compile(r"\b(floord|min|max|intFloor|intMod)\b|[%/]")
 
 
-def clearing_lines(layout: ArrayLayout, cells: isl.Set) -> list[str] | None:
+def clearing_lines(layout: ArrayLayout, cells: isl.Set, first: str | None = None) -> list[str] | None:
     """C lines that zero `cells` of the array `layout` describes; from PARALLEL_BYTES the
     outermost loop (two, where they nest) runs on the threads: each instance writes a cell of
-    its own. None where the loops would call isl's helper functions or run long."""
+    its own. `first`: a C expression for the first index in place of the cells' own. None
+    where the loops would call isl's helper functions or run long."""
     if cells.is_empty():
         return []
     name = f"_pd_zero_{layout.name}"
@@ -58,7 +59,8 @@ def clearing_lines(layout: ArrayLayout, cells: isl.Set) -> list[str] | None:
     if _UNPRINTABLE.search(text) or text.count("\n") > MAX_LINES:
         return None  # isl's own helpers (floord, min, ...) or a long case split: clear it all
     args = ", ".join(f"i{d}" for d in range(dims))
-    offset = " + ".join(f"(long)(i{d}) * {stride}L" for d, stride in enumerate(layout.strides)) or "0"
+    indices = [first if d == 0 and first is not None else f"i{d}" for d in range(dims)]
+    offset = " + ".join(f"(long)({i}) * {stride}L" for i, stride in zip(indices, layout.strides, strict=True)) or "0"
     lines = [f"#define {name}({args}) {layout.name}[{offset}] = 0"]
     body = text.rstrip("\n").split("\n")
     bytes_ = count_points(cells) * DTYPES[layout.dtype].bytes
@@ -81,5 +83,20 @@ def clearing(model: PolyModel, layout: ArrayLayout, filled: bool) -> tuple[bool,
     if cells is None or cells.is_empty():
         return False, []
     whole = model.extents[layout.name].is_subset(cells)
-    lines = None if whole else clearing_lines(layout, cells)
-    return (True, []) if lines is None else (False, lines)
+    if whole:
+        return True, []
+    if not layout.per_thread:
+        lines = clearing_lines(layout, cells)
+        return (True, []) if lines is None else (False, lines)
+    # a slice per thread: the cells of the first slice, in every slice the threads hold
+    first = cells.fix_val(isl.dim_type.set, 0, isl.Val.zero(cells.get_ctx()))
+    if not cells.project_out(isl.dim_type.set, 0, 1).is_equal(first.project_out(isl.dim_type.set, 0, 1)):
+        return True, []  # the slices differ
+    lines = clearing_lines(layout, first, "_pd_slice")
+    if lines is None:
+        return True, []
+    count = layout.shape[0]
+    # each thread clears the slice it then fills (the static schedule's thread t, slice t)
+    return False, ["#pragma omp parallel for schedule(static)",
+                   f"for (long _pd_slice = 0; _pd_slice < _pd_slices({count}); _pd_slice++) {{",
+                   *("  " + line for line in lines), "}"]

@@ -24,8 +24,8 @@ def _cores(n: int):  # type: ignore[no-untyped-def]
     return replace(resolve_target("c", None), cores=n)
 
 
-def _check(kernel) -> None:  # type: ignore[no-untyped-def]
-    rng = np.random.default_rng(0)
+def _check(kernel, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
     given = {a.name: rng.uniform(-1, 1, a.shape).astype(np.float32) for a in kernel.inputs}
     np.testing.assert_allclose(kernel(**given), kernel.reference(**given), rtol=1e-4, atol=1e-4)
 
@@ -47,14 +47,18 @@ def test_a_padded_input_is_copied_image_by_image_inside_the_parallel_loop(
     (copy,) = _copies(kernel)
     assert "inside loop n" in copy, copy
     body = _body(kernel)
-    # one parallel loop: the border's zeroes (a few KiB) and then the images, each copied and
-    # convolved by one thread
-    assert body.count("#pragma omp parallel for") == 1
-    parallel = body.index("#pragma omp parallel for")
+    # two parallel loops: the threads' borders, and then the images, each copied and convolved
+    # by one thread
+    assert body.count("#pragma omp parallel for") == 2
+    parallel = body.rindex("#pragma omp parallel for")
     assert body.index("xp[", parallel) < body.index("_pd_brgemm", parallel)
     text = explain(lower(nest, params, _cores(2)), ranking=0)
     assert "S0 copied inside loop n, before the loops that read it" in text
+    # each thread holds one padded image, its own, and clears its border
+    assert "xp is held one slice of its first index per thread" in copy
+    assert "pd_scratch(_pd_slices(4) * " in body and "xp[(_pd_thread()) * " in body
     _check(kernel)
+    _check(kernel, seed=1)  # the slices of a scratch block taken again, their borders cleared
 
 
 def test_a_first_loop_that_splits_evenly_is_parallel_alone_and_takes_the_copy() -> None:
@@ -92,7 +96,38 @@ def test_a_copy_read_by_every_iteration_of_the_parallel_loop_stays_a_pass_of_its
     assert _body(kernel).count("#pragma omp parallel for") == 2
     _check(kernel)
     # with j outermost each cell is read in one iteration of j: fused there
-    kernel = build_kernel(nest, params, _cores(2), Schedule(order=("j", "i", "k"), parallel=("j",)))
+    by_j = Schedule(order=("j", "i", "k"), parallel=("j",))
+    kernel = build_kernel(nest, params, _cores(2), by_j)
     (copy,) = _copies(kernel)
-    assert "inside loop j" in copy
+    assert "inside loop j" in copy and "t is held one slice of its first index per thread" in copy
+    _check(kernel)
+    # the same copy with j its second index: fused, but not a slice per thread
+    columns = COPIED_B.replace("float t[20][16]", "float t[16][20]").replace("t[j][k]", "t[k][j]")
+    nest, params = parse_built("copied", columns, {}, local=("t",), filled=("t",))
+    kernel = build_kernel(nest, params, _cores(2), by_j)
+    (copy,) = _copies(kernel)
+    assert "inside loop j" in copy and "per thread" not in copy and "_pd_thread" not in kernel.source
+    _check(kernel)
+
+
+TRIANGLE = """
+void upper_rows(const float A[8][8], const float B[8][8], float t[8][8], float C[8][8]) {
+  for (int i = 0; i < 8; i++)
+    for (int j = i; j < 8; j++)
+      t[i][j] = A[i][j];
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 8; j++)
+      for (int k = 0; k < 8; k++)
+        C[i][j] += t[i][k] * B[k][j];
+}
+"""
+
+
+def test_a_copy_whose_zeroes_move_between_slices_keeps_the_whole_array() -> None:
+    # row i of t is read whole but written from column i on: a slice reused for row i + 1
+    # would hold row i's value where row i + 1 reads a zero
+    nest, params = parse_built("upper_rows", TRIANGLE, {}, local=("t",))
+    kernel = build_kernel(nest, params, _cores(2), Schedule(order=("i", "j", "k"), parallel=("i",)))
+    (copy,) = _copies(kernel)
+    assert "inside loop i" in copy and "per thread" not in copy
     _check(kernel)
