@@ -165,16 +165,10 @@ def _outer_time(
     timed = through.apply_range(instance_map)
     if timed.is_empty():
         return f"{s.name} touches no cell of {array} that the producer writes"
-    found = isl.Map.from_union_map(timed)
-    found = found.project_out(isl.dim_type.out, level, found.dim(isl.dim_type.out) - level)
-    if not found.domain().is_equal(s.domain):
-        return f"{s.name} touches cells of {array} that the producer does not write"
-    if not found.is_single_valued():
-        return (
-            f"a cell of {array} that {s.name} uses is written in several iterations of these "
-            "loops (a reduction loop is among them)"
-        )
-    return found
+    return _one_iteration(
+        timed, s, level, f"{s.name} touches cells of {array} that the producer does not write",
+        f"a cell of {array} that {s.name} uses is written in several iterations of these loops "
+        "(a reduction loop is among them)")
 
 
 def _feed_time(
@@ -191,13 +185,22 @@ def _feed_time(
     timed = isl.UnionMap.from_map(write.relation).apply_range(reads.reverse()).apply_range(instance_map)
     if timed.is_empty():
         return f"the main nest reads no cell of {array} that {s.name} writes"
+    return _one_iteration(
+        timed, s, level, f"some cells of {array} that {s.name} writes are read by no instance of "
+        "the main nest", f"a cell of {array} that {s.name} writes is read in several iterations "
+        "of these loops")
+
+
+def _one_iteration(timed: isl.UnionMap, s: StatementModel, level: int, uncovered: str,
+                   several: str) -> isl.Map | str:
+    """`timed` (instance of `s` -> producer times) cut to the first `level` time dimensions: a
+    map defined on all of `s` (else `uncovered`) with one value per instance (else `several`)."""
     found = isl.Map.from_union_map(timed)
     found = found.project_out(isl.dim_type.out, level, found.dim(isl.dim_type.out) - level)
     if not found.domain().is_equal(s.domain):
-        return f"some cells of {array} that {s.name} writes are read by no instance of the main nest"
+        return uncovered
     if not found.is_single_valued():
-        return (f"a cell of {array} that {s.name} writes is read in several iterations of these "
-                "loops")
+        return several
     return found
 
 
