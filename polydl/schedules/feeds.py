@@ -22,12 +22,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import islpy as isl
-
-from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest, fusion_max_level
-from polydl.schedules.fusion import fuse_at, fusion_levels, insert_level, widened
+from polydl.schedules.fusion import (
+    dependences_between,
+    fuse_at,
+    fusion_levels,
+    insert_level,
+    widened,
+)
 
 
 def fuse_feed(scheduled: ScheduledNest) -> ScheduledNest:
@@ -42,7 +45,8 @@ def fuse_feed(scheduled: ScheduledNest) -> ScheduledNest:
         feed = feed_statement(model, groups[k], main)
         if feed is None:
             continue
-        if any(_depends(model, feed, g.printed_statements) for g in groups[k + 1:index]):
+        between = [s for g in groups[k + 1:index] for s in g.printed_statements]
+        if not dependences_between(model, [feed], between).is_empty():
             return scheduled
         fused = _fused(model, main, feed)
         if fused is None:
@@ -56,8 +60,7 @@ def fuse_feed(scheduled: ScheduledNest) -> ScheduledNest:
 def feed_statement(model: PolyModel, before: GroupPlan, main: GroupPlan) -> StatementModel | None:
     """The statement of the nest `before` that may feed `main`: its only one, an assignment
     into a scratch array that `main` reads, in a nest without calls or fused statements."""
-    if (before.calls or before.prologues or before.feeds or before.epilogues
-            or len(before.statements) != 1):
+    if before.calls or before.prologues or before.epilogues or len(before.statements) != 1:
         return None
     feed = before.statements[0]
     array = feed.write.access.array
@@ -65,16 +68,6 @@ def feed_statement(model: PolyModel, before: GroupPlan, main: GroupPlan) -> Stat
         return None
     read = any(not a.is_write and a.access.array == array for s in main.statements for a in s.accesses)
     return feed if read else None
-
-
-def _depends(model: PolyModel, feed: StatementModel, others: tuple[StatementModel, ...]) -> bool:
-    deps = dependences_of(model).all
-    mine = isl.UnionSet.from_set(feed.domain)
-    theirs = isl.UnionSet("{ }")
-    for s in others:
-        theirs = theirs.union(isl.UnionSet.from_set(s.domain))
-    return not (deps.intersect_domain(mine).intersect_range(theirs).is_empty()
-                and deps.intersect_domain(theirs).intersect_range(mine).is_empty())
 
 
 def _fused(model: PolyModel, main: GroupPlan, feed: StatementModel) -> GroupPlan | None:

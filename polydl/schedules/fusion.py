@@ -126,12 +126,7 @@ def fuse_at(
     consumer = _union(consumer_maps)
     smap = producer.union(consumer)
 
-    deps = dependences_of(model).all
-    everything = _domains([*producers, *others_are, *consumers])
-    mine = _domains(consumers)
-    relation = deps.intersect_domain(everything).intersect_range(mine).union(
-        deps.intersect_domain(mine).intersect_range(everything)
-    )
+    relation = dependences_between(model, consumers, [*producers, *others_are, *consumers])
     if not relation.is_empty():
         broken = relation.subtract(smap.lex_lt_union_map(smap))
         if not broken.is_empty():
@@ -241,6 +236,15 @@ def _union(maps) -> isl.UnionMap:
     for m in maps:
         out = out.union(isl.UnionMap.from_map(m))
     return out
+
+
+def dependences_between(model: PolyModel, these: Sequence[StatementModel],
+                        those: Sequence[StatementModel]) -> isl.UnionMap:
+    """The nest's dependences from instances of `these` to instances of `those`, and back."""
+    deps = dependences_of(model).all
+    mine, theirs = _domains(these), _domains(those)
+    return deps.intersect_domain(theirs).intersect_range(mine).union(
+        deps.intersect_domain(mine).intersect_range(theirs))
 
 
 def _domains(statements: Sequence[StatementModel]) -> isl.UnionSet:
