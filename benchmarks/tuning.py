@@ -9,6 +9,8 @@ how tuning throughput scales with workers.
                                            [--mode tune|requests]
     python benchmarks/tuning.py picks [--db FILE] [--top 8] [--workers N] [--threads T]
     python benchmarks/tuning.py analyze [--db FILE] [--full-space] [--json FILE]
+    python benchmarks/tuning.py versus [--suite resnet50] [--batch N] [--threads T] [--db FILE]
+                                       [--cases a,b] [--repeat 21] [--budget 6] [--json FILE]
 
 `collect` measures, per problem of each suite, the analytic choice, the next best half of
 `--per-problem` by analytic cost and as many drawn at random from the rest of the search space
@@ -31,6 +33,13 @@ order in turn: `tuner.guided_order`), with the model's first point of the whole 
 the best measured; the best measured against the analytic choice per suite (geometric mean);
 and how far the labels can be told apart (`label_noise`). Prints a table, writes JSON
 (default benchmarks/results/tuning.json).
+
+`versus` measures what tuning gives a user, apart from the tuner's own figures: per layer of a
+suite (at `--batch`, on `--threads` pinned cores, as `polydl bench` runs it), the kernel that
+`schedule="tuned"` builds from the database against the analytic one, both verified against the
+suite's reference, timed interleaved in rounds (`polydl.bench.timing`); the ratio is the median
+of the per-round ratios. A layer whose tuned schedule is the analytic one counts 1.0 untimed.
+Prints a table and the geometric mean, writes JSON (default benchmarks/results/versus.json).
 """
 
 from __future__ import annotations
@@ -54,6 +63,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+import numpy as np  # noqa: E402
+
+from polydl.bench.builds import verify  # noqa: E402
+from polydl.bench.cases import load_suite, select_cases  # noqa: E402
+from polydl.bench.measure import PASSES  # noqa: E402
+from polydl.bench.targets import geometric_mean  # noqa: E402
+from polydl.bench.threads import import_torch, pinned_cores, run_pinned, runs_on  # noqa: E402
+from polydl.bench.timing import Runner, round_medians, time_runners  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.target.cpu import CpuTarget  # noqa: E402
 from polydl.target.host import host_target  # noqa: E402
@@ -61,6 +78,7 @@ from polydl.tuning import records, tuner  # noqa: E402
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
 from polydl.tuning.distributed import worker_cpus  # noqa: E402
+from polydl.tuning.lookup import tuned_schedule  # noqa: E402
 from polydl.tuning.measure import Limits, Request, spread  # noqa: E402
 from polydl.tuning.records import Problem  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
@@ -469,6 +487,58 @@ def analyze(args: argparse.Namespace) -> dict:
     return out
 
 
+def versus(args: argparse.Namespace) -> dict:
+    os.environ["POLYDL_TUNING_DB"] = str(Path(args.db).resolve())  # a pinned child inherits it
+    cores = pinned_cores(args.threads or None)
+    if not runs_on(cores):
+        sys.exit(run_pinned([sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], cores))
+    target = host_target()
+    torch = import_torch(len(cores))
+    cases = select_cases(load_suite(args.suite, args.batch), args.cases.split(",") if args.cases else None)
+    nests = {p.name: p for p in suite_problems(args.suite, args.batch)}
+    print(f"target {target.describe()}; {len(cores)} threads; database {args.db}", flush=True)
+    print(f"{'layer':16s} {'decided by':10s} {'analytic':>10s} {'tuned':>10s} {'ratio':>7s}  tuned schedule")
+    rows = []
+    for case in cases:
+        kind = PASSES[case.primitive]
+        problem = nests[case.name]
+        decided = tuned_schedule(build_model(problem.nest, problem.params), target).decided_by
+        rng = np.random.default_rng(0)
+        inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in kind.input_shapes(case)]
+        expected = kind.expected(case, inputs, torch)
+        size = case.size
+        layout = "" if case.primitive == "matmul" else (
+            "nchw16c" if size["C"] % 16 == 0 and size["K"] % 16 == 0 else "nchw")  # as tuned
+        builds = {name: kind.build(case, inputs, layout, name) for name in ("auto", "tuned")}
+        for name, build in builds.items():
+            ok, err = verify(build.runner, expected, case.dtype)
+            if not ok:
+                raise SystemExit(f"{case.name}: the {name} kernel differs (relative error {err:.1e})")
+        row = {"layer": case.name, "decided_by": decided, "analytic_schedule": builds["auto"].schedule,
+               "tuned_schedule": builds["tuned"].schedule}
+        if row["analytic_schedule"] == row["tuned_schedule"]:
+            row.update(ratio=1.0, same=True, analytic_gflops=None, tuned_gflops=None, rounds=0)
+        else:
+            runners = [Runner(n, b.runner.run, b.runner.fresh) for n, b in builds.items()]
+            rounds, samples = time_runners(runners, args.repeat, args.budget)
+            per_round = round_medians(samples)
+            row.update(same=False, rounds=rounds,
+                       ratio=statistics.median(a / t for a, t in zip(per_round["auto"], per_round["tuned"], strict=True)),
+                       analytic_gflops=case.flops / statistics.median(samples["auto"]) / 1e9,
+                       tuned_gflops=case.flops / statistics.median(samples["tuned"]) / 1e9)
+        rows.append(row)
+        speeds = ("same schedule", "") if row["same"] else (
+            f"{row['analytic_gflops']:.0f}", f"{row['tuned_gflops']:.0f}")
+        print(f"{case.name:16s} {decided:10s} {speeds[0]:>10s} {speeds[1]:>10s} {row['ratio']:7.3f}  "
+              f"{row['tuned_schedule']}", flush=True)
+    mean = geometric_mean([r["ratio"] for r in rows])
+    differ = [r["ratio"] for r in rows if not r["same"]]
+    print(f"geometric mean, tuned / analytic: {mean:.3f} over {len(rows)} layers "
+          f"({len(differ)} with another schedule" + (f": {geometric_mean(differ):.3f}" if differ else "") + ")")
+    return {"suite": args.suite, "batch": args.batch, "threads": len(cores), "target": target.describe(),
+            "geomean": mean, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -503,8 +573,21 @@ def main() -> None:
                    help="compute every problem's search space again: measurement counts over "
                         "all of it, and the current features for every trial (minutes)")
     a.add_argument("--per-problem", type=int, default=24, help="as `collect` measured")
+    v = sub.add_parser("versus")
+    v.add_argument("--suite", default="resnet50")
+    v.add_argument("--batch", type=int, default=None)
+    v.add_argument("--threads", type=int, default=0, help="pinned cores (default: all)")
+    v.add_argument("--db", default=os.environ.get("POLYDL_TUNING_DB") or str(HERE / "results" / "tuning.sqlite"))
+    v.add_argument("--cases", default="", help="only these layers (names, comma-separated)")
+    v.add_argument("--repeat", type=int, default=21, help="rounds at most")
+    v.add_argument("--budget", type=float, default=6.0, help="timing seconds per layer at most")
+    v.add_argument("--json", type=Path, default=HERE / "results" / "versus.json")
     args = parser.parse_args()
-    if args.command == "collect":
+    if args.command == "versus":
+        result = versus(args)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    elif args.command == "collect":
         collect(args)
     elif args.command == "picks":
         picks(args)

@@ -56,6 +56,13 @@ def _params(values: list[str]) -> dict[str, int]:
 def _load(args: argparse.Namespace, kind: str = "c"):
     from polydl.frontends import load_spec
 
+    onnx_only = [flag for flag, given in (
+        ("--batch", getattr(args, "batch", None) is not None),
+        ("--images-per-pass", getattr(args, "images_per_pass", None) is not None),
+        ("--no-winograd", getattr(args, "no_winograd", False))) if given]
+    if onnx_only:
+        raise PolyDLError(f"{', '.join(onnx_only)}: for ONNX networks, not for the loop nest "
+                          f"{args.spec} (its sizes are -p NAME=VALUE)")
     # always a path: a file name with '=' or '{' is not the text of a spec
     nest, params = load_spec(Path(args.spec), _params(args.param) or None, args.function,
                              args.define, args.include_dir, target_kind=kind)
@@ -313,7 +320,10 @@ def parser() -> argparse.ArgumentParser:
         return c
 
     def network_options(c: argparse.ArgumentParser, tuning: bool = False) -> None:
-        c.add_argument("--batch", type=int, default=None, help="ONNX: fix a symbolic batch size")
+        c.add_argument("--batch", type=int, default=None,
+                       help="ONNX: fix a symbolic batch size" + (
+                           "; --suite: a convolution suite's minibatch, as `polydl bench "
+                           "--batch` runs it" if tuning else ""))
         if not tuning:
             c.add_argument("--name", default=None,
                            help="ONNX: the C name of the network's function (default: the graph's)")

@@ -28,12 +28,13 @@ class SuiteProblem:
     params: dict[str, int]
 
 
-def suite_problems(name: str) -> list[SuiteProblem]:
+def suite_problems(name: str, batch: int | None = None) -> list[SuiteProblem]:
     """`name`: a suite of `polydl bench` (gemm, resnet50, resnet50_bwd_data, ...) or a JSON file
     with `shapes` (GEMMs: M, N, K) or `layers` (convolutions: C, K, H, W, R, S, stride, padding,
-    with N and an optional `primitive` at the top)."""
+    with N and an optional `primitive` at the top). `batch` replaces a convolution suite's N, as
+    `polydl bench --batch` does, so that `bench --schedule tuned` finds what was tuned."""
     if name in SUITE_FILES:
-        cases = load_suite(name)
+        cases = load_suite(name, batch)
         return [_problem(c.name, c.primitive, c.size, c.dtype) for c in cases]
     path = Path(name)
     if not path.is_file():
@@ -45,13 +46,19 @@ def suite_problems(name: str) -> list[SuiteProblem]:
         raise PolyDLError(f"{path}: not a suite file ({exc})") from None
     if not isinstance(data, dict) or not ({"shapes", "layers"} & set(data)):
         raise PolyDLError(f"{path}: a suite file is a JSON object with 'shapes' or 'layers'")
+    if batch is not None and "shapes" in data:
+        raise PolyDLError(f"{path}: a suite of GEMM shapes has no minibatch; --batch is for "
+                          "convolution suites")
+    if batch is not None and batch < 1:
+        raise PolyDLError(f"batch must be a positive minibatch, got {batch}")
     try:
         if "shapes" in data:
             return [_problem(s["name"], "matmul", {k: s[k] for k in "MNK"}, s.get("dtype", "float32"))
                     for s in data["shapes"]]
         keys = ("C", "K", "H", "W", "R", "S", "stride", "padding")
         primitive = data.get("primitive", "conv2d")
-        return [_problem(layer["name"], primitive, {"N": data["N"], **{k: layer[k] for k in keys}},
+        n = data["N"] if batch is None else batch
+        return [_problem(layer["name"], primitive, {"N": n, **{k: layer[k] for k in keys}},
                          data.get("dtype", "float32"))
                 for layer in data["layers"]]
     except (KeyError, TypeError) as exc:

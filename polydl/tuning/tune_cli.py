@@ -56,7 +56,10 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
     if args.suite and args.spec:
         raise PolyDLError("give a spec or --suite, not both")
     if args.suite:
-        problems = suite_problems(args.suite)
+        if args.images_per_pass is not None or args.no_winograd:
+            raise PolyDLError("--images-per-pass and --no-winograd apply to ONNX networks, "
+                              "not to --suite")
+        problems = suite_problems(args.suite, args.batch)
     elif args.spec:
         problems = [SuiteProblem(name, nest, dict(params)) for name, nest, params in load()]
     else:

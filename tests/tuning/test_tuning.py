@@ -1086,6 +1086,17 @@ def test_cli_tunes_every_layer_of_a_convolution_suite_file(
     assert re.search(r"^tiny +best .*measured 2 of", capsys.readouterr().out, re.M)
     (problem,) = {t.problem for t in PerfDatabase(db, system=False).trials()}
     assert problem.primitive == "conv2d" and problem.sizes["C"] == 3
+    # --batch tunes the suite at another minibatch, as `polydl bench --batch` runs it
+    assert main(["tune", "--suite", str(suite), "--batch", "2", "--trials", "1", "--db", str(db),
+                 "--no-progress"]) == 0
+    assert {t.problem.sizes["N"] for t in PerfDatabase(db, system=False).trials()} == {1, 2}
+
+
+def test_a_built_in_suite_is_tuned_at_the_batch_given() -> None:
+    from polydl.tuning.suites import suite_problems
+
+    assert {p.params["N"] for p in suite_problems("resnet50", 32)} == {32}
+    assert {p.params["N"] for p in suite_problems("resnet50")} == {2}
 
 
 def _bad_suites(tmp_path: Path) -> dict[str, str]:
@@ -1106,6 +1117,11 @@ def _bad_suites(tmp_path: Path) -> dict[str, str]:
     (["--suite", "{missing}"], "{missing}: a shape or layer lacks 'K'"),
     (["--suite", "{primitive}"], "{primitive}: suite layer p: unknown primitive 'pool'"),
     (["--suite", "{broken}"], "{broken}: not a suite file"),
+    (["--suite", "gemm", "--batch", "4"], "--batch is for convolution suites"),
+    (["--suite", "{missing}", "--batch", "4"], "{missing}: a suite of GEMM shapes has no minibatch"),
+    (["--suite", "resnet50", "--batch", "0"], "batch must be a positive minibatch, got 0"),
+    (["--suite", "resnet50", "--no-winograd"], "apply to ONNX networks, not to --suite"),
+    ([*MATMUL_SPEC, "--batch", "4"], "--batch: for ONNX networks, not for the loop nest"),
     ([*MATMUL_SPEC, "--trials", "0"], "trials must be at least 1, not 0"),
     ([*MATMUL_SPEC, "--workers", "0"], "--workers must be at least 1, not 0"),
     ([*MATMUL_SPEC, "--workers", str(len(os.sched_getaffinity(0)) + 1)], "one per worker at most"),
