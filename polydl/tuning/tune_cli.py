@@ -126,8 +126,10 @@ def _result_line(name: str, result: Any) -> str:
         slower, fastest = comparable_times([analytic, best])
         gain = f", {slower / fastest:.2f}x the analytic schedule"
     time = f"{best.seconds * 1e3:.3f} ms" if best and best.seconds else "no ok trial"
+    again = (f"; the {len(result.confirmed) - 1} fastest timed again beside the analytic"
+             if result.confirmed else "")
     return (f"{name:24s} best {time}{gain}; measured {len(result.measured)} of {result.space} "
-            f"({result.strategy}), {failed} not ok, {result.skipped} already in the database")
+            f"({result.strategy}), {failed} not ok, {result.skipped} already in the database{again}")
 
 
 class _progress:

@@ -50,6 +50,9 @@ from polydl.tuning.space import Candidate, search_space
 
 STRATEGIES = ("auto", "exhaustive", "guided", "random")
 BATCH = 8  # candidates measured together (interleaved) per worker
+# The search's fastest few, measured again beside the analytic choice in a process of their
+# own, over more rounds: the one stored as the best must win there too (`database._fastest`).
+FINALISTS = 3
 
 
 class Executor(Protocol):
@@ -139,6 +142,7 @@ class TuneResult:
     strategy: str
     db_path: str
     analytic_key: str  # the schedule key of the analytic choice (`schedule="auto"`)
+    confirmed: tuple[Trial, ...] = ()  # the finalists and the analytic choice, timed again
 
 
 Progress = Callable[[int, int, Trial | None], None]  # (done, total, best so far)
@@ -204,9 +208,45 @@ def tune(
                     best = t
             if progress:
                 progress(len(measured), budget, best)
+    confirmed: list[Trial] = []
+    confirming = _confirmation(nest, params, target, problem, db, space, reference, limits) \
+        if measured else None
+    if confirming is not None:
+        request, chunk = confirming
+        for _, outcomes in executor.run([request]):
+            confirmed = referenced_trials(problem, target, chunk, reference, outcomes)
+            db.add(confirmed)
     analytic = next((c.key for c in space if c.analytic), "")
     return TuneResult(problem, db.best(problem.key, target.key()), tuple(measured), skipped,
-                      len(space), strategy, str(db.path), analytic)
+                      len(space), strategy, str(db.path), analytic, tuple(confirmed))
+
+
+def _confirmation(nest: LoopNest, params: Mapping[str, int], target: CpuTarget, problem: Problem,
+                  db: PerfDatabase, space: Sequence[Candidate], reference: Candidate,
+                  limits: Limits) -> tuple[Request, list[Candidate]] | None:
+    """The request that times the `FINALISTS` fastest schedules measured faster than the
+    analytic choice again, with the analytic choice among them (so that it too is stored
+    measured twice), over twice the rounds; None when none was faster."""
+    ok = db.trials(problem.key, target.key(), statuses=[records.OK])
+    times = records.comparable_times(ok)
+    base = min((t for t, trial in zip(times, ok, strict=True) if trial.schedule_key == reference.key),
+               default=None)
+    if base is None:
+        return None
+    by_key = {c.key: c for c in space}
+    finalists: list[Candidate] = []
+    for i in sorted(range(len(ok)), key=times.__getitem__):
+        key = ok[i].schedule_key
+        if times[i] >= base or len(finalists) == FINALISTS:
+            break
+        if key in by_key and key != reference.key and by_key[key] not in finalists:
+            finalists.append(by_key[key])
+    if not finalists:
+        return None
+    chunk = [reference, *finalists]
+    longer = replace(limits, min_rounds=2 * limits.min_rounds, max_rounds=2 * limits.max_rounds,
+                     budget_s=2 * limits.budget_s)
+    return referenced_request(nest, params, target, chunk, reference, longer), chunk
 
 
 def _space_of(job: tuple[LoopNest, Mapping[str, int], CpuTarget]) -> list[Candidate]:

@@ -223,12 +223,35 @@ def test_the_user_s_ok_trial_wins_over_a_faster_system_one(tmp_path: Path) -> No
     db.add([trial(NOISY, (1e-5,), created=3.0)])  # only noisy: the system's stands
     best = db.best(MATMUL.key, TARGET)
     assert best is not None and best.origin == "system" and best.seconds == 1e-4
-    db.add([trial(samples=(3e-3,), created=4.0), trial(samples=(2e-3,), created=5.0)])
+    db.add([trial(samples=(3e-3,), created=4.0),
+            trial(samples=(2e-3,), created=5.0, sched=schedule("j", "i", "k"))])
     best = db.best(MATMUL.key, TARGET)
     assert best is not None and (best.origin, best.seconds) == ("user", 2e-3)
     [entry] = db.summary()
     assert entry.best == best and dict(entry.counts) == {OK: 3, NOISY: 1} and entry.total == 4
     assert db.best(MATMUL.key, OTHER_TARGET) is None
+
+
+def test_a_schedule_timed_again_counts_by_its_slower_measurement(tmp_path: Path) -> None:
+    """Once some schedules were measured twice (`polydl tune`'s finalists, beside the analytic
+    choice), the best is the one that won both times: a single lucky measurement is not."""
+    analytic, lucky, finalist = schedule(), schedule("k", "i", "j"), schedule("j", "i", "k")
+
+    def timed(sched: dict, ratio: float, created: float) -> Trial:
+        return trial(samples=(ratio * 1e-3,), reference_samples=(1e-3,), sched=sched, created=created)
+
+    db = user_db(tmp_path / "u.sqlite")
+    db.add([timed(analytic, 1.0, 1.0), timed(lucky, 0.5, 2.0), timed(finalist, 0.9, 3.0)])
+    best = db.best(MATMUL.key, TARGET)
+    assert best is not None and best.schedule == lucky  # nothing timed twice: the fastest
+    db.add([timed(analytic, 1.0, 4.0), timed(finalist, 0.95, 5.0)])
+    best = db.best(MATMUL.key, TARGET)
+    assert best is not None and best.schedule == finalist and best.relative == 0.95
+    db.add([timed(finalist, 1.1, 6.0)])  # lost the third time: the analytic choice stands
+    best = db.best(MATMUL.key, TARGET)
+    assert best is not None and best.schedule == analytic
+    [entry] = db.summary()
+    assert entry.best == best
 
 
 def test_the_system_database_follows_the_setting(tmp_path: Path) -> None:
