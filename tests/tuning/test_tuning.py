@@ -962,7 +962,9 @@ def test_an_interrupted_tuning_stops_handing_out_requests_and_keeps_what_was_mea
         def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
             for request in requests:
                 served.append(len(request.schedules))
-                time.sleep(0.05)
+                # the larger problems' requests take longer: the smallest finishes (and is
+                # interrupted on) while the others are part-way, not all of them at once
+                time.sleep(0.0125 * request.params["M"] / 4)
             yield from super().run(requests)
 
     class Two:
