@@ -487,6 +487,36 @@ def analyze(args: argparse.Namespace) -> dict:
     return out
 
 
+def versus_row(case, problem, target: CpuTarget, torch, repeat: int, budget_s: float) -> dict:
+    """One layer of `versus`: the `schedule="tuned"` kernel against the analytic one (the
+    database of `POLYDL_TUNING_DB`), both verified, timed interleaved; the ratio is the median
+    of the per-round ratios of their speeds (1.0 untimed where the two schedules are one)."""
+    kind = PASSES[case.primitive]
+    decided = tuned_schedule(build_model(problem.nest, problem.params), target).decided_by
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in kind.input_shapes(case)]
+    expected = kind.expected(case, inputs, torch)
+    size = case.size
+    layout = "" if case.primitive == "matmul" else (
+        "nchw16c" if size["C"] % 16 == 0 and size["K"] % 16 == 0 else "nchw")  # as tuned
+    builds = {name: kind.build(case, inputs, layout, name) for name in ("auto", "tuned")}
+    for name, build in builds.items():
+        ok, err = verify(build.runner, expected, case.dtype)
+        if not ok:
+            raise SystemExit(f"{case.name}: the {name} kernel differs (relative error {err:.1e})")
+    row = {"layer": case.name, "decided_by": decided, "analytic_schedule": builds["auto"].schedule,
+           "tuned_schedule": builds["tuned"].schedule}
+    if row["analytic_schedule"] == row["tuned_schedule"]:
+        return {**row, "ratio": 1.0, "same": True, "analytic_gflops": None, "tuned_gflops": None, "rounds": 0}
+    runners = [Runner(n, b.runner.run, b.runner.fresh) for n, b in builds.items()]
+    rounds, samples = time_runners(runners, repeat, budget_s)
+    per_round = round_medians(samples)
+    return {**row, "same": False, "rounds": rounds,
+            "ratio": statistics.median(a / t for a, t in zip(per_round["auto"], per_round["tuned"], strict=True)),
+            "analytic_gflops": case.flops / statistics.median(samples["auto"]) / 1e9,
+            "tuned_gflops": case.flops / statistics.median(samples["tuned"]) / 1e9}
+
+
 def versus(args: argparse.Namespace) -> dict:
     os.environ["POLYDL_TUNING_DB"] = str(Path(args.db).resolve())  # a pinned child inherits it
     cores = pinned_cores(args.threads or None)
@@ -500,37 +530,12 @@ def versus(args: argparse.Namespace) -> dict:
     print(f"{'layer':16s} {'decided by':10s} {'analytic':>10s} {'tuned':>10s} {'ratio':>7s}  tuned schedule")
     rows = []
     for case in cases:
-        kind = PASSES[case.primitive]
-        problem = nests[case.name]
-        decided = tuned_schedule(build_model(problem.nest, problem.params), target).decided_by
-        rng = np.random.default_rng(0)
-        inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in kind.input_shapes(case)]
-        expected = kind.expected(case, inputs, torch)
-        size = case.size
-        layout = "" if case.primitive == "matmul" else (
-            "nchw16c" if size["C"] % 16 == 0 and size["K"] % 16 == 0 else "nchw")  # as tuned
-        builds = {name: kind.build(case, inputs, layout, name) for name in ("auto", "tuned")}
-        for name, build in builds.items():
-            ok, err = verify(build.runner, expected, case.dtype)
-            if not ok:
-                raise SystemExit(f"{case.name}: the {name} kernel differs (relative error {err:.1e})")
-        row = {"layer": case.name, "decided_by": decided, "analytic_schedule": builds["auto"].schedule,
-               "tuned_schedule": builds["tuned"].schedule}
-        if row["analytic_schedule"] == row["tuned_schedule"]:
-            row.update(ratio=1.0, same=True, analytic_gflops=None, tuned_gflops=None, rounds=0)
-        else:
-            runners = [Runner(n, b.runner.run, b.runner.fresh) for n, b in builds.items()]
-            rounds, samples = time_runners(runners, args.repeat, args.budget)
-            per_round = round_medians(samples)
-            row.update(same=False, rounds=rounds,
-                       ratio=statistics.median(a / t for a, t in zip(per_round["auto"], per_round["tuned"], strict=True)),
-                       analytic_gflops=case.flops / statistics.median(samples["auto"]) / 1e9,
-                       tuned_gflops=case.flops / statistics.median(samples["tuned"]) / 1e9)
+        row = versus_row(case, nests[case.name], target, torch, args.repeat, args.budget)
         rows.append(row)
         speeds = ("same schedule", "") if row["same"] else (
             f"{row['analytic_gflops']:.0f}", f"{row['tuned_gflops']:.0f}")
-        print(f"{case.name:16s} {decided:10s} {speeds[0]:>10s} {speeds[1]:>10s} {row['ratio']:7.3f}  "
-              f"{row['tuned_schedule']}", flush=True)
+        print(f"{case.name:16s} {row['decided_by']:10s} {speeds[0]:>10s} {speeds[1]:>10s} "
+              f"{row['ratio']:7.3f}  {row['tuned_schedule']}", flush=True)
     mean = geometric_mean([r["ratio"] for r in rows])
     differ = [r["ratio"] for r in rows if not r["same"]]
     print(f"geometric mean, tuned / analytic: {mean:.3f} over {len(rows)} layers "

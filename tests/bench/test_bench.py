@@ -548,3 +548,38 @@ def test_tuning_benchmark_reports_how_noisy_the_labels_are() -> None:
     # the reference's medians per request: 1.5, 0.75, 3.0 -> slowest / fastest 4
     assert noise["reference_apart_median"] == pytest.approx(4.0)
     assert noise["problems_with_requests"] == 1
+
+
+def test_tuning_benchmark_times_the_tuned_kernel_against_the_analytic_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`versus`: a layer the database has nothing for builds the analytic schedule twice
+    (1.0, untimed); with a faster trial stored, the tuned kernel is built from it, verified
+    and timed beside the analytic one."""
+    from polydl.poly.model import build_model
+    from polydl.tuning.database import PerfDatabase
+    from polydl.tuning.space import search_space
+    from polydl.tuning.suites import suite_problems
+
+    tuning = _load_benchmark("tuning")
+    db = tmp_path / "perf.sqlite"
+    monkeypatch.setenv("POLYDL_TUNING_DB", str(db))
+    monkeypatch.setenv("POLYDL_COST_MODEL", str(tmp_path / "none.txt"))
+    sizes = {"N": 1, "C": 16, "K": 32, "H": 6, "W": 6, "R": 3, "S": 3, "stride": 1, "padding": 1}
+    suite = tmp_path / "one.json"
+    suite.write_text(json.dumps({"N": 1, "layers": [{"name": "tiny", **{k: v for k, v in sizes.items()
+                                                                       if k != "N"}}]}))
+    (problem,) = suite_problems(str(suite))
+    case = Case("tiny", "conv2d", tuple(sizes.items()), "float32")
+    target = host_target()
+    row = tuning.versus_row(case, problem, target, None, 2, 0.2)
+    assert (row["decided_by"], row["same"], row["ratio"]) == ("analytic", True, 1.0)
+    other = next(c for c in search_space(build_model(problem.nest, problem.params), target)
+                 if not c.analytic)
+    PerfDatabase(db, system=False).add([Trial(
+        Problem.of(problem.nest, problem.params), target.key(), other.schedule.to_dict(), "ok",
+        samples=(1e-6,))])
+    row = tuning.versus_row(case, problem, target, None, 2, 0.2)
+    assert row["decided_by"] == "database" and not row["same"]
+    assert row["tuned_schedule"] == other.schedule.describe() != row["analytic_schedule"]
+    assert row["rounds"] >= 1 and row["ratio"] > 0 and row["tuned_gflops"] > 0
