@@ -82,7 +82,7 @@ from polydl.tuning.lookup import tuned_schedule  # noqa: E402
 from polydl.tuning.measure import Limits, Request, spread  # noqa: E402
 from polydl.tuning.records import Problem  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
-from polydl.tuning.suites import suite_problems  # noqa: E402
+from polydl.tuning.suites import suite_layout, suite_problems  # noqa: E402
 from polydl.tuning.tuner import (  # noqa: E402
     PoolExecutor,
     SearchSpaces,
@@ -496,9 +496,7 @@ def versus_row(case, problem, target: CpuTarget, torch, repeat: int, budget_s: f
     rng = np.random.default_rng(0)
     inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in kind.input_shapes(case)]
     expected = kind.expected(case, inputs, torch)
-    size = case.size
-    layout = "" if case.primitive == "matmul" else (
-        "nchw16c" if size["C"] % 16 == 0 and size["K"] % 16 == 0 else "nchw")  # as tuned
+    layout = suite_layout(case.primitive, case.size)
     builds = {name: kind.build(case, inputs, layout, name) for name in ("auto", "tuned")}
     for name, build in builds.items():
         ok, err = verify(build.runner, expected, case.dtype)

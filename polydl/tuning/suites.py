@@ -67,6 +67,14 @@ def suite_problems(name: str, batch: int | None = None) -> list[SuiteProblem]:
         raise PolyDLError(f"{path}: {exc}") from None
 
 
+def suite_layout(primitive: str, sizes: dict[str, int]) -> str:
+    """The layout a suite layer is tuned in: blocked where the channels allow it, as the
+    networks and the benchmarks run them ("" for a GEMM)."""
+    if primitive == "matmul":
+        return ""
+    return "nchw16c" if sizes["C"] % BLOCK == 0 and sizes["K"] % BLOCK == 0 else "nchw"
+
+
 def _problem(name: str, primitive: str, sizes: dict[str, int], dtype: str) -> SuiteProblem:
     if primitive == "matmul":
         nest, params = builders.matmul(sizes["M"], sizes["N"], sizes["K"], dtype=dtype)
@@ -74,8 +82,7 @@ def _problem(name: str, primitive: str, sizes: dict[str, int], dtype: str) -> Su
     if primitive not in _CONV:
         raise PolyDLError(f"suite layer {name}: unknown primitive '{primitive}'; known: "
                           f"matmul, {', '.join(_CONV)}")
-    # blocked where the channels allow it, as the networks and the benchmarks run them
-    layout = "nchw16c" if sizes["C"] % BLOCK == 0 and sizes["K"] % BLOCK == 0 else "nchw"
+    layout = suite_layout(primitive, sizes)
     # the C target's forms (a stem's column phases), as `polydl.conv2d` builds them there
     options = builders.target_options(primitive, "c")
     nest, params = _CONV[primitive](**sizes, dtype=dtype, layout=layout, **options)
