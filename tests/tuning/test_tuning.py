@@ -1160,6 +1160,8 @@ def _bad_suites(tmp_path: Path) -> dict[str, str]:
     (["--suite", "gemm", "--batch", "4"], "--batch is for convolution suites"),
     (["--suite", "{missing}", "--batch", "4"], "{missing}: a suite of GEMM shapes has no minibatch"),
     (["--suite", "resnet50", "--batch", "0"], "batch must be a positive minibatch, got 0"),
+    (["--suite", "{primitive}", "--batch", "0"], "batch must be a positive minibatch, got 0"),
+    ([*MATMUL_SPEC, "--no-winograd"], "--no-winograd: for ONNX networks, not for the loop nest"),
     (["--suite", "resnet50", "--no-winograd"], "apply to ONNX networks, not to --suite"),
     ([*MATMUL_SPEC, "--batch", "4"], "--batch: for ONNX networks, not for the loop nest"),
     ([*MATMUL_SPEC, "--trials", "0"], "trials must be at least 1, not 0"),
