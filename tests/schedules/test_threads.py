@@ -10,6 +10,8 @@ from polydl.schedules import rank as rank_module
 from polydl.schedules import threads
 from polydl.schedules.distribution import isolate_gemms
 from polydl.schedules.rank import (
+    copied_arrays,
+    copied_elsewhere_bytes,
     evaluate,
     packed_elsewhere,
     rank,
@@ -122,6 +124,32 @@ def test_packed_b_read_from_the_copies_of_other_threads() -> None:
                       microkernel=MicrokernelBinding("S0", m="q", n="k", k="c",
                                                      batch=("cb", "r", "s"), pack_b=True))
     assert packed_elsewhere(conv, packed, 16) == 0.0
+
+
+def test_a_strided_copy_read_by_every_thread_comes_from_the_cores_that_copied_it() -> None:
+    model = _conv(32, 1024, 2048, 14, 2)  # ResNet-50's res5_proj_s2 at N=32
+    assert copied_arrays(model) == ("xs",)
+    xs_bytes = 32 * 1024 * 7 * 7 * 4
+    inner = ("kb", "cb", "m", "k", "c")
+    call = MicrokernelBinding("S1", m="m", n="k", k="c", batch=("cb",))
+    by_channels = Schedule(order=("kb.t", "n") + inner, tiles=(("kb", 8),), microkernel=call,
+                           parallel=("kb.t",))
+    by_images = Schedule(order=("n", "kb.t") + inner, tiles=(("kb", 8),), microkernel=call,
+                         parallel=("n",))
+    # 16 output-channel tiles: every thread reads every image of the copy, 15/16 of it copied
+    # by another core; 32 images: each thread reads (and, fused, copies) its own two
+    assert copied_elsewhere_bytes(model, by_channels, 16) == pytest.approx(16 * xs_bytes * 15 / 16)
+    assert copied_elsewhere_bytes(model, by_images, 16) == 0.0
+    # a layer without a copy (stride 1) is charged nothing either way
+    assert copied_elsewhere_bytes(_conv(32, 1024, 2048, 7, 1), by_channels, 16) == 0.0
+
+
+def test_a_socket_runs_the_images_of_a_strided_layer_in_parallel_at_n32() -> None:
+    """Output-channel tiles in parallel ran res5_proj_s2 at 0.88x (the lent 16-core host,
+    21 interleaved rounds) of images in parallel, whose threads each copy the strided image
+    they read; the L3 charge alone had ranked the tiles first."""
+    best = rank(_conv(32, 1024, 2048, 14, 2), SAPPHIRE)[0].schedule
+    assert best.parallel == ("n",), best.describe()
 
 
 def test_the_level_every_thread_shares_sees_the_whole_l3() -> None:
