@@ -21,7 +21,7 @@ from polydl.errors import CompileError, PolyDLError, SpecError
 from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
 from polydl.tuning.db_cli import add_db_command
-from polydl.tuning.tune_cli import add_model_command, add_tune_options
+from polydl.tuning.tune_cli import add_model_command, add_tune_options, network_only_flags
 
 
 class UsageError(PolyDLError):
@@ -56,10 +56,7 @@ def _params(values: list[str]) -> dict[str, int]:
 def _load(args: argparse.Namespace, kind: str = "c"):
     from polydl.frontends import load_spec
 
-    onnx_only = [flag for flag, given in (
-        ("--batch", getattr(args, "batch", None) is not None),
-        ("--images-per-pass", getattr(args, "images_per_pass", None) is not None),
-        ("--no-winograd", getattr(args, "no_winograd", False))) if given]
+    onnx_only = network_only_flags(args)
     if onnx_only:
         raise PolyDLError(f"{', '.join(onnx_only)}: for ONNX networks, not for the loop nest "
                           f"{args.spec} (its sizes are -p NAME=VALUE)")

@@ -49,6 +49,15 @@ def add_model_command(sub: argparse._SubParsersAction) -> None:
         a.set_defaults(func=func)
 
 
+def network_only_flags(args: argparse.Namespace, batch: bool = True) -> list[str]:
+    """The flags of ONNX networks given in `args` (`--batch` too where `batch`: a suite takes
+    it), for an error that names them where a loop nest or a suite would ignore them."""
+    flags = (("--batch", batch and getattr(args, "batch", None) is not None),
+             ("--images-per-pass", getattr(args, "images_per_pass", None) is not None),
+             ("--no-winograd", bool(getattr(args, "no_winograd", False))))
+    return [flag for flag, given in flags if given]
+
+
 def cmd_tune(args: argparse.Namespace, target: CpuTarget,
              load: Callable[[], list[tuple[str, Any, dict[str, int]]]], network: bool = False) -> int:
     """`load` gives the spec's problems (name, nest, sizes): one loop nest, or a network's
@@ -56,9 +65,9 @@ def cmd_tune(args: argparse.Namespace, target: CpuTarget,
     if args.suite and args.spec:
         raise PolyDLError("give a spec or --suite, not both")
     if args.suite:
-        if args.images_per_pass is not None or args.no_winograd:
-            raise PolyDLError("--images-per-pass and --no-winograd apply to ONNX networks, "
-                              "not to --suite")
+        given = network_only_flags(args, batch=False)
+        if given:
+            raise PolyDLError(f"{', '.join(given)}: for ONNX networks, not for --suite")
         problems = suite_problems(args.suite, args.batch)
     elif args.spec:
         problems = [SuiteProblem(name, nest, dict(params)) for name, nest, params in load()]
