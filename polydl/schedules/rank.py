@@ -949,16 +949,25 @@ def shared_read_bytes(model: PolyModel, schedule: Schedule, cores: int) -> float
 
 
 def copied_arrays(model: PolyModel) -> tuple[str, ...]:
-    """Scratch arrays a nest before the main one writes and the main nest reads: the padded
-    or strided copy of a convolution's input (`feeds.py` moves it into the main band, one
-    slice per thread, where the parallel loops let each thread read only what it copied)."""
+    """Scratch arrays a nest before the main one writes and the main nest reads, each part in
+    one iteration of its outermost loop: the padded or strided copy of a convolution's input
+    (`feeds.py` moves it into the main band, one slice per thread, where the parallel loops
+    let each thread read only what it copied). None where the main nest also reads a copy of
+    its weights (backward data's transposed weights): every choice of parallel loops then
+    reads one of the two copies from other cores. Measured on 16 cores, charging either
+    moved backward data's res5_3x3 off the analytic choice and ran it slower: 0.80x at N=32
+    (charging both, to input-channel tiles in parallel); 0.95x at N=32 and 0.91x at N=2
+    (charging the padded copy only, to images in parallel)."""
     groups = group_statements(model)
     main = main_group(model)
     read = {a.access.array for s in groups[main] for a in s.accesses if not a.is_write}
-    return tuple(sorted({
-        s.write.access.array for g, statements in groups.items() if g < main for s in statements
-        if model.nest.array(s.write.access.array).local and s.write.access.array in read
-    }))
+    copied = {s.write.access.array for g, statements in groups.items() if g < main
+              for s in statements
+              if model.nest.array(s.write.access.array).local and s.write.access.array in read}
+    moves = moves_along(model, (groups[main][0].iterators[0],))
+    if any(not moves.get(name, (False,))[0] for name in copied):
+        return ()
+    return tuple(sorted(copied))
 
 
 def copied_elsewhere_bytes(model: PolyModel, schedule: Schedule, cores: int) -> float:

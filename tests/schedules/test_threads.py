@@ -4,7 +4,7 @@ not move along is read by every thread that loop splits it over."""
 
 import pytest
 
-from polydl.frontends import builders
+from polydl.frontends import builders, conv_backward
 from polydl.poly.model import build_model
 from polydl.schedules import rank as rank_module
 from polydl.schedules import threads
@@ -142,6 +142,14 @@ def test_a_strided_copy_read_by_every_thread_comes_from_the_cores_that_copied_it
     assert copied_elsewhere_bytes(model, by_images, 16) == 0.0
     # a layer without a copy (stride 1) is charged nothing either way
     assert copied_elsewhere_bytes(_conv(32, 1024, 2048, 7, 1), by_channels, 16) == 0.0
+
+
+def test_no_copy_is_charged_where_the_weights_are_a_copy_too() -> None:
+    # backward data reads its padded dy and its transposed weights, both copied in passes of
+    # their own: images or input-channel tiles in parallel, threads read one from other cores
+    nest, params = conv_backward.conv2d_backward_data(N=32, C=512, K=512, H=7, W=7, R=3, S=3,
+                                                      padding=1, layout="nchw16c")
+    assert copied_arrays(build_model(nest, params)) == ()
 
 
 def test_a_socket_runs_the_images_of_a_strided_layer_in_parallel_at_n32() -> None:
