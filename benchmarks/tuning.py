@@ -4,7 +4,7 @@ how tuning throughput scales with workers.
 
     python benchmarks/tuning.py collect [--suites gemm,resnet50,...] [--per-problem 24]
                                         [--workers N] [--threads T] [--chunk 0] [--problems a,b]
-                                        [--db FILE] [--time-limit S]
+                                        [--repeats 1] [--db FILE] [--time-limit S]
     python benchmarks/tuning.py throughput [--workers 1,8] [--threads T] [--candidates 64]
                                            [--mode tune|requests]
     python benchmarks/tuning.py picks [--db FILE] [--top 8] [--workers N] [--threads T]
@@ -17,8 +17,10 @@ how tuning throughput scales with workers.
 (seeded), `--chunk` candidates per measuring process (0: all of a problem's), each process
 timing the problem's analytic choice beside them as the reference, on `--workers` disjoint
 shares of `--threads` cores each (`tuner.PoolExecutor`), the requests with the most work
-first; every trial goes to the database. It resumes: trials already there are not measured
-again. `throughput` tunes the same problems with 1 and N workers on fresh databases and compile
+first; every trial goes to the database. `--repeats R` measures every point R times, in R
+passes over all the suites, so that a point's measurements lie minutes apart; the analysis
+pools them (`records.pooled`). It resumes: trials already there are not measured again.
+`throughput` tunes the same problems with 1 and N workers on fresh databases and compile
 caches and reports candidates per hour (the search spaces, computed once before, not counted).
 `picks` measures, per problem, the points that the model trained without the problem's suite
 ranks first over the whole search space (`--top`), as a model-guided search measures them first.
@@ -29,8 +31,9 @@ model's order against the expectation of random order ((n + 1) / (g + 1) for g g
 and with `--full-space` the same over every problem's whole search space (exact where `picks`
 measured the model's first points), in the model's order, the analytic order and the order
 `polydl tune`'s guided search starts in (the analytic choice, then the model's and the analytic
-order in turn: `tuner.guided_order`), with the model's first point of the whole space against
-the best measured; the best measured against the analytic choice per suite (geometric mean);
+order in turn: `tuner.guided_order`), with the model's pick of the whole space (its first
+point, or the analytic choice within the margin its training validated) against the best
+measured; the best measured against the analytic choice per suite (geometric mean);
 and how far the labels can be told apart (`label_noise`). Prints a table, writes JSON
 (default benchmarks/results/tuning.json).
 
@@ -55,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -132,31 +135,39 @@ def collect(args: argparse.Namespace) -> None:
     executor = PoolExecutor(shares)
     start = time.monotonic()
     print(f"target {target.describe()}; {len(shares)} workers on cores {shares}", flush=True)
-    for suite in args.suites.split(","):
-        problems = [p for p in suite_problems(suite) if not args.problems or p.name in args.problems.split(",")]
-        # the search spaces of a suite at once, one process per core (seconds each)
-        spaces = search_spaces([(p.nest, p.params) for p in problems], target)
-        # every problem's requests at once: all workers stay busy
-        jobs, flops = [], []
-        for p, space in zip(problems, spaces, strict=True):
-            problem = Problem.of(p.nest, p.params)
-            done = db.measured(problem.key, target.key())
-            todo = [c for c in chosen_candidates(space, args.per_problem, problem.key) if c.key not in done]
-            size = args.chunk or len(todo) or 1
-            reference = analytic_choice(space)  # timed beside every chunk
-            jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
-            flops += [problem_flops(space)] * len(range(0, len(todo), size))
-        requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
-                    for _, p, chunk, reference in jobs]
-        order = longest_first(requests, flops)
-        for index, outcomes in executor.run([requests[i] for i in order]):
-            problem, p, chunk, reference = jobs[order[index]]
-            db.add(referenced_trials(problem, target, chunk, reference, outcomes))
-            if args.time_limit and time.monotonic() - start > args.time_limit:
-                print("time limit reached: run again to resume", flush=True)
-                return
-        print(f"{suite:22s} {len(problems)} problems, {sum(len(c) for _, _, c, _ in jobs)} measured, "
-              f"{time.monotonic() - start:7.1f} s so far", flush=True)
+    suites = {suite: [p for p in suite_problems(suite) if not args.problems or p.name in args.problems.split(",")]
+              for suite in args.suites.split(",")}
+    # the search spaces of a suite at once, one process per core (seconds each)
+    spaces = {suite: search_spaces([(p.nest, p.params) for p in problems], target)
+              for suite, problems in suites.items()}
+    # each pass measures every point once more: a point's measurements lie a pass apart, so
+    # the machine's slower spells, which the rounds of one request share, average out
+    for repeat in range(1, args.repeats + 1):
+        for suite, problems in suites.items():
+            jobs, flops = [], []
+            for p, space in zip(problems, spaces[suite], strict=True):
+                problem = Problem.of(p.nest, p.params)
+                done = Counter(t.schedule_key for t in db.trials(problem.key, target.key())
+                               if t.status in records.FINAL_STATUSES)
+                todo = [c for c in chosen_candidates(space, args.per_problem, problem.key)
+                        if done[c.key] < repeat]
+                size = args.chunk or len(todo) or 1
+                reference = analytic_choice(space)  # timed beside every chunk
+                jobs += [(problem, p, todo[i:i + size], reference) for i in range(0, len(todo), size)]
+                flops += [problem_flops(space)] * len(range(0, len(todo), size))
+            requests = [referenced_request(p.nest, p.params, target, chunk, reference, LIMITS)
+                        for _, p, chunk, reference in jobs]
+            # every problem's requests at once, the longest first: all workers stay busy
+            order = longest_first(requests, flops)
+            for index, outcomes in executor.run([requests[i] for i in order]):
+                problem, p, chunk, reference = jobs[order[index]]
+                db.add(referenced_trials(problem, target, chunk, reference, outcomes))
+                if args.time_limit and time.monotonic() - start > args.time_limit:
+                    print("time limit reached: run again to resume", flush=True)
+                    return
+            print(f"{suite:22s} pass {repeat}: {len(problems)} problems, "
+                  f"{sum(len(c) for _, _, c, _ in jobs)} measured, {time.monotonic() - start:7.1f} s so far",
+                  flush=True)
 
 
 class RequestLog:
@@ -272,9 +283,9 @@ def search_counts(model: CostModel, space: list, trials: list, per_problem: int,
     the model's order and in the analytic order, unmeasured points counted as misses (an upper
     bound; `picks` measures the model's first points, which makes it exact there), and the
     expectation of random order, the share of good points among the points `collect` did not
-    take by analytic cost estimated from its random sample. Also how the model's first point
-    over the whole space (what `schedule="tuned"` compiles without a database hit) compares
-    with the best measured, where it was measured."""
+    take by analytic cost estimated from its random sample. Also how the model's pick of the
+    whole space (what `schedule="tuned"` compiles without a database hit) compares with the
+    best measured, where it was measured."""
     times = dict(zip((t.schedule_key for t in trials), records.comparable_times(trials), strict=True))
     best = min(times.values())
     good = {k for k, x in times.items() if x <= best / 0.95}
@@ -295,7 +306,10 @@ def search_counts(model: CostModel, space: list, trials: list, per_problem: int,
 
     def until_good(order: list) -> int:
         return next((n for n, k in enumerate(order, 1) if k in good), len(order))
-    first = by_model[0] if by_model else None
+    # what `schedule="tuned"` builds without a database hit: the model's first point, or the
+    # analytic choice within the margin the model's training validated (`CostModel.pick`)
+    analytic = next((i for i, (_, f) in enumerate(space) if f.get("analytic_choice")), None)
+    first = keys[model.pick(scores, analytic)] if keys else None
     return {"space": len(keys), "model": until_good(by_model), "analytic": until_good(keys),
             "guided": until_good(guided), "random": (len(keys) + 1) / (estimated_good + 1),
             "space_pick": best / times[first] if first in times else None}
@@ -482,7 +496,7 @@ def analyze(args: argparse.Namespace) -> dict:
             within = sum((r["full_space"]["pick_within_5pct"] or 0) * r["full_space"]["picks_measured"]
                          for r in rows) / measured
             out["overall"]["full_space"]["pick_within_5pct"] = within
-            print(f"the model's first point of the whole space: {within:.0%} of the {measured} "
+            print(f"the model's pick of the whole space: {within:.0%} of the {measured} "
                   f"measured within 5% of the best measured")
     return out
 
@@ -555,6 +569,8 @@ def main() -> None:
     c.add_argument("--chunk", type=int, default=0,
                    help="candidates per measuring process, timed interleaved (0: a problem's all)")
     c.add_argument("--problems", default="", help="only these layers or shapes (names, comma-separated)")
+    c.add_argument("--repeats", type=int, default=1,
+                   help="measurements of every point, in passes over all the suites (labels pool them)")
     t = sub.add_parser("throughput")
     t.add_argument("--workers", dest="workers_list", default="1,8")
     t.add_argument("--threads", type=int, default=2)

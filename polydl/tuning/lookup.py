@@ -2,11 +2,13 @@
 
 In order: the fastest trial of the performance database for this exact problem and target;
 else the learned cost model's pick from the search space (where a model is trained and its
-library installed); else the analytic ranking. The answer says which one decided.
+library installed; the analytic choice unless the model predicts a point faster by more than
+the margin its training validated); else the analytic ranking. The answer says which one decided.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from polydl import settings
@@ -67,11 +69,22 @@ def _learned(model: PolyModel, target: CpuTarget, db: PerfDatabase | None,
         return None, why_not
     space = search_space(model, target)
     scores = cost_model.predict([c.features for c in space])
-    pick = min(range(len(space)), key=lambda i: scores[i])
+    analytic = next((i for i, c in enumerate(space) if c.analytic), None)
+    pick = cost_model.pick(scores, analytic)
+    first = min(range(len(space)), key=lambda i: scores[i])
+    if pick != first:
+        how = (f"the analytic choice kept: the model predicts its first point only "
+               f"{2 ** (scores[pick] - scores[first]):.3f}x faster, within the margin its training "
+               f"validated ({_margin(cost_model.switch_margin)})")
+    else:
+        how = f"predicted {2 ** scores[pick]:.2f}x the best"
     return TunedChoice(space[pick].schedule, MODEL, (
         f"not in the database: the cost model's pick of {len(space)} candidates "
-        f"(predicted {2 ** scores[pick]:.2f}x the best; trained on "
-        f"{cost_model.trained_on} trials)")), ""
+        f"({how}; trained on {cost_model.trained_on} trials)")), ""
+
+
+def _margin(margin: float) -> str:
+    return "the analytic choice always" if math.isinf(margin) else f"{2 ** margin:.2f}x"
 
 
 def _default_model() -> tuple[CostModel | None, str]:

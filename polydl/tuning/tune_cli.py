@@ -179,6 +179,16 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     path = args.model or settings.cost_model()
     model.save(path)
     print(f"trained  on {model.trained_on} trials, {len(model.feature_names)} features")
+    margin = model.switch_margin
+    if math.isinf(margin):
+        picks = "the analytic choice: on the families held out in training the model's first points did no better"
+    elif margin == 0:
+        picks = "its first point: on the families held out in training that picked best"
+    else:
+        picks = (f"its first point where it predicts the analytic choice more than {2 ** margin:.2f}x "
+                 "slower, else the analytic choice (the margin that picked best on the families "
+                 "held out in training)")
+    print(f"picks    {picks}")
     print(f"stored   {path}")
     return 0
 

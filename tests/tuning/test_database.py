@@ -13,6 +13,7 @@ import pytest
 from polydl import settings
 from polydl.errors import PolyDLError
 from polydl.schedules.schedule import Schedule
+from polydl.tuning import records
 from polydl.tuning.database import (
     SCHEMA_VERSION,
     DatabaseFileError,
@@ -151,6 +152,21 @@ def test_a_trial_timed_in_every_round_beside_the_reference_compares_round_by_rou
     # a candidate timed once has one sample: the ratio of the medians
     once = trial(samples=(3e-3,), reference_samples=(2e-3, 2.2e-3, 9e-3))
     assert once.relative == pytest.approx(3e-3 / 2.2e-3)
+
+
+def test_measurements_of_one_schedule_pool_their_rounds() -> None:
+    # the first request met a fast spell of the candidate's, the second a slow one: pooled,
+    # every round's ratio counts, not the luckier request's
+    fast = trial(samples=(0.9e-3, 0.9e-3, 0.9e-3), reference_samples=(1e-3, 1e-3, 1e-3))
+    slow = trial(samples=(1.1e-3, 1.1e-3, 1.1e-3), reference_samples=(1e-3, 1e-3, 1e-3))
+    both = records.pooled([fast, slow])
+    assert both.round_ratios == pytest.approx((0.9, 0.9, 0.9, 1.1, 1.1, 1.1))
+    assert both.relative == pytest.approx(1.0)
+    assert records.pooled([slow]) is slow
+    # a measurement timed once pairs no rounds: the measurement of median time stands
+    once = trial(samples=(1.3e-3,), reference_samples=(1e-3, 1e-3, 1e-3))
+    assert records.pooled([once, fast, slow]) is slow
+    assert records.pooled([once, fast]) is fast
 
 
 def test_the_best_compares_ratios_to_the_reference_timed_beside_each(tmp_path: Path) -> None:

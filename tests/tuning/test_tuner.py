@@ -194,6 +194,11 @@ def test_tuned_is_database_else_model_else_analytic(
     choice = tuned_schedule(model, target, db)
     assert choice.decided_by == "model"
     assert schedule_key(choice.schedule.to_dict()) in {c.key for c in search_space(model, target)}
+    # a model whose training found its first points no better than the analytic choice
+    keeping = replace(CostModel.load(tmp_path / "model.txt"), switch_margin=math.inf)
+    kept = tuned_schedule(model, target, db, cost_model=keeping)
+    analytic = next(c for c in search_space(model, target) if c.analytic)
+    assert kept.decided_by == "model" and schedule_key(kept.schedule.to_dict()) == analytic.key
     tune(nest, params, target=target, trials=2, db=db, limits=QUIET)
     monkeypatch.setenv("POLYDL_TUNING_DB", str(db.path))
     choice = tuned_schedule(model, target)
