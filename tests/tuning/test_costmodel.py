@@ -3,6 +3,7 @@ predicts, its file, how its picks are scored, and `polydl model train|eval`."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -97,6 +98,12 @@ def test_a_saved_model_predicts_the_same_after_loading(tmp_path: Path) -> None:
     assert (loaded.feature_names, loaded.trained_on) == (model.feature_names, model.trained_on)
     # written through a temporary file renamed into place: nothing else left beside it
     assert [p.name for p in (tmp_path / "deep").iterdir()] == ["model.txt"]
+    # a file written before the margin existed picks as it did then: its first point
+    header, _, trees = (tmp_path / "deep" / "model.txt").read_text().partition("\n")
+    meta = json.loads(header)
+    del meta["switch_margin"]
+    (tmp_path / "old.txt").write_text(json.dumps(meta) + "\n" + trees)
+    assert CostModel.load(tmp_path / "old.txt").switch_margin == 0.0
 
 
 @pytest.mark.parametrize("text, said", [
