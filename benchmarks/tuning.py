@@ -78,7 +78,7 @@ from polydl.poly.model import build_model  # noqa: E402
 from polydl.target.cpu import CpuTarget  # noqa: E402
 from polydl.target.host import host_target  # noqa: E402
 from polydl.tuning import records, tuner  # noqa: E402
-from polydl.tuning.costmodel import CostModel, evaluate, groups_of  # noqa: E402
+from polydl.tuning.costmodel import CostModel, analytic_index, evaluate, groups_of  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
 from polydl.tuning.distributed import worker_cpus  # noqa: E402
 from polydl.tuning.lookup import tuned_schedule  # noqa: E402
@@ -308,8 +308,7 @@ def search_counts(model: CostModel, space: list, trials: list, per_problem: int,
         return next((n for n, k in enumerate(order, 1) if k in good), len(order))
     # what `schedule="tuned"` builds without a database hit: the model's first point, or the
     # analytic choice within the margin the model's training validated (`CostModel.pick`)
-    analytic = next((i for i, (_, f) in enumerate(space) if f.get("analytic_choice")), None)
-    first = keys[model.pick(scores, analytic)] if keys else None
+    first = keys[model.pick(scores, analytic_index([f for _, f in space]))] if keys else None
     return {"space": len(keys), "model": until_good(by_model), "analytic": until_good(keys),
             "guided": until_good(guided), "random": (len(keys) + 1) / (estimated_good + 1),
             "space_pick": best / times[first] if first in times else None}

@@ -176,15 +176,17 @@ def evaluate(model: CostModel, groups: Mapping[Group, Sequence[Trial]]) -> list[
         times = records.comparable_times(trials)
         fastest = min(times)
         by_time = sorted(range(len(trials)), key=lambda i: times[i])
-        pick = model.pick(scores, _analytic_index(trials))
+        pick = model.pick(scores, analytic_index([t.features for t in trials]))
         good = next(n for n, i in enumerate(order, 1) if times[i] <= fastest * 1.05)
         out.append(PickQuality(group, trials[0].problem.describe(), len(trials),
                                fastest / times[pick], by_time.index(pick), good))
     return out
 
 
-def _analytic_index(trials: Sequence[Trial]) -> int | None:
-    return next((i for i, t in enumerate(trials) if t.features.get("analytic_choice")), None)
+def analytic_index(features: Sequence[Mapping[str, float]]) -> int | None:
+    """The index of the analytic choice among candidates' features (`space.search_space`
+    marks it `analytic_choice`), for `CostModel.pick`; None where none is marked."""
+    return next((i for i, f in enumerate(features) if f.get("analytic_choice")), None)
 
 
 def _fit(groups: Mapping[Group, Sequence[Trial]], rounds: int) -> tuple[object, tuple[str, ...], int]:
@@ -228,7 +230,7 @@ def _validated_margin(groups: Mapping[Group, Sequence[Trial]], rounds: int) -> f
         model = CostModel(booster, names, 0)
         for group in held:
             trials = groups[group]
-            analytic = _analytic_index(trials)
+            analytic = analytic_index([t.features for t in trials])
             if len(trials) < 2 or analytic is None:
                 continue
             scores = model.predict([t.features for t in trials])
