@@ -15,7 +15,7 @@ from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgu
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.line_copies import line_copies
 from polydl.codegen.loops import LoopPrinter
-from polydl.codegen.microkernel_call import CallPrinter, kept_flag
+from polydl.codegen.microkernel_call import CallPrinter, kept_flag, pairs_copy_lines
 from polydl.codegen.register_tiles import RowTilePrinter
 from polydl.codegen.scratch_clearing import clearing
 from polydl.codegen.templating import render
@@ -26,6 +26,7 @@ from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.fusion import vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
+from polydl.schedules.rank import pairs_b
 from polydl.schedules.register_blocking import unit_for
 from polydl.schedules.start import start_statement
 from polydl.target.cpu import CpuTarget
@@ -111,7 +112,9 @@ def _printers(
     }
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
-    return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes)
+    paired = pairs_b(model, target, scheduled.schedule, scheduled.main.order)
+    return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes,
+                                         {paired.array: paired} if paired else None)
 
 
 def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
@@ -208,6 +211,27 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
          "slots": f"_pd_kept_slots{call.pack.name}"}
         for call in kept_calls if call.pack is not None
     ]
+    # inputs the AMX calls read in k pairs: copied before the nest, or kept like a packed B
+    pairs_first: list[str] = []
+    for pairs in calls.paired.values():
+        c_type = layouts[pairs.array].c_type
+        lines = pairs_copy_lines(pairs, pairs.array, c_type)
+        if pairs.kept:
+            kept.append({"name": pairs.name, "c_type": c_type, "count": pairs.elements,
+                         "fill": kept_flag(pairs.name),
+                         "source": given.get(pairs.array, pairs.array),
+                         "slots": f"_pd_kept_slots{pairs.name}"})
+            lines = [f"if ({kept_flag(pairs.name)})", *lines]
+        else:
+            locals_.append({"name": pairs.name, "c_type": c_type, "count": pairs.elements,
+                            "zeroed": False})
+        pairs_first += lines
+        placements.append(EpiloguePlacement(
+            (pairs.array,), False,
+            "the AMX calls load their tiles of it in place instead of each copying its part"
+            + ("; at the first call on the array only (kept)" if pairs.kept else ""),
+            where="before the nest", what="copy in k pairs of"))
+    body = pairs_first + body
     locals_ += [
         {"name": call.pack_a.name, "c_type": layouts[call.a.array].c_type,
          "count": call.pack_a.elements, "zeroed": False}
@@ -236,7 +260,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # microkernels that reuse a packed constant input across calls count the calls
         tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
     )
-    kept_inputs = tuple(dict.fromkeys(call.b.array for call in kept_calls))
+    kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
+                                       *(p.array for p in calls.paired.values() if p.kept)]))
     header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,

@@ -8,7 +8,7 @@ full tiles, and the remainder tile where an extent is not a multiple of the tile
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from itertools import product
 
@@ -16,6 +16,7 @@ from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
 from polydl.codegen.microkernels.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
+from polydl.schedules.amx_pairs import PairedB
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import Condition, PostOpPlan, PostOps, condition_c, offset_c
 from polydl.schedules.schedule import is_tile_loop, loop_var, tile_loop
@@ -93,14 +94,21 @@ def microkernel_name(spec: BrgemmSpec, isa: str) -> str:
 
 class CallPrinter:
     def __init__(self, printer: StatementPrinter, isa: str, constant: frozenset[str],
-                 l1_bytes: int) -> None:
+                 l1_bytes: int, paired: Mapping[str, PairedB] | None = None) -> None:
         self.printer = printer
         self.isa = isa
         self.l1_bytes = l1_bytes  # register tiles keep A's rows within its sets
         self.constant = constant  # arrays no statement writes (the function's const inputs)
+        # inputs the calls read from a copy in k pairs made before the nest (`amx_pairs.py`)
+        self.paired = dict(paired or {})
         self.microkernels: dict[str, Microkernel] = {}
         # the fused epilogue of a call's statement, applied inside its microkernels
         self.postops: dict[str, PostOpPlan] = {}
+
+    def _spec(self, call: MicrokernelCall, m: int, n: int, dtype: str, k: int,
+              blocks: int) -> BrgemmSpec:
+        spec = brgemm_spec(call, m, n, dtype, k, blocks)
+        return replace(spec, b_pairs=True) if call.b.array in self.paired else spec
 
     def _b_constant(self, call: MicrokernelCall) -> bool:
         return call.pack is None and call.b.array in self.constant
@@ -143,6 +151,12 @@ class CallPrinter:
                 f"  const {ctype[call.b.array]} *_pd_b = {pack.name} + "
                 f"{self._slot_offset(call, binding.n)} + {binding.k} * {pack.k_stride}L;"
             )
+        elif call.b.array in self.paired:
+            # the same element in the copy: rows paired, so its column counts twice
+            row = self.paired[call.b.array].row
+            out.append(f"  const long _pd_o = &{p.element(call.b)} - {call.b.array};")
+            out.append(f"  const {ctype[call.b.array]} *_pd_b = "
+                       f"{self.paired[call.b.array].name} + _pd_o + _pd_o % {row}L;")
         else:
             out.append(f"  const {ctype[call.b.array]} *_pd_b = &{p.element(call.b)};")
         out.append(f"  {ctype[call.c.array]} *_pd_c = &{p.element(call.c)};")
@@ -155,7 +169,7 @@ class CallPrinter:
         dtype = microkernel_dtype(p, call)
         for m, n, k, blocks in tile_variants(call):
             b_constant = self._b_constant(call)
-            spec = brgemm_spec(call, m, n, dtype, k, blocks)
+            spec = self._spec(call, m, n, dtype, k, blocks)
             conds = []
             variants = [(var, call.extent_variants(var), size) for var, size in
                         ((binding.m, m), (binding.n, n), (binding.k, k), (binding.blocks, blocks))
@@ -212,7 +226,7 @@ class CallPrinter:
         for m, n, k, blocks in tile_variants(call):
             for first, last in cases:
                 overwrite, ops = post.variant(first, last)
-                spec = _spec_variant(brgemm_spec(call, m, n, dtype, k, blocks), overwrite, ops)
+                spec = _spec_variant(self._spec(call, m, n, dtype, k, blocks), overwrite, ops)
                 b_constant = self._b_constant(call)
                 name = microkernel_name(spec, self._name_isa(binding.backend, b_constant))
                 try:
@@ -378,4 +392,24 @@ def postop_pointers(
         f"  const {ctype} *_pd_e{i} = &{o.array};" if o.array in scalars
         else f"  const {ctype} *_pd_e{i} = {o.array} + ({offset_c(o.offset, names)});"
         for i, o in enumerate(post.operands)
+    ]
+
+
+def pairs_copy_lines(pairs: PairedB, source: str, c_type: str) -> list[str]:
+    """C lines that copy input `source` into `pairs.name` in k pairs: rows 2q and 2q + 1 of
+    `pairs.row` elements become one row of pairs (`amx_pairs.py`), on the threads."""
+    row = pairs.row
+    return [
+        "{",
+        f"  /* {source} in k pairs for the AMX calls */",
+        "  #pragma omp parallel for schedule(static)",
+        f"  for (long _pd_q = 0; _pd_q < {pairs.elements // (2 * row)}; ++_pd_q) {{",
+        f"    const {c_type} *restrict _pd_s = {source} + _pd_q * {2 * row}L;",
+        f"    {c_type} *restrict _pd_d = {pairs.name} + _pd_q * {2 * row}L;",
+        f"    for (long _pd_j = 0; _pd_j < {row}; ++_pd_j) {{",
+        "      _pd_d[2 * _pd_j] = _pd_s[_pd_j];",
+        f"      _pd_d[2 * _pd_j + 1] = _pd_s[{row} + _pd_j];",
+        "    }",
+        "  }",
+        "}",
     ]

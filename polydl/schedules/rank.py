@@ -23,6 +23,7 @@ from polydl.poly.counting import count_points
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import LevelWorkingSet, working_sets
 from polydl.schedules import threads
+from polydl.schedules.amx_pairs import PairedB, pairable_b
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -826,6 +827,31 @@ def amx_repacked_bytes(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     moving = [i for i, loop in enumerate(outer) if element_stride(model, b, loop_var(loop)) != 0]
     last = (moving[-1] + 1 if moving else 0) if cached else len(outer)
     return per_call * math.prod(trips[:last])
+
+
+# Where a schedule's AMX calls copy a read-only B at least this many times, the function
+# copies all of B into k pairs once instead. On the 16-core Sapphire Rapids host (bf16, 16
+# threads, the ranking's schedules unchanged) that ran res5_3x3 and res4_3x3 at N=32, whose
+# every image copies all the weights, 1.03 and 1.02 as fast, and res5_1x1c at N=2 (two
+# copies) 0.85: the pass of its own does not pay for a few copies.
+PAIRS_REUSE = 8
+
+
+def pairs_b(model: PolyModel, machine: CpuTarget, schedule: Schedule,
+            order: Sequence[str]) -> PairedB | None:
+    """The copy of B in k pairs that the schedule's AMX calls read (`amx_pairs.py`), where it
+    can be made and pays: B is kept between calls (copied at the first only), or the calls
+    would copy at least `PAIRS_REUSE` times B's bytes into k pairs themselves. The ranking
+    still charges the calls' own copies (`amx_repacked_bytes`): schedules chosen with the
+    copy in pairs priced instead moved the blocks of weights inside the rows and images, and
+    ran slower (0.52-0.90 on five of seven N=2 layers at 16 threads)."""
+    if machine.isa != "avx512amx":
+        return None
+    paired = pairable_b(model, schedule)
+    if paired is None or paired.kept:
+        return paired
+    repacked = amx_repacked_bytes(model, machine, schedule, order)
+    return paired if repacked >= PAIRS_REUSE * paired.bytes else None
 
 
 # How many ways `private_sum_splits` splits a call's k loop among the threads.

@@ -117,3 +117,44 @@ def test_a_bf16_copy_moves_the_bits() -> None:
                            dtype="bfloat16")
     assert "xs[" in kernel.source
     assert "_pd_f32_to_bf16(_pd_bf16_to_f32(" not in kernel.source
+
+
+@pytest.mark.parametrize("constant", [(), ("w",)])
+def test_amx_calls_read_the_weights_from_one_copy_in_k_pairs(constant: tuple[str, ...]) -> None:
+    """Built for Sapphire Rapids with the images in parallel, every image's calls would copy
+    every block of the weights into k pairs. The function copies the weights in pairs once,
+    on its threads, before the nest (kept weights: at the first call only), and each call
+    reads that copy at its own offset plus its column."""
+    kern = polydl.conv2d(N=8, C=64, K=64, H=8, W=8, R=3, S=3, padding=1, dtype="bfloat16",
+                         layout="nchw16c", machine="sapphirerapids", constant=constant)
+    source = kern.source
+    assert "/* w in k pairs for the AMX calls */" in source
+    assert "_pd_b = _pd_pairs_w + _pd_o + _pd_o % 16L;" in source
+    assert "_mm512_permutexvar_epi16" not in source  # no call copies B
+    assert ("pd_kept_take(_pd_kept_slots_pd_pairs_w" in source) == bool(constant)
+    assert ("constants_changed" in kern.header) == bool(constant)
+
+
+@pytest.mark.skipif(host_target().isa != "avx512amx", reason="needs a CPU with AMX-BF16")
+@pytest.mark.parametrize("constant", [(), ("w",)])
+def test_amx_convolution_on_weights_in_k_pairs(constant: tuple[str, ...]) -> None:
+    """The weights read in k pairs give numpy's convolution; kept weights changed in place
+    are paired again after `constants_changed()`, a new array at once."""
+    n, c, k, h, w = 16, 64, 48, 9, 9
+    kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=3, S=3, padding=1, dtype="bfloat16",
+                         layout="nchw16c", constant=constant)
+    assert "_pd_pairs_w" in kern.source
+    rng = np.random.default_rng(7)
+    x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
+    xb = layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)
+    wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+    for step in range(3):
+        got = layouts.from_nchw16c(kern(xb, wb), k)
+        np.testing.assert_allclose(got, conv2d_numpy(f32(x), f32(wt), 1, 1), rtol=1e-4, atol=1e-4)
+        wt = bf16(rng, k, c, 3, 3)
+        if step == 0:  # in place
+            wb[...] = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+            kern.constants_changed()
+        else:  # another array
+            wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+    run_and_check(kern)

@@ -28,6 +28,7 @@ from polydl.codegen.microkernels import (
     amx,
     choose_microkernel,
     libxsmm_available,
+    portable,
 )
 from polydl.codegen.microkernels.blocking import VECTOR_UNITS, choose_outer_product
 from polydl.errors import ScheduleError
@@ -500,6 +501,90 @@ def test_amx_kernels_keep_and_reload_tile_configurations(tmp_path: Path) -> None
     run(other_ffi, other, "rows7", replace(CONV16, m=7, dtype="bfloat16"))
     lib.enter()
     run(ffi, lib, "rows28", specs["rows28"])
+
+
+# bf16 specs whose B rows pair up (`BrgemmSpec.b_pairs`): every batch and block stride of B is
+# an even number of rows. A blocked conv call (batch merged into k: chunks across batch steps),
+# one over two blocks of n, and a GEMM panel three tile columns wide with a ragged m.
+PAIRED_SPECS = {
+    "conv16": replace(CONV16, m=28, dtype="bfloat16"),
+    "blocks": replace(CONV16, m=14, dtype="bfloat16", n_blocks=2, b_nb=4 * 9 * 256, c_nb=28 * 16,
+                      c_m=16, batch=CONV16.batch[:1]),
+    "gemm": BrgemmSpec(m=37, n=48, k=30, a_m=30, a_k=1, b_k=64, b_n=1, c_m=48, c_n=1,
+                       dtype="bfloat16"),
+}
+
+
+def in_pairs(spec: BrgemmSpec, b: Operand) -> Operand:
+    """B in k pairs: its rows of b_k elements, counted from the kernel's pointer, taken two at
+    a time and interleaved (what the generated function's copy holds)."""
+    row = spec.b_k
+    values = b.buffer[b.base:]
+    rows = -(-len(values) // (2 * row)) * 2
+    flat = np.zeros(rows * row, np.uint16)
+    flat[:len(values)] = values
+    return Operand(flat.reshape(rows // 2, 2, row).transpose(0, 2, 1).reshape(-1).copy(), 0)
+
+
+def _paired_library(directory: Path, kernels: dict[str, Microkernel]) -> tuple[cffi.FFI, object]:
+    directory.mkdir()
+    ffi = cffi.FFI()
+    for name in kernels:
+        ffi.cdef(f"void run_{name}(const void *a, const void *b, void *c);")
+    out = directory / "pairs.so"
+    proc = gcc([entry_source(mk, f"run_{name}") for name, mk in kernels.items()], out, link=True)
+    output, _ = proc.communicate()
+    assert proc.returncode == 0, output[:5000]
+    lib = ffi.dlopen(str(out))
+    _LOADED.append((ffi, lib))
+    return ffi, lib
+
+
+def _check_paired(ffi: cffi.FFI, lib: object, name: str, spec: BrgemmSpec) -> None:
+    rng = np.random.default_rng(3)
+    a, b, c = random_operands(spec, rng)
+    want = reference(spec, a, b, c)  # B in its own layout
+    pairs = in_pairs(spec, b)  # held through the call
+    getattr(lib, f"run_{name}")(*pointers(ffi, (a, pairs, c)))
+    assert_matches(spec, c, want, name)
+
+
+def test_the_portable_kernel_reads_b_in_k_pairs(tmp_path: Path) -> None:
+    """The AMX kernel's fallback where the OS refuses the tile state: portable C reading the
+    pairs copy gives the product of B in its own layout."""
+    kernels = {}
+    for name, spec in PAIRED_SPECS.items():
+        paired = replace(spec.one_block(), b_pairs=True)
+        kernels[name] = Microkernel(
+            name=f"_pd_{name}", spec=paired, backend="polydl", isa="scalar", form="portable",
+            source=portable.render_portable_kernel(paired.normalized(), f"_pd_{name}", name))
+    ffi, lib = _paired_library(tmp_path / "portable", kernels)
+    for name, spec in PAIRED_SPECS.items():
+        _check_paired(ffi, lib, name, spec.one_block())
+
+
+def test_b_in_k_pairs_is_the_amx_kernels_alone() -> None:
+    """Tiles load B in pairs in place: nothing is copied or permuted; a spec whose B rows
+    cannot pair, or an ISA without tiles, is refused."""
+    mk = choose_microkernel(replace(PAIRED_SPECS["conv16"], b_pairs=True), "avx512amx", "_pd_p")
+    assert "_tile_dpbf16ps(" in mk.source and "_mm512_permutexvar_epi16" not in mk.source
+    assert "_packed" not in mk.source.split("/* B in k pairs")[0].split("_vnni")[-1]
+    assert f"{4 * CONV16.b_k});" in mk.source  # tile rows of pairs 2 * b_k elements apart
+    with pytest.raises(ScheduleError, match="AMX kernel only"):
+        choose_microkernel(replace(PAIRED_SPECS["conv16"], b_pairs=True), "avx512bf16", "_pd_p")
+    with pytest.raises(ValueError, match="k pairs"):
+        replace(PAIRED_SPECS["gemm"], k=31, b_pairs=True)
+    with pytest.raises(ValueError, match="transposed"):
+        replace(PAIRED_SPECS["gemm"], b_pairs=True).transposed()
+
+
+@pytest.mark.skipif(not RUNNABLE["avx512amx"], reason="needs a CPU with AMX-BF16")
+def test_amx_tiles_read_b_in_k_pairs(tmp_path: Path) -> None:
+    kernels = {name: choose_microkernel(replace(spec, b_pairs=True), "avx512amx", f"_pd_{name}")
+               for name, spec in PAIRED_SPECS.items()}
+    ffi, lib = _paired_library(tmp_path / "amx", kernels)
+    for name, spec in PAIRED_SPECS.items():
+        _check_paired(ffi, lib, name, spec)
 
 
 def test_bf16_dot_product_kernel_builds_with_mavx512bf16(tmp_path: Path) -> None:

@@ -1,10 +1,14 @@
 """bf16 calls on AMX: the kernel copies B into k pairs at every call unless the thread's previous
-call read the same constant B; the ranking counts those copies, and a strided bf16 B is copied
-into unit-stride blocks before the calls (`MicrokernelBinding.pack_b`)."""
+call read the same constant B, or the calls read one copy of B in k pairs made before the nest
+(`amx_pairs.py`); the ranking counts those copies, and a strided bf16 B is copied into
+unit-stride blocks before the calls (`MicrokernelBinding.pack_b`)."""
+
+from dataclasses import replace
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import amx_repacked_bytes, rank
+from polydl.schedules.amx_pairs import PairedB, pairable_b
+from polydl.schedules.rank import PAIRS_REUSE, amx_repacked_bytes, pairs_b, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 
@@ -13,11 +17,12 @@ CALL = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("cb", "r", "s"))
 INNER = ("cb", "r", "s", "q", "k", "c")
 
 
-def _conv(dtype: str, n: int = 2, c: int = 64, k: int = 256, hw: int = 8) -> object:
+def _conv(dtype: str, n: int = 2, c: int = 64, k: int = 256, hw: int = 8, layout: str = "nchw16c",
+          kept: bool = False) -> object:
     # rows of 8: a call over one row (7 x 7 layers run their positions as one loop)
-    nest, params = builders.conv2d(N=n, C=c, K=k, H=hw, W=hw, R=1, S=1, layout="nchw16c",
+    nest, params = builders.conv2d(N=n, C=c, K=k, H=hw, W=hw, R=1, S=1, layout=layout,
                                    dtype=dtype)
-    return build_model(nest, params)
+    return build_model(nest.keeping(("w",)) if kept else nest, params)
 
 
 def test_a_copy_serves_the_calls_until_the_weights_block_changes() -> None:
@@ -61,3 +66,51 @@ def test_amx_ranking_keeps_the_weights_block_across_consecutive_calls() -> None:
     assert outer[-1] in ("p", "n")  # rows or images follow the blocks: the copy is reused
     fp32_best = rank(_conv("float32", c=512, k=2048), AMX)[0].schedule
     assert amx_repacked_bytes(_conv("float32", c=512, k=2048), AMX, fp32_best, fp32_best.order) == 0
+
+
+def test_weights_are_read_in_k_pairs_where_the_calls_would_copy_them_again() -> None:
+    """With the images outside the blocks, every image's calls copy every block of weights
+    again; one copy of the weights in k pairs (rows of 16 output channels paired) replaces
+    them, where the calls would copy them `PAIRS_REUSE` times or more."""
+    model = _conv("bfloat16", n=8)
+    images_outside = Schedule(order=("n", "kb", "p") + INNER, microkernel=CALL)
+    weights = 256 * 64 * 2
+    assert amx_repacked_bytes(model, AMX, images_outside, images_outside.order) == 8 * weights
+    assert PAIRS_REUSE <= 8
+    assert pairable_b(model, images_outside) == PairedB("w", 16, 256 * 64, kept=False)
+    assert pairs_b(model, AMX, images_outside, images_outside.order) is not None
+    four = _conv("bfloat16", n=4)  # four copies: fewer than pay for a pass of their own
+    assert pairs_b(four, AMX, images_outside, images_outside.order) is None
+    # each block copied once in all: a copy in pairs would not pay
+    images_inside = Schedule(order=("kb", "p", "n") + INNER, microkernel=CALL)
+    assert amx_repacked_bytes(model, AMX, images_inside, images_inside.order) == weights
+    assert pairs_b(model, AMX, images_inside, images_inside.order) is None
+
+
+def test_weights_kept_between_calls_are_paired_once_for_all_calls() -> None:
+    model = _conv("bfloat16", kept=True)
+    schedule = Schedule(order=("kb", "p", "n") + INNER, microkernel=CALL)
+    assert pairs_b(model, AMX, schedule, schedule.order) == PairedB("w", 16, 256 * 64, kept=True)
+    # the ranking still prices the calls' own copies: the choice is the one without pairs
+    assert rank(model, AMX)[0].schedule == rank(_conv("bfloat16"), AMX)[0].schedule
+
+
+def test_only_amx_calls_on_pairable_weights_read_them_in_pairs() -> None:
+    schedule = Schedule(order=("n", "kb", "p") + INNER, microkernel=CALL)
+    model = _conv("bfloat16", n=8)
+    assert pairs_b(model, CpuTarget(isa="avx512bf16", cores=16), schedule, schedule.order) is None
+    assert pairable_b(_conv("float32", n=8), schedule) is None
+    # weights packed by the schedule, or read through LIBXSMM, are not the kernel's to pair
+    for call in (replace(CALL, pack_b=True), replace(CALL, backend="libxsmm")):
+        assert pairable_b(model, replace(schedule, microkernel=call)) is None
+    # channels-last weights run along the input channels: rows of k are not rows of n
+    nhwc = _conv("bfloat16", n=8, layout="nhwc")
+    call = MicrokernelBinding("S1", m="q", n="k", k="c", batch=("r", "s"))
+    flat = Schedule(order=("n", "p", "k.t", "r", "s", "q", "k", "c"), tiles=(("k", 64),), microkernel=call)
+    assert pairable_b(nhwc, flat) is None
+    # an odd number of rows along k
+    gemm_call = MicrokernelBinding("S0", m="i", n="j", k="k")
+    for k, paired in ((31, None), (30, PairedB("B", 64, 30 * 64, kept=False))):
+        nest, params = builders.matmul(M=64, N=64, K=k, dtype="bfloat16")
+        whole = Schedule(order=("i", "j", "k"), microkernel=gemm_call)
+        assert pairable_b(build_model(nest, params), whole) == paired

@@ -62,6 +62,8 @@ def choose_microkernel(spec: BrgemmSpec, isa: str, name: str, backend: str = "au
             raise ScheduleError("LIBXSMM takes A as a matrix, not packed in panels: pack_a needs "
                                 "backend 'polydl' or 'auto'")
         return panel_kernel(spec, isa, name, l1_bytes)
+    if backend == "libxsmm" and spec.b_pairs:
+        raise ScheduleError("LIBXSMM takes B as a matrix, not in k pairs")
     if backend == "libxsmm" or (backend == "auto" and _libxsmm_preferred(spec, isa)):
         return libxsmm_kernel(spec, isa, name, l1_bytes)
     return own_kernel(spec, isa, name, b_constant, l1_bytes=l1_bytes)
@@ -142,6 +144,13 @@ def own_kernel(spec: BrgemmSpec, isa: str, name: str, b_constant: bool = False, 
     """polydl's generated kernel: the form and register blocking with the fewest estimated
     cycles among those the strides allow, portable C if none does (or for isa "scalar")."""
     s = spec.normalized()
+    if s.b_pairs:  # a copy made for the AMX kernel, which alone reads B so
+        if spec.postops is not None:
+            raise postops.PostOpsUnsupported("the AMX kernel applies no post-ops")
+        if isa != "avx512amx" or not amx.supports(s):
+            raise ScheduleError(f"B in k pairs is read by the AMX kernel only, not on {isa} or "
+                                f"with A's k stride {s.a_k}, C's n stride {s.c_n}")
+        return _amx_kernel(spec, s, False, name, False, l1_bytes)
     if isa == "avx512amx" and s.dtype == "bfloat16":
         for view in (s, s.transposed()):
             if amx.supports(view):
@@ -210,7 +219,10 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
     """The AMX tile kernel of `view` (`spec` itself or its transpose), with the vdpbf16ps
     kernel of the same view as its fallback where the OS refuses the tile state."""
     inner = f"{name}_t" if swapped else name
-    fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni", l1_bytes=l1_bytes)
+    if view.b_pairs:  # only the portable kernel reads B in pairs besides the tiles
+        fallback = _portable(view, view, "scalar", f"{inner}_vnni")
+    else:
+        fallback = own_kernel(view, "avx512bf16", f"{inner}_vnni", l1_bytes=l1_bytes)
     rows, columns = amx.tile_shape(view)
     description = (
         f"{_headline(spec, name)}; AMX tiles, C blocks of {rows} x {columns} tiles, "
@@ -257,7 +269,7 @@ def _swap_wrapper(spec: BrgemmSpec, name: str, inner_name: str, inner: str, desc
 
 
 def _portable(spec: BrgemmSpec, s: BrgemmSpec, isa: str, name: str) -> Microkernel:
-    t = s.transposed()
+    t = s if s.b_pairs else s.transposed()
     swapped = not (s.b_n == 1 and s.c_n == 1) and t.b_n == 1 and t.c_n == 1
     view = t if swapped else s
     inner = f"{name}_t" if swapped else name

@@ -7,7 +7,8 @@ place at stride a_m) by a tile of B in pair-interleaved (VNNI) order: row p of i
 (B[2p][n], B[2p+1][n]) for 16 columns n. Each block of n columns of B is copied once per call
 into that order, for every batch element and k, into a per-thread buffer; every block of m
 rows then reads it (and, where B is a constant input, the thread's next calls on the same B
-within one call of the generated function). A block of C is up to 3 x 1 or 2 x 2 tiles of
+within one call of the generated function). Where the generated function copied all of B
+into that order before its calls (`BrgemmSpec.b_pairs`), the tiles load from B itself. A block of C is up to 3 x 1 or 2 x 2 tiles of
 16 x 16 fp32 (the 8 tile registers also hold one A tile per tile row and one B tile per tile
 column); ragged edges are tiles with fewer rows or columns, under their own tile
 configuration, and rows are split into blocks of one height where that costs no tile
@@ -129,7 +130,8 @@ def estimated_cycles(spec: BrgemmSpec) -> float:
     packing = 0
     for col in column_groups(spec):
         blocks_n = (col.n.stop - col.n.start) // col.n.step
-        packing += blocks_n * spec.batch_count * (spec.k // 2) * len(col.columns)
+        if not spec.b_pairs:  # B given in pairs needs no copy
+            packing += blocks_n * spec.batch_count * (spec.k // 2) * len(col.columns)
         for row in col.rows:
             blocks_m = (row.m.stop - row.m.start) // row.m.step
             products += blocks_n * blocks_m * len(row.rows) * len(col.columns) * steps
@@ -140,7 +142,8 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
                       fallback_name: str, b_constant: bool = False) -> str:
     """`b_constant`: B is a constant input of the generated function, which bumps
     `_pd_tile_generation` on entry; a call then reuses the packed B of the thread's previous
-    call on the same B (where one block of n holds all of it)."""
+    call on the same B (where one block of n holds all of it). A spec of B in k pairs
+    (`BrgemmSpec.b_pairs`) loads its tiles from B itself, copying nothing."""
     assert supports(spec)
     groups = column_groups(spec)
     single_block = len(groups) == 1 and groups[0].n.stop - groups[0].n.start == groups[0].n.step
@@ -160,6 +163,7 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
         tile_rows=TILE_ROWS,
         fallback_source=fallback_source,
         fallback_name=fallback_name,
-        cache_b=b_constant and single_block,
+        cache_b=b_constant and single_block and not spec.b_pairs,
+        b_pairs=spec.b_pairs,
         keep_config=len({row.config for col in groups for row in col.rows}) == 1,
     )

@@ -55,16 +55,21 @@ def render_portable_kernel(spec: BrgemmSpec, name: str, description: str) -> str
         post = postops.scalar_lines(
             ops, "v", lambda o: f"ep{o}[i * {ops.operands[o].m}L + j * {ops.operands[o].n}L]",
             spec.output_ctype)
+    values = spec_values(spec)
+    b_value = f"bk[kk * {spec.b_k}L + j * {spec.b_n}L]"
+    if spec.b_pairs:  # columns two apart, rows in pairs (`BrgemmSpec.b_pairs`)
+        values["b_n"] = 2
+        b_value = f"bk[(kk - (kk & 1)) * {spec.b_k}L + 2 * j + (kk & 1)]"
     return render(
         "c/microkernels/portable.c.j2",
-        **spec_values(spec),
+        **values,
         name=name,
         description=description,
         k=spec.k,
         c_cell=c_cell,
         c_initial=c_cell if spec.beta != 0.0 else "0",
         a_value=value(f"ak[kk * {spec.a_k}L + i * {spec.a_m}L]"),
-        b_value=value(f"bk[kk * {spec.b_k}L + j * {spec.b_n}L]"),
+        b_value=value(b_value),
         tiles=tiles,
         post=post,
         post_bases=post_bases,

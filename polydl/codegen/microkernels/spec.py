@@ -38,7 +38,12 @@ class BrgemmSpec:
 
     `n_blocks` > 1 makes the columns of C `n_blocks` blocks of n, each at its own offset in B
     and C (a convolution's output-channel blocks in a blocked layout): one broadcast of A feeds
-    the vectors of every block, where a call per block would broadcast it again."""
+    the vectors of every block, where a call per block would broadcast it again.
+
+    `b_pairs` gives B in k pairs (the order AMX tiles read): B's rows of `b_k` elements taken
+    two at a time and interleaved, element (kk, nn) at
+    `b[b_off + jb*b_nb + (kk - kk % 2)*b_k + 2*nn + kk % 2]` (b_n is 1, k and every batch and
+    block stride of B even in rows: a copy made once for many calls, `schedules/amx_pairs.py`)."""
 
     m: int
     n: int
@@ -62,6 +67,7 @@ class BrgemmSpec:
     n_blocks: int = 1
     b_nb: int = 0
     c_nb: int = 0
+    b_pairs: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, tuple):
@@ -79,6 +85,8 @@ class BrgemmSpec:
             raise ValueError("A panels need a positive row count and no batch")
         if self.n_blocks < 1 or (self.n_blocks > 1 and self.a_panel_rows):
             raise ValueError("n blocks need a positive count and no A panels")
+        if self.b_pairs and (self.b_n != 1 or self.k % 2 or self.dtype != "bfloat16"):
+            raise ValueError("B in k pairs needs bfloat16, b_n 1 and an even k")
         if not _distinct_cells(self.m, self.c_m, self.n, self.c_n):
             raise ValueError(
                 f"C strides c_m={self.c_m}, c_n={self.c_n} map two (m, n) cells to one element"
@@ -116,6 +124,8 @@ class BrgemmSpec:
         """The same computation seen as C^T[n][m] += B^T[n][k] * A^T[k][m]: A and B swap."""
         if self.n_blocks > 1:
             raise ValueError("a spec of several n blocks has no transposed form")
+        if self.b_pairs:
+            raise ValueError("a spec of B in k pairs has no transposed form")
         return replace(
             self,
             m=self.n,
@@ -170,7 +180,7 @@ def _blocks_continue_n(spec: BrgemmSpec) -> bool:
     post-op operand)."""
     n = spec.n
     operands = spec.postops.operands if spec.postops else ()
-    return (spec.b_nb == n * spec.b_n and spec.c_nb == n * spec.c_n
+    return (not spec.b_pairs and spec.b_nb == n * spec.b_n and spec.c_nb == n * spec.c_n
             and all(o.nb == n * o.n for o in operands))
 
 
