@@ -112,7 +112,7 @@ def _printers(
     }
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
-    paired = pairs_b(model, target, scheduled.schedule, scheduled.main.order)
+    paired = pairs_b(model, target, scheduled.schedule)
     return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes,
                                          {paired.array: paired} if paired else None)
 

@@ -3,16 +3,17 @@
 AMX tiles multiply B in pair-interleaved (VNNI) order: row p of a B tile holds (B[2p][n],
 B[2p+1][n]). Without such a copy the kernel copies each call's B into that order
 (`microkernels/amx.py`), and keeps it only for the thread's next call on the same block: with
-the images in parallel a thread copies every block of weights once per image. A read-only input
-B whose innermost dimension is the call's n and the next its k is instead copied whole, once:
+the images in parallel a thread copies every block of weights once per image. An input B
+whose innermost dimension is the call's n and the next its k can instead be copied whole:
 B's flat rows of L elements (L the innermost extent) are taken two at a time, rows 2q and 2q+1
 becoming one row of L pairs. Element (row r, column c) then sits at (r - r % 2) * L + 2c + r % 2,
 in a copy of B's size; a call whose first row is even finds its B at its own offset o plus
 o % L, and strides along k (L per row), along rows in steps of two, and along the outer
 dimensions are B's own.
 
-This module says where the copy can be made (`pairable_b`); the ranking decides where it pays
-(`rank.pairs_b`), and code generation makes it.
+This module says where the copy can be made (`pairable_b`); `rank.pairs_b` where it is made
+(a B the caller keeps between calls, copied at the first call only), and code generation
+makes it.
 """
 
 from __future__ import annotations

@@ -829,29 +829,20 @@ def amx_repacked_bytes(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     return per_call * math.prod(trips[:last])
 
 
-# Where a schedule's AMX calls copy a read-only B at least this many times, the function
-# copies all of B into k pairs once instead. On the 16-core Sapphire Rapids host (bf16, 16
-# threads, the ranking's schedules unchanged) that ran res5_3x3 and res4_3x3 at N=32, whose
-# every image copies all the weights, 1.03 and 1.02 as fast, and res5_1x1c at N=2 (two
-# copies) 0.85: the pass of its own does not pay for a few copies.
-PAIRS_REUSE = 8
-
-
-def pairs_b(model: PolyModel, machine: CpuTarget, schedule: Schedule,
-            order: Sequence[str]) -> PairedB | None:
-    """The copy of B in k pairs that the schedule's AMX calls read (`amx_pairs.py`), where it
-    can be made and pays: B is kept between calls (copied at the first only), or the calls
-    would copy at least `PAIRS_REUSE` times B's bytes into k pairs themselves. The ranking
-    still charges the calls' own copies (`amx_repacked_bytes`): schedules chosen with the
-    copy in pairs priced instead moved the blocks of weights inside the rows and images, and
-    ran slower (0.52-0.90 on five of seven N=2 layers at 16 threads)."""
-    if machine.isa != "avx512amx":
+def pairs_b(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> PairedB | None:
+    """The copy of B in k pairs that the schedule's AMX calls read (`amx_pairs.py`): where
+    the caller keeps B between calls, so that it is copied at the first call only. On the
+    16-core Sapphire Rapids host (bf16, 16 threads, 23 ResNet-50 layers at N=2 and N=32, the
+    schedules unchanged) the kept copy ran 0.98-1.24x as fast as the calls' own copies
+    (res5_3x3 at N=32 1.19); a copy made at every call ran 0.88-1.11x (res5_3x3 0.90), its
+    lines left modified in the caches of the threads that wrote them while every thread reads
+    all of them. The ranking still charges the calls' own copies (`amx_repacked_bytes`):
+    with a copy in pairs priced instead it put the weight blocks inside the rows and images,
+    and those schedules ran 0.52-0.90x on five of seven N=2 layers."""
+    if machine.isa != "avx512amx" or not schedule.microkernel:
         return None
     paired = pairable_b(model, schedule)
-    if paired is None or paired.kept:
-        return paired
-    repacked = amx_repacked_bytes(model, machine, schedule, order)
-    return paired if repacked >= PAIRS_REUSE * paired.bytes else None
+    return paired if paired is not None and paired.kept else None
 
 
 # How many ways `private_sum_splits` splits a call's k loop among the threads.

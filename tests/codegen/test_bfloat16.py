@@ -120,29 +120,29 @@ def test_a_bf16_copy_moves_the_bits() -> None:
 
 
 @pytest.mark.parametrize("constant", [(), ("w",)])
-def test_amx_calls_read_the_weights_from_one_copy_in_k_pairs(constant: tuple[str, ...]) -> None:
-    """Built for Sapphire Rapids with the images in parallel, every image's calls would copy
-    every block of the weights into k pairs. The function copies the weights in pairs once,
-    on its threads, before the nest (kept weights: at the first call only), and each call
-    reads that copy at its own offset plus its column."""
+def test_amx_calls_read_kept_weights_from_one_copy_in_k_pairs(constant: tuple[str, ...]) -> None:
+    """Built for Sapphire Rapids, weights the caller keeps between calls are copied in k pairs
+    at the first call, on the function's threads, into a copy the library keeps; each call
+    reads that copy at its own offset plus its column. Weights given anew at each call are
+    copied by the calls themselves."""
     kern = polydl.conv2d(N=8, C=64, K=64, H=8, W=8, R=3, S=3, padding=1, dtype="bfloat16",
                          layout="nchw16c", machine="sapphirerapids", constant=constant)
     source = kern.source
-    assert "/* w in k pairs for the AMX calls */" in source
-    assert "_pd_b = _pd_pairs_w + _pd_o + _pd_o % 16L;" in source
-    assert "_mm512_permutexvar_epi16" not in source  # no call copies B
-    assert ("pd_kept_take(_pd_kept_slots_pd_pairs_w" in source) == bool(constant)
-    assert ("constants_changed" in kern.header) == bool(constant)
+    kept = bool(constant)
+    assert ("/* w in k pairs for the AMX calls */" in source) == kept
+    assert ("_pd_b = _pd_pairs_w + _pd_o + _pd_o % 16L;" in source) == kept
+    assert ("pd_kept_take(_pd_kept_slots_pd_pairs_w" in source) == kept
+    assert ("_mm512_permutexvar_epi16" in source) != kept  # the calls' own copies
+    assert ("constants_changed" in kern.header) == kept
 
 
 @pytest.mark.skipif(host_target().isa != "avx512amx", reason="needs a CPU with AMX-BF16")
-@pytest.mark.parametrize("constant", [(), ("w",)])
-def test_amx_convolution_on_weights_in_k_pairs(constant: tuple[str, ...]) -> None:
-    """The weights read in k pairs give numpy's convolution; kept weights changed in place
-    are paired again after `constants_changed()`, a new array at once."""
+def test_amx_convolution_on_kept_weights_in_k_pairs() -> None:
+    """Kept weights read in k pairs give numpy's convolution; changed in place they are
+    paired again after `constants_changed()`, a new array at once."""
     n, c, k, h, w = 16, 64, 48, 9, 9
     kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=3, S=3, padding=1, dtype="bfloat16",
-                         layout="nchw16c", constant=constant)
+                         layout="nchw16c", constant=("w",))
     assert "_pd_pairs_w" in kern.source
     rng = np.random.default_rng(7)
     x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
@@ -158,3 +158,16 @@ def test_amx_convolution_on_weights_in_k_pairs(constant: tuple[str, ...]) -> Non
         else:  # another array
             wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
     run_and_check(kern)
+
+
+@pytest.mark.skipif(host_target().isa != "avx512amx", reason="needs a CPU with AMX-BF16")
+@pytest.mark.parametrize("m, n, k", [(100, 48, 30), (2, 1000, 256)])
+def test_amx_matmul_on_a_kept_b_in_k_pairs(m: int, n: int, k: int) -> None:
+    kern = polydl.matmul(M=m, N=n, K=k, dtype="bfloat16", constant=("B",))
+    assert "_pd_pairs_B" in kern.source
+    rng = np.random.default_rng(2)
+    a, b = bf16(rng, m, k), bf16(rng, k, n)
+    for _ in range(2):
+        want = f32(a).astype(np.float64) @ f32(b).astype(np.float64)
+        np.testing.assert_allclose(kern(a, b), want, rtol=1e-5, atol=1e-5 * k)
+        b = bf16(rng, k, n)

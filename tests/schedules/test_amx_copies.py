@@ -8,7 +8,7 @@ from dataclasses import replace
 from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.schedules.amx_pairs import PairedB, pairable_b
-from polydl.schedules.rank import PAIRS_REUSE, amx_repacked_bytes, pairs_b, rank
+from polydl.schedules.rank import amx_repacked_bytes, pairs_b, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 
@@ -68,37 +68,27 @@ def test_amx_ranking_keeps_the_weights_block_across_consecutive_calls() -> None:
     assert amx_repacked_bytes(_conv("float32", c=512, k=2048), AMX, fp32_best, fp32_best.order) == 0
 
 
-def test_weights_are_read_in_k_pairs_where_the_calls_would_copy_them_again() -> None:
+def test_weights_kept_between_calls_are_read_in_k_pairs() -> None:
     """With the images outside the blocks, every image's calls copy every block of weights
-    again; one copy of the weights in k pairs (rows of 16 output channels paired) replaces
-    them, where the calls would copy them `PAIRS_REUSE` times or more."""
-    model = _conv("bfloat16", n=8)
+    again. Weights the caller keeps are copied in k pairs (rows of 16 output channels paired)
+    at the first call instead; weights given anew at each call are not."""
     images_outside = Schedule(order=("n", "kb", "p") + INNER, microkernel=CALL)
+    model = _conv("bfloat16", n=8)
     weights = 256 * 64 * 2
     assert amx_repacked_bytes(model, AMX, images_outside, images_outside.order) == 8 * weights
-    assert PAIRS_REUSE <= 8
     assert pairable_b(model, images_outside) == PairedB("w", 16, 256 * 64, kept=False)
-    assert pairs_b(model, AMX, images_outside, images_outside.order) is not None
-    four = _conv("bfloat16", n=4)  # four copies: fewer than pay for a pass of their own
-    assert pairs_b(four, AMX, images_outside, images_outside.order) is None
-    # each block copied once in all: a copy in pairs would not pay
-    images_inside = Schedule(order=("kb", "p", "n") + INNER, microkernel=CALL)
-    assert amx_repacked_bytes(model, AMX, images_inside, images_inside.order) == weights
-    assert pairs_b(model, AMX, images_inside, images_inside.order) is None
-
-
-def test_weights_kept_between_calls_are_paired_once_for_all_calls() -> None:
-    model = _conv("bfloat16", kept=True)
-    schedule = Schedule(order=("kb", "p", "n") + INNER, microkernel=CALL)
-    assert pairs_b(model, AMX, schedule, schedule.order) == PairedB("w", 16, 256 * 64, kept=True)
-    # the ranking still prices the calls' own copies: the choice is the one without pairs
-    assert rank(model, AMX)[0].schedule == rank(_conv("bfloat16"), AMX)[0].schedule
+    assert pairs_b(model, AMX, images_outside) is None
+    kept = _conv("bfloat16", n=8, kept=True)
+    assert pairs_b(kept, AMX, images_outside) == PairedB("w", 16, 256 * 64, kept=True)
+    # the ranking still prices the calls' own copies: the choice is the one without keeping
+    assert rank(kept, AMX)[0].schedule == rank(model, AMX)[0].schedule
 
 
 def test_only_amx_calls_on_pairable_weights_read_them_in_pairs() -> None:
     schedule = Schedule(order=("n", "kb", "p") + INNER, microkernel=CALL)
     model = _conv("bfloat16", n=8)
-    assert pairs_b(model, CpuTarget(isa="avx512bf16", cores=16), schedule, schedule.order) is None
+    kept = _conv("bfloat16", n=8, kept=True)
+    assert pairs_b(kept, CpuTarget(isa="avx512bf16", cores=16), schedule) is None
     assert pairable_b(_conv("float32", n=8), schedule) is None
     # weights packed by the schedule, or read through LIBXSMM, are not the kernel's to pair
     for call in (replace(CALL, pack_b=True), replace(CALL, backend="libxsmm")):
