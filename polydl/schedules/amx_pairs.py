@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polydl.dtypes import DTYPES
 from polydl.ir import eval_int, int_vars
 from polydl.poly.model import PolyModel
 from polydl.schedules.microkernel import multiply_accumulate
@@ -41,10 +40,6 @@ class PairedB:
     @property
     def name(self) -> str:
         return f"_pd_pairs_{self.array}"
-
-    @property
-    def bytes(self) -> int:
-        return self.elements * DTYPES["bfloat16"].bytes
 
 
 def pairable_b(model: PolyModel, schedule: Schedule) -> PairedB | None:
