@@ -204,23 +204,21 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     # the copies of inputs the caller keeps between calls: the library keeps them, keyed by
     # the input's address as given (before any copy onto a cache line)
     kept_calls = [call for call in packs.values() if call.pack is not None and call.pack.kept]
-    kept = [
-        {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
-         "count": call.pack.elements, "fill": kept_flag(call.pack.name),
-         "source": given.get(call.b.array, call.b.array),
-         "slots": f"_pd_kept_slots{call.pack.name}"}
-        for call in kept_calls if call.pack is not None
-    ]
+
+    def kept_copy(name: str, array: str, count: int) -> dict[str, object]:
+        return {"name": name, "c_type": layouts[array].c_type, "count": count,
+                "fill": kept_flag(name), "source": given.get(array, array),
+                "slots": f"_pd_kept_slots{name}"}
+
+    kept = [kept_copy(call.pack.name, call.b.array, call.pack.elements)
+            for call in kept_calls if call.pack is not None]
     # inputs the AMX calls read in k pairs: copied before the nest, or kept like a packed B
     pairs_first: list[str] = []
     for pairs in calls.paired.values():
         c_type = layouts[pairs.array].c_type
         lines = pairs_copy_lines(pairs, pairs.array, c_type)
         if pairs.kept:
-            kept.append({"name": pairs.name, "c_type": c_type, "count": pairs.elements,
-                         "fill": kept_flag(pairs.name),
-                         "source": given.get(pairs.array, pairs.array),
-                         "slots": f"_pd_kept_slots{pairs.name}"})
+            kept.append(kept_copy(pairs.name, pairs.array, pairs.elements))
             lines = [f"if ({kept_flag(pairs.name)})", *lines]
         else:
             locals_.append({"name": pairs.name, "c_type": c_type, "count": pairs.elements,

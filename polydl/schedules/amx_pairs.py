@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from polydl.ir import eval_int, int_vars
 from polydl.poly.model import PolyModel
-from polydl.schedules.microkernel import multiply_accumulate
+from polydl.schedules.microkernel import bound_statement, gemm_operands
 from polydl.schedules.schedule import Schedule
 from polydl.schedules.strides import element_stride, linear_coefficient
 
@@ -51,12 +51,11 @@ def pairable_b(model: PolyModel, schedule: Schedule) -> PairedB | None:
     mk = schedule.microkernel
     if mk is None or mk.pack_b or mk.pack_a or mk.backend == "libxsmm":
         return None
-    statement = next((st for st in model.statements if st.name == mk.statement), None)
-    mac = multiply_accumulate(statement) if statement is not None else None
-    if statement is None or mac is None:
+    operands = gemm_operands(model, mk)
+    if operands is None:
         return None
-    c, x, y = mac
-    a, b = (x, y) if element_stride(model, y, mk.m) == 0 else (y, x)
+    c, a, b = operands
+    statement = bound_statement(model, mk)
     array = model.nest.array(b.array)
     if array.dtype != "bfloat16" or b.array not in {arr.name for arr in model.nest.inputs}:
         return None

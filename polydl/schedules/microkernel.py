@@ -45,6 +45,21 @@ def multiply_accumulate(s: StatementModel) -> tuple[Access, Access, Access] | No
     return stmt.target, value.left.access, value.right.access
 
 
+def bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel:
+    return next(st for st in model.statements if st.name == mk.statement)
+
+
+def gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Access, Access] | None:
+    """(C, A, B) of the bound statement: A varies along the call's m, B does not."""
+    mac = multiply_accumulate(bound_statement(model, mk))
+    if mac is None:
+        return None
+    c, x, y = mac
+    a = x if element_stride(model, x, mk.m) != 0 else y
+    b = y if element_stride(model, y, mk.m) == 0 else x
+    return c, a, b
+
+
 def candidate_bindings(model: PolyModel, s: StatementModel, band_vars: tuple[str, ...]) -> list[MicrokernelBinding]:
     """Every assignment of band loops to (batch..., m, n, k) that forms a batch-reduce GEMM,
     best first: unit stride of C along n (the vector dimension), then larger extents."""

@@ -34,7 +34,12 @@ from polydl.schedules.apply import (
     main_group,
     summed_output,
 )
-from polydl.schedules.microkernel import candidate_bindings, dim_range, multiply_accumulate
+from polydl.schedules.microkernel import (
+    bound_statement,
+    candidate_bindings,
+    dim_range,
+    gemm_operands,
+)
 from polydl.schedules.register_blocking import (
     PANEL_ROWS,
     l1_ways,
@@ -169,14 +174,10 @@ def _micro_vectors(machine: CpuTarget) -> int:
     return panel_vectors(unit_for(machine.isa))
 
 
-def _bound_statement(model: PolyModel, mk: MicrokernelBinding) -> StatementModel:
-    return next(st for st in model.statements if st.name == mk.statement)
-
-
 def accumulator_lanes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBinding) -> int:
     """Vector lanes of the call's accumulators: its output's dtype as products accumulate
     (float64 halves them; bfloat16 inputs accumulate in float32)."""
-    target = _bound_statement(model, mk).statement.target.array
+    target = bound_statement(model, mk).statement.target.array
     return machine.vector_lanes(DTYPES[model.nest.array(target).dtype].accumulates_in)
 
 
@@ -189,17 +190,6 @@ def _nest_dtype(model: PolyModel, plan: GroupPlan) -> str:
 
 def _element_bytes(model: PolyModel, access: Access) -> int:
     return DTYPES[model.nest.array(access.array).dtype].bytes
-
-
-def _gemm_operands(model: PolyModel, mk: MicrokernelBinding) -> tuple[Access, Access, Access] | None:
-    """(C, A, B) of the bound statement: A varies along the call's m, B does not."""
-    mac = multiply_accumulate(_bound_statement(model, mk))
-    if mac is None:
-        return None
-    c, x, y = mac
-    a = x if element_stride(model, x, mk.m) != 0 else y
-    b = y if element_stride(model, y, mk.m) == 0 else x
-    return c, a, b
 
 
 @dataclass(frozen=True)
@@ -219,18 +209,18 @@ class _Call:
 def _call_of(model: PolyModel, schedule: Schedule) -> _Call | None:
     """The call of a schedule whose microkernel binds a GEMM-shaped statement; None otherwise."""
     mk = schedule.microkernel
-    operands = None if mk is None else _gemm_operands(model, mk)
+    operands = None if mk is None else gemm_operands(model, mk)
     if mk is None or operands is None:
         return None
     calls = len(mk.loops)
-    return _Call(mk, _bound_statement(model, mk), *operands,
+    return _Call(mk, bound_statement(model, mk), *operands,
                  schedule.order[:-calls], schedule.order[-calls:])
 
 
 def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBinding) -> bool:
     """Copying B into n blocks pays when the copy changes its layout (B's n stride is not 1,
     or its k rows are longer than a block) and enough rows of C reuse every block."""
-    operands = _gemm_operands(model, binding)
+    operands = gemm_operands(model, binding)
     if operands is None:
         return False
     c, _, b = operands
@@ -253,7 +243,7 @@ def packing_pays(model: PolyModel, machine: CpuTarget, binding: MicrokernelBindi
 def kept_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
     """Whether the call's B is an input the caller keeps between calls (`Array.kept`): its
     packed copy is made at the first call only."""
-    operands = _gemm_operands(model, binding)
+    operands = gemm_operands(model, binding)
     return operands is not None and operands[2].array in model.nest.kept
 
 
@@ -261,7 +251,7 @@ def _bf16_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
     """Whether B is bfloat16. Its kernels need B unit-stride along n, so a strided B is copied;
     but over a unit-stride B the AMX kernel copies each block into k pairs itself, and on Zen 4
     the vdpbf16ps kernel ran GEMMs 0.89-1.09x as fast over a copy: long rows alone do not pay."""
-    operands = _gemm_operands(model, binding)
+    operands = gemm_operands(model, binding)
     return operands is not None and model.nest.array(operands[2].array).dtype == "bfloat16"
 
 
@@ -536,7 +526,7 @@ def microkernel_efficiency(schedule: Schedule, model: PolyModel, machine: CpuTar
 def _native_blocks(model: PolyModel, mk: MicrokernelBinding) -> bool:
     """Whether the kernel spans n blocks in one register tile: float operands (bf16 kernels
     make one call per block, `microkernels.blocks_kernel`)."""
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     return operands is not None and all(
         model.nest.array(acc.array).dtype in ("float32", "float64") for acc in operands)
 
@@ -563,7 +553,7 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, machine: CpuTarget
 
 def _b_strides(model: PolyModel, mk: MicrokernelBinding) -> tuple[int, int, int] | None:
     """(n stride, k stride, elements) of the B operand of a bound statement."""
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     if operands is None:
         return None
     _, _, b = operands
@@ -579,7 +569,7 @@ def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
     evict each other as a register tile walks k. Rows 4000 bytes apart spread over every
     set: on a 2-core AVX2 target they ran as fast unpacked as packed, on 16 cores faster."""
     strides = _b_strides(model, mk)
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     if strides is None or operands is None:
         return False
     row_bytes = abs(strides[1]) * _element_bytes(model, operands[2])
@@ -590,7 +580,7 @@ def _a_block_lines(model: PolyModel, schedule: Schedule, line_bytes: int) -> int
     """Cache lines of one call's block of A (m x k), None if A's strides are not constant."""
     mk = schedule.microkernel
     assert mk is not None
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     if operands is None:
         return None
     _, a, _ = operands
@@ -654,7 +644,7 @@ def _panel_row_bytes(model: PolyModel, machine: CpuTarget, mk: MicrokernelBindin
                      schedule: Schedule) -> int:
     """Bytes of one k row of a call's micro-panel of B: one register tile wide (nr), or the
     call's n if narrower."""
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     assert operands is not None
     nr = accumulator_lanes(model, machine, mk) * _micro_vectors(machine)
     return min(call_extent(model, schedule, mk.n), nr) * _element_bytes(model, operands[2])
@@ -765,7 +755,7 @@ def _evaluate(
     packs_per_call = mk is not None and mk.pack_b and not kept_b(model, mk)
     if mk is not None and packs_per_call:
         strides = _b_strides(model, mk)
-        operands = _gemm_operands(model, mk)
+        operands = gemm_operands(model, mk)
         b_bytes = (strides[2] * _element_bytes(model, operands[2])) if strides and operands else 0
         memory += 2 * b_bytes / BANDWIDTH["l3"]  # read B, write the copy
         if b_bytes and not mk.batch:
@@ -808,7 +798,7 @@ def amx_repacked_bytes(model: PolyModel, machine: CpuTarget, schedule: Schedule,
     mk = schedule.microkernel
     if mk is None or machine.isa != "avx512amx":
         return 0
-    operands = _gemm_operands(model, mk)
+    operands = gemm_operands(model, mk)
     if operands is None:
         return 0
     _, a, b = operands
@@ -839,7 +829,7 @@ def pairs_b(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> PairedB
     all of them. The ranking still charges the calls' own copies (`amx_repacked_bytes`):
     with a copy in pairs priced instead it put the weight blocks inside the rows and images,
     and those schedules ran 0.52-0.90x on five of seven N=2 layers."""
-    if machine.isa != "avx512amx" or not schedule.microkernel:
+    if machine.isa != "avx512amx":
         return None
     paired = pairable_b(model, schedule)
     return paired if paired is not None and paired.kept else None
@@ -895,8 +885,8 @@ def packed_elsewhere(model: PolyModel, schedule: Schedule, cores: int) -> float:
     reading the blocks it copied, ran 1.0-1.35x as fast as m blocks outside n blocks)."""
     mk = schedule.microkernel
     assert mk is not None
-    operands = _gemm_operands(model, mk)
-    statement = _bound_statement(model, mk)
+    operands = gemm_operands(model, mk)
+    statement = bound_statement(model, mk)
     if operands is None or any(element_stride(model, operands[2], var) != 0
                                for var in statement.iterators if var not in mk.loops):
         return 0.0  # B's slots follow outer loops: each thread copies the slots it reads
@@ -1061,7 +1051,7 @@ def k_tilings(model: PolyModel, machine: CpuTarget, schedule: Schedule) -> list[
     mk = schedule.microkernel
     if mk is None or mk.batch or mk.k in schedule.tile_sizes:
         return []
-    if _gemm_operands(model, mk) is None:
+    if gemm_operands(model, mk) is None:
         return []
     row_bytes = _panel_row_bytes(model, machine, mk, schedule)
     k_ext = loop_extent(model, mk.k)

@@ -30,6 +30,15 @@ def f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
+def blocked(x: np.ndarray) -> np.ndarray:
+    """bf16 images in the blocked layout (exact: already bf16 values)."""
+    return layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)
+
+
+def blocked_weights(wt: np.ndarray) -> np.ndarray:
+    return layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+
+
 @pytest.mark.parametrize("m, n, k", [(64, 64, 64), (17, 33, 9), (1, 5, 3)])
 def test_matmul_bf16_builder(m: int, n: int, k: int) -> None:
     kern = polydl.matmul(M=m, N=n, K=k, dtype="bfloat16")
@@ -70,9 +79,7 @@ def test_conv2d_bf16_with_fused_epilogues(layout: str) -> None:
     x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
     b = rng.uniform(-1, 1, k).astype(np.float32)
     if layout == "nchw16c":
-        xb = layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)  # exact: already bf16 values
-        wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
-        got = layouts.from_nchw16c(kern(xb, wb, b), k)
+        got = layouts.from_nchw16c(kern(blocked(x), blocked_weights(wt), b), k)
     else:
         got = kern(x, wt, b)
     want = np.maximum(conv2d_numpy(f32(x), f32(wt), 1, 1) + b[None, :, None, None], 0)
@@ -100,14 +107,13 @@ def test_bf16_conv_sees_weights_changed_in_place_between_calls() -> None:
         assert "_tile_dpbf16ps(" in kern.source and "_pd_tile_generation" in kern.source
     rng = np.random.default_rng(5)
     x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
-    xb = layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)
-    wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+    xb, wb = blocked(x), blocked_weights(wt)
     for _ in range(2):
         got = layouts.from_nchw16c(kern(xb, wb), k)
         want = conv2d_numpy(f32(x), f32(wt), 1, 1)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         wt = bf16(rng, k, c, 3, 3)
-        wb[...] = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)  # same buffer
+        wb[...] = blocked_weights(wt)  # same buffer
 
 
 def test_a_bf16_copy_moves_the_bits() -> None:
@@ -146,17 +152,16 @@ def test_amx_convolution_on_kept_weights_in_k_pairs() -> None:
     assert "_pd_pairs_w" in kern.source
     rng = np.random.default_rng(7)
     x, wt = bf16(rng, n, c, h, w), bf16(rng, k, c, 3, 3)
-    xb = layouts.to_nchw16c(f32(x)).astype(ml_dtypes.bfloat16)
-    wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+    xb, wb = blocked(x), blocked_weights(wt)
     for step in range(3):
         got = layouts.from_nchw16c(kern(xb, wb), k)
         np.testing.assert_allclose(got, conv2d_numpy(f32(x), f32(wt), 1, 1), rtol=1e-4, atol=1e-4)
         wt = bf16(rng, k, c, 3, 3)
         if step == 0:  # in place
-            wb[...] = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+            wb[...] = blocked_weights(wt)
             kern.constants_changed()
         else:  # another array
-            wb = layouts.to_kcrs16c16k(f32(wt)).astype(ml_dtypes.bfloat16)
+            wb = blocked_weights(wt)
     run_and_check(kern)
 
 

@@ -95,7 +95,7 @@ def test_only_amx_calls_on_pairable_weights_read_them_in_pairs() -> None:
         assert pairable_b(model, replace(schedule, microkernel=call)) is None
     # channels-last weights run along the input channels: rows of k are not rows of n
     nhwc = _conv("bfloat16", n=8, layout="nhwc")
-    call = MicrokernelBinding("S1", m="q", n="k", k="c", batch=("r", "s"))
+    call = MicrokernelBinding("S0", m="q", n="k", k="c", batch=("r", "s"))
     flat = Schedule(order=("n", "p", "k.t", "r", "s", "q", "k", "c"), tiles=(("k", 64),), microkernel=call)
     assert pairable_b(nhwc, flat) is None
     # an odd number of rows along k
