@@ -572,6 +572,9 @@ def test_b_in_k_pairs_is_the_amx_kernels_alone() -> None:
     assert f"{4 * CONV16.b_k});" in mk.source  # tile rows of pairs 2 * b_k elements apart
     with pytest.raises(ScheduleError, match="AMX kernel only"):
         choose_microkernel(replace(PAIRED_SPECS["conv16"], b_pairs=True), "avx512bf16", "_pd_p")
+    with pytest.raises(ScheduleError, match="not in k pairs"):
+        choose_microkernel(replace(PAIRED_SPECS["conv16"], b_pairs=True), "avx512amx", "_pd_p",
+                           backend="libxsmm")
     with pytest.raises(ValueError, match="k pairs"):
         replace(PAIRED_SPECS["gemm"], k=31, b_pairs=True)
     with pytest.raises(ValueError, match="transposed"):
