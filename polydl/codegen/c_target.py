@@ -212,22 +212,16 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
 
     kept = [kept_copy(call.pack.name, call.b.array, call.pack.elements)
             for call in kept_calls if call.pack is not None]
-    # inputs the AMX calls read in k pairs: copied before the nest, or kept like a packed B
+    # kept inputs the AMX calls read in k pairs (`rank.pairs_b`): copied at the first call
     pairs_first: list[str] = []
     for pairs in calls.paired.values():
-        c_type = layouts[pairs.array].c_type
-        lines = pairs_copy_lines(pairs, pairs.array, c_type)
-        if pairs.kept:
-            kept.append(kept_copy(pairs.name, pairs.array, pairs.elements))
-            lines = [f"if ({kept_flag(pairs.name)})", *lines]
-        else:
-            locals_.append({"name": pairs.name, "c_type": c_type, "count": pairs.elements,
-                            "zeroed": False})
-        pairs_first += lines
+        kept.append(kept_copy(pairs.name, pairs.array, pairs.elements))
+        pairs_first += [f"if ({kept_flag(pairs.name)})",
+                        *pairs_copy_lines(pairs, pairs.array, layouts[pairs.array].c_type)]
         placements.append(EpiloguePlacement(
             (pairs.array,), False,
-            "the AMX calls load their tiles of it in place instead of each copying its part"
-            + ("; at the first call on the array only (kept)" if pairs.kept else ""),
+            "the AMX calls load their tiles of it in place instead of each copying its part; "
+            "at the first call on the array only (kept)",
             where="before the nest", what="copy in k pairs of"))
     body = pairs_first + body
     locals_ += [
@@ -259,7 +253,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
     )
     kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
-                                       *(p.array for p in calls.paired.values() if p.kept)]))
+                                       *calls.paired]))
     header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,
