@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="polydl's schedules: the analytic ranking's (auto) or the performance "
                         "database's (tuned: POLYDL_TUNING_DB, as `polydl tune --suite` stored "
                         "them; the rest analytic)")
+    p.add_argument("--kept-weights", action="store_true",
+                   help="time inference: the weights stay the same between calls; polydl "
+                        "builds with constant= (its copies of them made at the first call), "
+                        "oneDNN's blocked path has them reordered beforehand")
     args = p.parse_args(argv)
 
     from polydl import bench
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             budget_s=args.budget, cold_cache=not args.warm_cache,
             layouts=tuple(args.layout) if args.layout else bench.CONV_LAYOUTS,
             compare_layouts=not args.first_layout, batch=args.batch, threads=args.threads,
-            schedule=args.schedule,
+            schedule=args.schedule, kept_weights=args.kept_weights,
         )
     except bench.BenchError as exc:  # an unknown case, --batch on GEMMs, too many threads
         p.error(str(exc))

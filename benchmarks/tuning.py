@@ -510,7 +510,7 @@ def versus_row(case, problem, target: CpuTarget, torch, repeat: int, budget_s: f
     inputs = [rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in kind.input_shapes(case)]
     expected = kind.expected(case, inputs, torch)
     layout = suite_layout(case.primitive, case.size)
-    builds = {name: kind.build(case, inputs, layout, name) for name in ("auto", "tuned")}
+    builds = {name: kind.build(case, inputs, layout, name, ()) for name in ("auto", "tuned")}
     for name, build in builds.items():
         ok, err = verify(build.runner, expected, case.dtype)
         if not ok:

@@ -266,7 +266,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from polydl import bench
 
     return bench.main(args.suite, args.json, args.case or None, args.repeat,
-                      batch=args.batch, threads=args.threads, schedule=args.schedule)
+                      batch=args.batch, threads=args.threads, schedule=args.schedule,
+                      kept_weights=args.kept_weights)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -369,6 +370,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--schedule", default="auto", choices=("auto", "tuned"),
                    help="polydl's schedules: the analytic ranking's, or the performance "
                         "database's (`polydl tune --suite`) where it has them")
+    c.add_argument("--kept-weights", action="store_true",
+                   help="time inference: the weights stay the same between calls (polydl "
+                        "builds with constant=, oneDNN's weights are reordered beforehand)")
     c.set_defaults(func=cmd_bench)
     c = sub.add_parser("cache", help="show or clear the compile cache")
     c.add_argument("action", choices=["info", "clear"])

@@ -22,7 +22,7 @@ from typing import Any
 
 from polydl.bench.cases import SUITE_FILES, BenchError, load_suite, select_cases
 from polydl.bench.harness import run_suite
-from polydl.bench.measure import CONV_LAYOUTS
+from polydl.bench.measure import CONV_LAYOUTS, PASSES
 from polydl.bench.threads import pinned_cores, run_pinned, runs_on
 from polydl.bench.variants import CASE_RUNNERS
 from polydl.target import host_target
@@ -43,6 +43,7 @@ def main(
     batch: int | None = None,
     threads: int | None = None,
     schedule: str = "auto",
+    kept_weights: bool = False,
 ) -> int:
     """Run `suite` (or only `cases` of it): print the table, write `json_path` if given.
 
@@ -53,6 +54,9 @@ def main(
     schedules for that many cores; by default `OMP_NUM_THREADS` threads if set, else one
     thread per core this process may use. `schedule="tuned"` builds polydl's kernels from the
     performance database (`polydl tune --suite`), as `polydl run --schedule tuned` would.
+    `kept_weights` times inference: polydl's kernels keep the weights between calls
+    (`constant=`: a GEMM's B, a convolution's w), so the copies of them a schedule makes are
+    made at the first call, as PyTorch's oneDNN path has its weights reordered beforehand.
     A process started without the thread settings (`threads.THREAD_ENV`), or on other cores
     than `threads` asks for, runs the benchmark in a child process that has them. The machine
     is detected here, once per process, and passed down."""
@@ -61,10 +65,15 @@ def main(
                          "resnet50 and backward suites (the fused and bf16 suites compare builds "
                          "of their own)")
     selected = select_cases(load_suite(suite, batch), cases)
+    if kept_weights and suite not in CASE_RUNNERS and any(
+            PASSES[c.primitive].weights is None for c in selected):
+        raise BenchError(f"--kept-weights: the {suite} suite's inputs all change between calls "
+                         "(a training step); it times the gemm and forward convolution suites")
     arguments: dict[str, Any] = dict(
         suite=suite, json_path=json_path, cases=[c.name for c in selected], repeat=max(1, repeat),
         budget_s=budget_s, cold_cache=cold_cache, layouts=list(layouts),
         compare_layouts=compare_layouts, batch=batch, schedule=schedule,
+        kept_weights=kept_weights,
     )
     cores = pinned_cores(threads)
     if not runs_on(cores):

@@ -104,7 +104,9 @@ def _runner(name: str, case: Case, torch: ModuleType, tensors: dict[str, Any]) -
 
 
 def build_polydl(case: Case, inputs: list[np.ndarray], layout: str,
-                 schedule: str = "auto") -> PolydlBuild:
+                 schedule: str = "auto", constant: tuple[str, ...] = ()) -> PolydlBuild:
+    if constant:  # `BACKWARD.weights` is None: a training step's weights change every step
+        raise BenchError(f"the backward passes keep no input between calls, not {constant}")
     s = case.size
     data = case.primitive == "conv2d_backward_data"
     build = polydl.conv2d_backward_data if data else polydl.conv2d_backward_weights

@@ -25,19 +25,25 @@ class PolydlBuild:
     compile_s: float
     schedule: str
     variant: str  # the conv layout, "" for GEMM
+    kept: tuple[str, ...] = ()  # the inputs the kernel keeps between calls (`constant=`)
 
 
 @dataclass(frozen=True)
 class Pass:
     """How the cases of one primitive are measured, so one case runner serves every suite.
     `build` makes polydl's kernel for a layout (ignored when `layouts` is False: one kernel,
-    nothing to compare) and a schedule request ("auto" or "tuned"); `expected` is the float64 result; `references` the other libraries."""
+    nothing to compare), a schedule request ("auto" or "tuned") and the inputs it keeps
+    between calls (`constant=`: `weights` or none); `expected` is the float64 result;
+    `references` the other libraries."""
 
     input_shapes: Callable[[Case], list[Shape]]
     expected: Callable[[Case, list[np.ndarray], ModuleType | None], np.ndarray]
-    build: Callable[[Case, list[np.ndarray], str, str], PolydlBuild]
+    build: Callable[[Case, list[np.ndarray], str, str, tuple[str, ...]], PolydlBuild]
     references: Callable[[Case, list[np.ndarray], ModuleType | None], list[Runner]]
     layouts: bool = True
+    # the input an inference caller keeps between calls (a GEMM's B, a convolution's weights):
+    # built with `constant=` where the bench times inference (`kept_weights`)
+    weights: str | None = None
     # the layouts of `measure.CONV_LAYOUTS` a case is built in (the two plain ones by default)
     takes: Callable[[Case, str], bool] = lambda case, layout: layout in ("nchw16c", "nchw")
 

@@ -89,24 +89,25 @@ def conv_references(
 
 
 def build_polydl_gemm(case: Case, a: np.ndarray, b: np.ndarray,
-                      schedule: str = "auto") -> PolydlBuild:
+                      schedule: str = "auto", constant: tuple[str, ...] = ()) -> PolydlBuild:
     s = case.size
     t0 = time.perf_counter()
-    kernel = polydl.matmul(M=s["M"], N=s["N"], K=s["K"], dtype=case.dtype, schedule=schedule)
+    kernel = polydl.matmul(M=s["M"], N=s["N"], K=s["K"], dtype=case.dtype, schedule=schedule,
+                           constant=constant)
     compile_s = time.perf_counter() - t0
     return PolydlBuild(polydl_runner(kernel, [a, b], np.asarray), compile_s,
-                       kernel.schedule.describe(), "")
+                       kernel.schedule.describe(), "", kernel.nest.kept)
 
 
 def build_polydl_conv(case: Case, x: np.ndarray, w: np.ndarray, layout: str,
-                      schedule: str = "auto") -> PolydlBuild:
+                      schedule: str = "auto", constant: tuple[str, ...] = ()) -> PolydlBuild:
     s = case.size
     t0 = time.perf_counter()
     x_layout, _, y_layout = layout.partition("-")  # "nchw-nchw16c": NCHW in, blocks out
     kernel = polydl.conv2d(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
         stride=s["stride"], padding=s["padding"], dtype=case.dtype, layout=x_layout,
-        schedule=schedule, out_layout=y_layout or None,
+        schedule=schedule, out_layout=y_layout or None, constant=constant,
     )
     compile_s = time.perf_counter() - t0
     blocked = (y_layout or x_layout) == "nchw16c"
@@ -123,7 +124,7 @@ def build_polydl_conv(case: Case, x: np.ndarray, w: np.ndarray, layout: str,
         made = [i.shape for i in inputs]
         raise BenchError(f"layout {layout}: the kernel takes inputs {expected}, not {made}")
     return PolydlBuild(polydl_runner(kernel, inputs, plain), compile_s,
-                       kernel.schedule.describe(), layout)
+                       kernel.schedule.describe(), layout, kernel.nest.kept)
 
 
 def input_shapes(case: Case) -> list[Shape]:
@@ -147,12 +148,14 @@ def expected(case: Case, inputs: list[np.ndarray], torch: ModuleType | None) -> 
     return numpy_conv2d(x.astype(np.float64), w.astype(np.float64), s["stride"], s["padding"])
 
 
-def _build_gemm(case: Case, inputs: list[np.ndarray], layout: str, schedule: str) -> PolydlBuild:
-    return build_polydl_gemm(case, inputs[0], inputs[1], schedule)
+def _build_gemm(case: Case, inputs: list[np.ndarray], layout: str, schedule: str,
+                constant: tuple[str, ...]) -> PolydlBuild:
+    return build_polydl_gemm(case, inputs[0], inputs[1], schedule, constant)
 
 
-def _build_conv(case: Case, inputs: list[np.ndarray], layout: str, schedule: str) -> PolydlBuild:
-    return build_polydl_conv(case, inputs[0], inputs[1], layout, schedule)
+def _build_conv(case: Case, inputs: list[np.ndarray], layout: str, schedule: str,
+                constant: tuple[str, ...]) -> PolydlBuild:
+    return build_polydl_conv(case, inputs[0], inputs[1], layout, schedule, constant)
 
 
 def _gemm_references(
@@ -175,5 +178,5 @@ def _conv_takes(case: Case, layout: str) -> bool:
     return layout in ("nchw16c", "nchw")
 
 
-GEMM = Pass(input_shapes, expected, _build_gemm, _gemm_references, layouts=False)
-CONV = Pass(input_shapes, expected, _build_conv, _conv_references, takes=_conv_takes)
+GEMM = Pass(input_shapes, expected, _build_gemm, _gemm_references, layouts=False, weights="B")
+CONV = Pass(input_shapes, expected, _build_conv, _conv_references, weights="w", takes=_conv_takes)

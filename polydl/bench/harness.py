@@ -44,7 +44,7 @@ def _progress(message: str) -> None:
 def run_suite(
     machine: CpuTarget, suite: str, json_path: str | None, cases: list[str], repeat: int,
     budget_s: float | None, cold_cache: bool, layouts: Sequence[str], compare_layouts: bool,
-    batch: int | None = None, schedule: str = "auto",
+    batch: int | None = None, schedule: str = "auto", kept_weights: bool = False,
 ) -> int:
     """Run `cases` of `suite` on `machine` with the threads of `OMP_NUM_THREADS`: print the
     table, write `json_path` if given; 0 when every case built and verified, else 1."""
@@ -54,7 +54,8 @@ def run_suite(
     torch = import_torch(threads)
     _progress(f"bench {suite}: {len(selected)} case(s), {threads} threads, "
               f"{'PyTorch ' + torch.__version__ if torch else 'no PyTorch (numpy only)'}")
-    run_case = CASE_RUNNERS.get(suite, partial(bench_case, schedule=schedule))
+    run_case = (partial(CASE_RUNNERS[suite], kept_weights=kept_weights) if suite in CASE_RUNNERS
+                else partial(bench_case, schedule=schedule, kept_weights=kept_weights))
     meter = CpuMeter()
     peak = FmaPeak(machine.isa)
     try:
@@ -81,14 +82,14 @@ def run_suite(
     rows = [replace(row, peak_gflops=peak_gflops) for row in rows]
     env = Environment(machine, threads, peak_gflops, peak_samples,
                       torch.__version__ if torch is not None else None,
-                      meter.other_share())
+                      meter.other_share(), kept_weights=kept_weights)
     print(format_report(suite, env, rows), flush=True)
     if json_path:
         settings = {"repeat": repeat, "budget_s": budget, "cold_cache": cold_cache,
                     "layouts": list(layouts),
                     "compare_layouts": compare_layouts, "samples_per_round": SAMPLES_PER_ROUND,
                     "min_sample_s": MIN_SAMPLE_S, "cases": [c.name for c in selected],
-                    "batch": batch, "schedule": schedule,
+                    "batch": batch, "schedule": schedule, "kept_weights": kept_weights,
                     "thread_env": {n: os.environ.get(n) for n in THREAD_ENV}}
         write_json(json_path, report_json(suite, env, rows, settings))
         print(f"wrote {json_path}", flush=True)

@@ -33,21 +33,23 @@ PASSES: dict[str, Pass] = {
 
 def build_polydl(
     case: Case, inputs: list[np.ndarray], expected: np.ndarray, layouts: Sequence[str],
-    compare_layouts: bool, repeat: int, schedule: str = "auto",
+    compare_layouts: bool, repeat: int, schedule: str = "auto", kept_weights: bool = False,
 ) -> tuple[PolydlBuild, bool, float, dict[str, float], list[str]]:
     """polydl's kernel for `case`. A conv uses the first of `layouts` that builds and verifies,
-    or with `compare_layouts` the fastest of them. Returns (build, verified, relative error,
-    speeds of the layouts compared, problems met)."""
+    or with `compare_layouts` the fastest of them; `kept_weights`: built to keep the weights
+    between calls (`Pass.weights`), as inference calls it. Returns (build, verified, relative
+    error, speeds of the layouts compared, problems met)."""
     kind = PASSES[case.primitive]
+    constant = (kind.weights,) if kept_weights and kind.weights else ()
     if not kind.layouts:
-        build = kind.build(case, inputs, "", schedule)
+        build = kind.build(case, inputs, "", schedule, constant)
         ok, err = verify(build.runner, expected, case.dtype)
         return build, ok, err, {}, [] if ok else [f"result differs (relative error {err:.1e})"]
     built: list[tuple[PolydlBuild, bool, float]] = []
     problems = []
     for layout in (layout for layout in layouts if kind.takes(case, layout)):
         try:
-            build = kind.build(case, inputs, layout, schedule)
+            build = kind.build(case, inputs, layout, schedule, constant)
         except Exception as exc:  # noqa: BLE001 - a layout that does not build is reported
             problems.append(f"{layout}: {one_line(exc)}")
             continue
@@ -70,7 +72,7 @@ def build_polydl(
 def bench_case(
     case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
     layouts: Sequence[str] = CONV_LAYOUTS, compare_layouts: bool = True, seed: int = 0,
-    schedule: str = "auto",
+    schedule: str = "auto", kept_weights: bool = False,
 ) -> Row:
     kind = PASSES[case.primitive]
     rng = np.random.default_rng(seed)
@@ -81,7 +83,7 @@ def bench_case(
     t0 = time.perf_counter()
     try:
         build, ok, err, variants, problems = build_polydl(
-            case, inputs, expected, layouts, compare_layouts, repeat, schedule
+            case, inputs, expected, layouts, compare_layouts, repeat, schedule, kept_weights
         )
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
         return error_row(case, exc, peak_gflops, t0)
@@ -115,4 +117,5 @@ def bench_case(
         fastest=speeds.fastest,
         round_gflops=speeds.rounds,
         reference_errors=reference_errors,
+        kept=build.kept,
     )

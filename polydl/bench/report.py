@@ -35,6 +35,8 @@ class Environment:
     torch_version: str | None
     # share of the machine's CPU time that other processes used during the run (None: unknown)
     other_cpu_share: float | None = None
+    # inference: polydl keeps the weights between calls, PyTorch's oneDNN reorders them once
+    kept_weights: bool = False
     numpy_version: str = np.__version__
     polydl_version: str = __version__
     python: str = platform.python_version()
@@ -112,6 +114,8 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
         "refs     numpy " + env.numpy_version + (
             f", PyTorch {env.torch_version} (oneDNN: NCHW, channels_last, mkldnn blocked)"
             if env.torch_version else "; PyTorch not installed: numpy only"),
+        *(["weights  kept between calls (inference): polydl's copies of them made at the first "
+           "call, oneDNN's reordered before the timed calls (torch.mkldnn)"] if env.kept_weights else []),
         "",
     ]
     header = ["case", "shape", "layout", "polydl", "best ref", "ref", "ratio", "rounds",

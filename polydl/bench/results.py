@@ -35,6 +35,8 @@ class Row:
     reference_errors: dict[str, float] = field(default_factory=dict)
     # each side's median speed in each interleaved round, in round order
     round_gflops: dict[str, list[float]] = field(default_factory=dict)
+    # the inputs polydl's kernel kept between calls (`constant=`: the weights, timing inference)
+    kept: tuple[str, ...] = ()
 
     def best_among(self, prefixes: Sequence[str] = ("",)) -> tuple[str, float] | None:
         """The fastest reference whose name starts with one of `prefixes`, and its speed."""

@@ -42,11 +42,13 @@ LAYOUTS = ("nchw16c", "nchw")
 REFERENCE_TOLERANCE_BF16 = 2e-2  # PyTorch's bf16 conv rounds its output to bf16
 
 
-def _conv_kernel(case: Case, layout: str, dtype: str, fuse: tuple[str, ...]) -> Kernel:
+def _conv_kernel(case: Case, layout: str, dtype: str, fuse: tuple[str, ...],
+                 constant: tuple[str, ...]) -> Kernel:
     s = case.size
     return polydl.conv2d(
         N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
         stride=s["stride"], padding=s["padding"], dtype=dtype, layout=layout, fuse=fuse,
+        constant=constant,
     )
 
 
@@ -70,23 +72,25 @@ def _layout_inputs(case: Case, layout: str, x: np.ndarray, w: np.ndarray, extra:
 
 
 def _build(case: Case, layout: str, dtype: str, fuse: tuple[str, ...], x: np.ndarray, w: np.ndarray,
-           extra: Sequence[np.ndarray], schedule: Any = None) -> tuple[PolydlBuild, Any]:
+           extra: Sequence[np.ndarray], constant: tuple[str, ...],
+           schedule: Any = None) -> tuple[PolydlBuild, Any]:
     t0 = time.perf_counter()
     if schedule is None:
-        kernel = _conv_kernel(case, layout, dtype, fuse)
+        kernel = _conv_kernel(case, layout, dtype, fuse, constant)
     else:
         s = case.size
         nest, params = builders.conv2d(
             N=s["N"], C=s["C"], K=s["K"], H=s["H"], W=s["W"], R=s["R"], S=s["S"],
             stride=s["stride"], padding=s["padding"], dtype=dtype, layout=layout, fuse=fuse,
             **builders.target_options("conv2d", "c"))
-        kernel = build_kernel(nest, params, schedule=schedule)
+        kernel = build_kernel(nest, params, schedule=schedule, constant=constant)
     compile_s = time.perf_counter() - t0
     inputs, plain = _layout_inputs(case, layout, x, w, extra, dtype)
     expected = [a.shape for a in kernel.arguments if a.is_input]
     if [i.shape for i in inputs] != expected:
         raise BenchError(f"layout {layout}: the kernel takes inputs {expected}")
-    build = PolydlBuild(polydl_runner(kernel, inputs, plain), compile_s, kernel.schedule.describe(), layout)
+    build = PolydlBuild(polydl_runner(kernel, inputs, plain), compile_s, kernel.schedule.describe(), layout,
+                        kernel.nest.kept)
     return build, kernel
 
 
@@ -135,16 +139,31 @@ def _torch_fused(x: np.ndarray, w: np.ndarray, b: np.ndarray, case: Case, torch:
     return runners
 
 
-def _torch_bf16(x: np.ndarray, w: np.ndarray, case: Case, torch: ModuleType) -> list[Runner]:
+def _torch_bf16(x: np.ndarray, w: np.ndarray, case: Case, torch: ModuleType,
+                kept_weights: bool) -> list[Runner]:
+    """PyTorch's bf16 convolution; timing inference (`kept_weights`), also oneDNN's on blocked
+    bf16 tensors with the weights reordered once, before the timed calls, as polydl's kept
+    weights are copied once."""
     s = case.size
     stride, padding = s["stride"], s["padding"]
     conv2d = torch.nn.functional.conv2d
     tx, tw = torch.from_numpy(x).bfloat16(), torch.from_numpy(w).bfloat16()
-    return [Runner(
+    runners = [Runner(
         "torch.nchw.bf16",
         lambda: conv2d(tx, tw, None, stride, padding),
         lambda: conv2d(tx, tw, None, stride, padding).float().numpy().copy(),
     )]
+    if kept_weights and torch.backends.mkldnn.is_available():
+        pad, step, dilation = [padding] * 2, [stride] * 2, [1, 1]
+        mx = tx.to_mkldnn()
+        mw = torch._C._nn.mkldnn_reorder_conv2d_weight(tw.to_mkldnn(), pad, step, dilation, 1)
+
+        def mkldnn() -> Any:
+            return torch.mkldnn_convolution(mx, mw, None, pad, step, dilation, 1)
+
+        runners.append(Runner("torch.mkldnn.bf16", mkldnn,
+                              lambda: mkldnn().to_dense().float().numpy().copy()))
+    return runners
 
 
 def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected: np.ndarray,
@@ -169,27 +188,30 @@ def _time_row(case: Case, build: PolydlBuild, references: list[Runner], expected
         references=speeds.median, status="ok", peak_gflops=peak_gflops, relative_error=err, compile_s=build.compile_s,
         variant=build.variant, schedule=schedule, message="; ".join(problems), rounds=rounds,
         samples={n: len(v) for n, v in samples.items()}, variants=variants, fastest=speeds.fastest,
-        round_gflops=speeds.rounds, reference_errors=reference_errors,
+        round_gflops=speeds.rounds, reference_errors=reference_errors, kept=build.kept,
     )
 
 
 def fused_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
-               layouts: Sequence[str] = LAYOUTS, compare_layouts: bool = True, seed: int = 0) -> Row:
+               layouts: Sequence[str] = LAYOUTS, compare_layouts: bool = True, seed: int = 0,
+               kept_weights: bool = False) -> Row:
     rng = np.random.default_rng(seed)
     s = case.size
     x = rng.uniform(-1.0, 1.0, (s["N"], s["C"], s["H"], s["W"])).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, s["K"]).astype(np.float32)
     expected = np.maximum(float64_result(case, [x, w], torch) + b[None, :, None, None], 0.0)
+    kept = ("w",) if kept_weights else ()
     t0 = time.perf_counter()
     try:
         order = list(layouts) if compare_layouts else list(layouts)[:1]
         build, kernel, err, variants, problems = _fastest(
-            case, [(lay, partial(_build, case, lay, "float32", FUSE, x, w, [b])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "float32", FUSE, x, w, [b], kept))
+                   for lay in order],
             expected, repeat)
         if not kernel.schedule.epilogues:
             problems.append("the epilogues were not fused")
-        unfused, _ = _build(case, build.variant, "float32", FUSE, x, w, [b],
+        unfused, _ = _build(case, build.variant, "float32", FUSE, x, w, [b], kept,
                             schedule=replace(kernel.schedule, epilogues=()))
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
         return error_row(case, exc, peak_gflops, t0)
@@ -201,7 +223,8 @@ def fused_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: floa
 
 
 def bf16_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float, peak_gflops: float,
-              layouts: Sequence[str] = LAYOUTS, compare_layouts: bool = True, seed: int = 0) -> Row:
+              layouts: Sequence[str] = LAYOUTS, compare_layouts: bool = True, seed: int = 0,
+              kept_weights: bool = False) -> Row:
     import ml_dtypes
 
     rng = np.random.default_rng(seed)
@@ -210,14 +233,15 @@ def bf16_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float
     x = rng.uniform(-1.0, 1.0, (s["N"], s["C"], s["H"], s["W"])).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(ml_dtypes.bfloat16).astype(np.float32)
     expected = float64_result(case, [x, w], torch)
+    kept = ("w",) if kept_weights else ()
     t0 = time.perf_counter()
     order = list(layouts) if compare_layouts else list(layouts)[:1]
     try:
         build, _, err, variants, problems = _fastest(
-            case, [(lay, partial(_build, case, lay, "bfloat16", (), x, w, [])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "bfloat16", (), x, w, [], kept)) for lay in order],
             expected, repeat)
         fp32, _, _, fp32_variants, fp32_problems = _fastest(
-            case, [(lay, partial(_build, case, lay, "float32", (), x, w, [])) for lay in order],
+            case, [(lay, partial(_build, case, lay, "float32", (), x, w, [], kept)) for lay in order],
             expected, repeat)
     except Exception as exc:  # noqa: BLE001 - one case's failure is a row, not the end of the run
         return error_row(case, exc, peak_gflops, t0)
@@ -225,8 +249,9 @@ def bf16_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float
     tolerance = {}
     if torch is not None:
         references += conv_references(x, w, case, torch)[1:]  # PyTorch's fp32 paths
-        references += _torch_bf16(x, w, case, torch)
-        tolerance["torch.nchw.bf16"] = REFERENCE_TOLERANCE_BF16
+        references += _torch_bf16(x, w, case, torch, kept_weights)
+        tolerance.update({"torch.nchw.bf16": REFERENCE_TOLERANCE_BF16,
+                          "torch.mkldnn.bf16": REFERENCE_TOLERANCE_BF16})
     variants = {f"bf16 {k}": v for k, v in variants.items()}
     variants.update({f"fp32 {k}": v for k, v in fp32_variants.items()})
     schedule = f"{build.schedule}  [fp32 {fp32.variant}: {fp32.schedule}]"

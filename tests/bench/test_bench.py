@@ -282,12 +282,19 @@ def test_report_table_and_json_fields(tmp_path: Path) -> None:
     row = data["rows"][0]
     for key in ("case", "shape", "flops", "polydl_gflops", "references", "best_reference",
                 "best_reference_gflops", "ratio", "peak_percent", "compile_s", "status",
-                "relative_error", "variant", "schedule", "rounds", "samples"):
+                "relative_error", "variant", "schedule", "rounds", "samples", "kept"):
         assert key in row, key
     assert row["best_reference"] == "torch.nchw" and row["ratio"] == pytest.approx(0.8)
     summary = data["summary"]
     assert summary["geomean_ratio"] == pytest.approx(math.sqrt(0.8 * 120 / 110))
     assert summary["failed"] == ["res5_3x3"] and summary["target"]["met"] is False
+
+
+def test_report_says_when_the_weights_were_kept() -> None:
+    rows = [_row("a", 10.0, numpy=5.0)]
+    assert "weights  kept" not in report.format_report("gemm", _environment(), rows)
+    kept = replace(_environment(), kept_weights=True)
+    assert "weights  kept between calls (inference)" in report.format_report("gemm", kept, rows)
 
 
 def test_report_without_torch_says_numpy_only() -> None:
@@ -370,6 +377,25 @@ def test_a_tuned_case_builds_the_databases_schedule(
     assert all(row.status == "ok" for row in rows.values())
     assert rows["auto"].schedule == analytic
     assert rows["tuned"].schedule == lower(nest, params, target, other).schedule.describe()
+
+
+def test_kept_weights_build_kernels_that_keep_w_or_b(prepared_threads: None) -> None:
+    """Timing inference, the forward passes build with `constant=` on their weights (and
+    still verify against the float64 result); per call, nothing is kept."""
+    conv = Case("tiny", "conv2d", (("N", 1), ("C", 16), ("K", 32), ("H", 6), ("W", 6),
+                                   ("R", 3), ("S", 3), ("stride", 1), ("padding", 1)))
+    gemm = Case("tiny", "matmul", (("M", 8), ("N", 40), ("K", 24)))
+    for case, kept in ((conv, ("w",)), (gemm, ("B",))):
+        for kept_weights in (False, True):
+            row = measure.bench_case(case, None, repeat=1, budget_s=0.1, peak_gflops=100.0,
+                                     compare_layouts=False, kept_weights=kept_weights)
+            assert row.status == "ok", row.message
+            assert row.kept == (kept if kept_weights else ())
+
+
+def test_kept_weights_are_refused_for_the_backward_suites() -> None:
+    with pytest.raises(bench.BenchError, match="--kept-weights: the resnet50_bwd_data suite"):
+        bench.main("resnet50_bwd_data", None, ["res2_1x1a"], 1, kept_weights=True)
 
 
 def test_backward_suites_run_the_resnet50_layers() -> None:

@@ -38,6 +38,19 @@ def test_fused_row_compares_with_the_unfused_kernel(prepared_threads: None) -> N
     assert "fused S" in row.schedule and row.variant in ("nchw16c", "nchw")
     assert row.relative_error is not None and row.relative_error < 1e-4
     assert row.ratio_vs(("polydl.unfused",)) is not None
+    assert row.kept == ()
+
+
+def test_fused_and_bf16_rows_keep_the_weights_when_timing_inference(prepared_threads: None) -> None:
+    """`kept_weights`: both polydl builds of a row keep w between calls, and still verify."""
+    row = fused_case(TINY, None, repeat=1, budget_s=0.1, peak_gflops=100.0,
+                     compare_layouts=False, kept_weights=True)
+    assert row.status == "ok", row.message
+    assert row.kept == ("w",) and "polydl.unfused" in row.references
+    row = bf16_case(TINY, None, repeat=1, budget_s=0.1, peak_gflops=100.0,
+                    compare_layouts=False, kept_weights=True)
+    assert row.status == "ok", row.message
+    assert row.kept == ("w",) and "polydl.fp32" in row.references
 
 
 def test_bf16_row_compares_with_fp32_polydl(prepared_threads: None) -> None:
