@@ -41,6 +41,7 @@ from polydl.schedules.microkernel import (
     gemm_operands,
 )
 from polydl.schedules.register_blocking import (
+    BATCH_TILE_MAX_WAYS,
     PANEL_ROWS,
     l1_ways,
     lines_per_set,
@@ -1161,10 +1162,11 @@ def window_calls(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> li
 
 # Of the L2, the share one call's B (the weights) may take when its batch is tiled for it.
 BATCH_TILE_B_SHARE = 8
-# The most ways of an L1 whose calls get their batch tiled: measured to pay on 8 ways (32 KiB);
-# on the 12 ways (48 KiB) and 2 MiB L2 of the 16-core Sapphire Rapids host the same tiles ran
-# ResNet-50's changed layers at 0.96x (16 threads) and 0.995x (2 threads) of whole calls.
-BATCH_TILE_MAX_WAYS = 8
+# `BATCH_TILE_MAX_WAYS` (register_blocking), the most ways of an L1 whose calls get their batch
+# tiled: measured to pay on 8 ways (32 KiB); on the 12 ways (48 KiB) and 2 MiB L2 of the
+# 16-core Sapphire Rapids host the same tiles ran ResNet-50's changed layers at 0.96x (16
+# threads) and 0.995x (2 threads) of whole calls. There the register tile pays for A's misses
+# instead (`register_blocking.A_LINE_MISS_CYCLES`).
 # A call's rows must span more register tiles than this for its B to be worth a smaller batch:
 # calls over 8 rows (14 x 14 layers with their rows tiled) ran 0.93-0.97x with fewer blocks.
 BATCH_TILE_MIN_ROW_TILES = 2

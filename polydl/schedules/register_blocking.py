@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from polydl.dtypes import DTYPES
@@ -82,6 +83,29 @@ def lines_per_set(row_bytes: int, rows: int) -> int:
     sets = L1_WAY_BYTES // L1_LINE_BYTES
     lines = {i * row_bytes // L1_LINE_BYTES for i in range(rows)}
     return max(Counter(line % sets for line in lines).values())
+
+
+# The most ways of an L1 on which `rank.batch_tiled_call` tiles a call's batch so that A's rows
+# over it fit the sets; on more ways the batch stays whole (see there).
+BATCH_TILE_MAX_WAYS = 8
+# Cycles a register tile waits, beyond its FMAs, for each line of A that L1 no longer holds
+# when the tile reaches it, and for each line of its strip of B, where A's rows thrash L1's
+# sets (`blocking.a_lines_missed`). Fitted on the 16-core Sapphire Rapids host (12 ways), whose
+# 1 x 1 layers from 256 channels at 56 x 56 read 16 input-channel blocks 49 pages apart: each
+# row's 16 lines share one set and every vector strip of B reads them from L2 again, with no
+# prefetch across pages, while B's strips stream in order. Calls of 28 rows x 8 blocks, same
+# schedules, 16 threads, N=32, time against tiles of 14 x 2: 7 x 3 0.87-0.93, 6 x 4 0.84-0.89,
+# 8 x 2 (calls of 16 rows) 0.98-1.05. So priced, 7 x 3 comes out 0.94 and 6 x 4 0.86.
+A_LINE_MISS_CYCLES = 11.0
+B_LINE_CYCLES = 0.5
+
+
+def batch_lines_per_set(offsets_bytes: Iterable[int]) -> int:
+    """The most of the lines at `offsets_bytes` (a row of A at each batch step) that share an
+    L1 set."""
+    sets = L1_WAY_BYTES // L1_LINE_BYTES
+    lines = {offset // L1_LINE_BYTES for offset in offsets_bytes}
+    return max(Counter(line % sets for line in lines).values(), default=0)
 
 
 def alias_free_rows(row_bytes: int, most: int, l1_bytes: int) -> int:

@@ -17,11 +17,16 @@ from polydl.codegen.microkernels.spec import BrgemmSpec
 from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.schedules.register_blocking import (  # noqa: F401 - the model's names, here too
+    A_LINE_MISS_CYCLES,
+    B_LINE_CYCLES,
+    BATCH_TILE_MAX_WAYS,
     DEFAULT_L1_BYTES,
     L1_LINE_BYTES,
     VECTOR_UNITS,
     VectorUnit,
     alias_free_rows,
+    batch_lines_per_set,
+    l1_ways,
     max_rows,
     step_cycles,
 )
@@ -64,10 +69,14 @@ def _split(extent: int, block: int) -> list[tuple[int, int]]:
 
 
 def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
-                         m: int, n: int, steps: int, b_in_l1: bool = False) -> float:
+                         m: int, n: int, steps: int, b_in_l1: bool = False,
+                         a_missed_lines: int = 0) -> float:
     """Estimated cycles of an outer-product kernel: C tiles of `rows` x `vectors*lanes`,
     `steps` = k times the batch count; `b_in_l1`: the call's B stays in L1 from tile to tile
-    (one-vector tiles are then priced with gcc's spills, `_SINGLE_VECTOR_ROWS`)."""
+    (one-vector tiles are then priced with gcc's spills, `_SINGLE_VECTOR_ROWS`);
+    `a_missed_lines`: lines of each row of A that every tile reads from beyond L1
+    (`a_lines_missed`), at `A_LINE_MISS_CYCLES` each, its strip of B then read from beyond
+    L1 by every tile too, at `B_LINE_CYCLES` a line."""
     total = 0.0
     for m_count, r in _split(m, rows):
         for n_count, width in _split(n, vectors * lanes):
@@ -77,8 +86,38 @@ def outer_product_cycles(unit: VectorUnit, rows: int, vectors: int, lanes: int,
             spilled = max(0, r - _SINGLE_VECTOR_ROWS) if spills else 0
             step = step_cycles(unit, r * v, r + v + 2 * spilled, slack=True)
             tile = steps * step + r * v * _ACCUMULATOR_CYCLES + _TILE_CYCLES
+            if a_missed_lines:
+                b_lines = steps * v * unit.vector_bytes / L1_LINE_BYTES
+                tile += r * a_missed_lines * A_LINE_MISS_CYCLES + b_lines * B_LINE_CYCLES
             total += m_count * n_count * tile
     return total
+
+
+def a_lines_missed(spec: BrgemmSpec, l1_bytes: int) -> int:
+    """Lines of one row of A that each register tile reads from beyond L1: all of the row's
+    lines over the call (k and the batch) where they share an L1 set beyond its ways (a 1 x 1
+    layer's input-channel blocks a multiple of 4 KiB apart), so that a set holds none of them
+    from one vector strip to the next; else none. Not where rows share lines across the batch
+    (a 3 x 3 window's taps: a line serves several rows and taps, unmeasured), and only on L1s
+    of more than `BATCH_TILE_MAX_WAYS` ways: on fewer the ranking tiles such a batch to fit
+    the sets (`rank.batch_tiled_call`), and on two Zen 4 cores (8 ways) calls of 28 rows over
+    a whole batch of 16 such blocks ran 1.13-1.16x slower in tiles of 6 x 4 and 7 x 3 than of
+    14 x 2."""
+    ways = l1_ways(l1_bytes)
+    a_bytes = DTYPES[spec.dtype].bytes
+    if ways <= BATCH_TILE_MAX_WAYS or spec.a_k * a_bytes >= L1_LINE_BYTES or not spec.batch:
+        return 0
+    offsets = [0]
+    for d in spec.batch:
+        offsets = [o + i * d.a_stride * a_bytes for o in offsets for i in range(d.extent)]
+    if batch_lines_per_set(offsets) <= ways:
+        return 0
+    row_lines = math.ceil(spec.k * spec.a_k * a_bytes / L1_LINE_BYTES)
+    row_bytes = spec.a_m * a_bytes
+    lines = {(o + i * row_bytes) // L1_LINE_BYTES for o in offsets for i in range(spec.m)}
+    if len(lines) * row_lines < spec.m * len(offsets) * row_lines or row_lines > 1:
+        return 0  # lines shared between rows or taps, or rows over several lines: not measured
+    return len(offsets)
 
 
 def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
@@ -99,6 +138,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
     n = spec.n * spec.n_blocks
     b_in_l1 = steps * n * DTYPES[spec.dtype].bytes <= _SINGLE_VECTOR_B_BYTES
     max_vectors = math.ceil(n / lanes)
+    missed = a_lines_missed(spec, l1_bytes)
     for vectors in range(1, max_vectors + 1):
         width = vectors * lanes
         if spec.n_blocks > 1 and spec.n % width and width % spec.n:
@@ -112,7 +152,8 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
                 continue
             row_options = range(min(spec.a_panel_rows, spec.m), min(spec.a_panel_rows, spec.m) + 1)
         for rows in row_options:
-            cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, n, steps, b_in_l1)
+            cycles = outer_product_cycles(unit, rows, vectors, lanes, spec.m, n, steps, b_in_l1,
+                                          missed)
             cand = Blocking("outer", rows, vectors, lanes, cycles)
             if best is None or _better(cand, best, spec):
                 best = cand
