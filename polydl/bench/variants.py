@@ -29,7 +29,7 @@ from polydl import layouts
 from polydl.api import build_kernel
 from polydl.bench.builds import PolydlBuild, polydl_runner, variant_speeds
 from polydl.bench.cases import BenchError, Case
-from polydl.bench.forward import conv_references
+from polydl.bench.forward import conv_references, mkldnn_runner
 from polydl.bench.forward import expected as float64_result
 from polydl.bench.results import Row, error_row, one_line
 from polydl.bench.timing import Runner, Speeds, time_runners
@@ -154,15 +154,7 @@ def _torch_bf16(x: np.ndarray, w: np.ndarray, case: Case, torch: ModuleType,
         lambda: conv2d(tx, tw, None, stride, padding).float().numpy().copy(),
     )]
     if kept_weights and torch.backends.mkldnn.is_available():
-        pad, step, dilation = [padding] * 2, [stride] * 2, [1, 1]
-        mx = tx.to_mkldnn()
-        mw = torch._C._nn.mkldnn_reorder_conv2d_weight(tw.to_mkldnn(), pad, step, dilation, 1)
-
-        def mkldnn() -> Any:
-            return torch.mkldnn_convolution(mx, mw, None, pad, step, dilation, 1)
-
-        runners.append(Runner("torch.mkldnn.bf16", mkldnn,
-                              lambda: mkldnn().to_dense().float().numpy().copy()))
+        runners.append(mkldnn_runner("torch.mkldnn.bf16", torch, tx, tw, stride, padding))
     return runners
 
 
