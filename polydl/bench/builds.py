@@ -47,6 +47,10 @@ class Pass:
     # the layouts of `measure.CONV_LAYOUTS` a case is built in (the two plain ones by default)
     takes: Callable[[Case, str], bool] = lambda case, layout: layout in ("nchw16c", "nchw")
 
+    def constant(self, kept_weights: bool) -> tuple[str, ...]:
+        """What `build` keeps between calls: the weights where the bench times inference."""
+        return (self.weights,) if kept_weights and self.weights else ()
+
 
 def polydl_runner(
     kernel: Any, inputs: list[np.ndarray], plain: Callable[[np.ndarray], np.ndarray]

@@ -40,7 +40,7 @@ def build_polydl(
     between calls (`Pass.weights`), as inference calls it. Returns (build, verified, relative
     error, speeds of the layouts compared, problems met)."""
     kind = PASSES[case.primitive]
-    constant = (kind.weights,) if kept_weights and kind.weights else ()
+    constant = kind.constant(kept_weights)
     if not kind.layouts:
         build = kind.build(case, inputs, "", schedule, constant)
         ok, err = verify(build.runner, expected, case.dtype)

@@ -29,7 +29,7 @@ from polydl import layouts
 from polydl.api import build_kernel
 from polydl.bench.builds import PolydlBuild, polydl_runner, variant_speeds
 from polydl.bench.cases import BenchError, Case
-from polydl.bench.forward import conv_references, mkldnn_runner
+from polydl.bench.forward import CONV, conv_references, mkldnn_runner
 from polydl.bench.forward import expected as float64_result
 from polydl.bench.results import Row, error_row, one_line
 from polydl.bench.timing import Runner, Speeds, time_runners
@@ -193,7 +193,7 @@ def fused_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: floa
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, s["K"]).astype(np.float32)
     expected = np.maximum(float64_result(case, [x, w], torch) + b[None, :, None, None], 0.0)
-    kept = ("w",) if kept_weights else ()
+    kept = CONV.constant(kept_weights)
     t0 = time.perf_counter()
     try:
         order = list(layouts) if compare_layouts else list(layouts)[:1]
@@ -225,7 +225,7 @@ def bf16_case(case: Case, torch: ModuleType | None, repeat: int, budget_s: float
     x = rng.uniform(-1.0, 1.0, (s["N"], s["C"], s["H"], s["W"])).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (s["K"], s["C"], s["R"], s["S"])).astype(ml_dtypes.bfloat16).astype(np.float32)
     expected = float64_result(case, [x, w], torch)
-    kept = ("w",) if kept_weights else ()
+    kept = CONV.constant(kept_weights)
     t0 = time.perf_counter()
     order = list(layouts) if compare_layouts else list(layouts)[:1]
     try:

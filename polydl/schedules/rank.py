@@ -1162,7 +1162,7 @@ def window_calls(model: PolyModel, schedule: Schedule, machine: CpuTarget) -> li
 
 # Of the L2, the share one call's B (the weights) may take when its batch is tiled for it.
 BATCH_TILE_B_SHARE = 8
-# `BATCH_TILE_MAX_WAYS` (register_blocking), the most ways of an L1 whose calls get their batch
+# `BATCH_TILE_MAX_WAYS` (register_blocking): the most ways of an L1 whose calls get their batch
 # tiled: measured to pay on 8 ways (32 KiB); on the 12 ways (48 KiB) and 2 MiB L2 of the
 # 16-core Sapphire Rapids host the same tiles ran ResNet-50's changed layers at 0.96x (16
 # threads) and 0.995x (2 threads) of whole calls. There the register tile pays for A's misses

@@ -80,9 +80,15 @@ def l1_ways(l1_bytes: int) -> int:
 
 def lines_per_set(row_bytes: int, rows: int) -> int:
     """The most lines of `rows` rows `row_bytes` apart (a line each) that share an L1 set."""
+    return offsets_per_set(i * row_bytes for i in range(rows))
+
+
+def offsets_per_set(offsets_bytes: Iterable[int]) -> int:
+    """The most of the lines at `offsets_bytes` (one a row, or one a batch step) that share an
+    L1 set."""
     sets = L1_WAY_BYTES // L1_LINE_BYTES
-    lines = {i * row_bytes // L1_LINE_BYTES for i in range(rows)}
-    return max(Counter(line % sets for line in lines).values())
+    lines = {offset // L1_LINE_BYTES for offset in offsets_bytes}
+    return max(Counter(line % sets for line in lines).values(), default=0)
 
 
 # The most ways of an L1 on which `rank.batch_tiled_call` tiles a call's batch so that A's rows
@@ -98,14 +104,6 @@ BATCH_TILE_MAX_WAYS = 8
 # 8 x 2 (calls of 16 rows) 0.98-1.05. So priced, 7 x 3 comes out 0.94 and 6 x 4 0.86.
 A_LINE_MISS_CYCLES = 11.0
 B_LINE_CYCLES = 0.5
-
-
-def batch_lines_per_set(offsets_bytes: Iterable[int]) -> int:
-    """The most of the lines at `offsets_bytes` (a row of A at each batch step) that share an
-    L1 set."""
-    sets = L1_WAY_BYTES // L1_LINE_BYTES
-    lines = {offset // L1_LINE_BYTES for offset in offsets_bytes}
-    return max(Counter(line % sets for line in lines).values(), default=0)
 
 
 def alias_free_rows(row_bytes: int, most: int, l1_bytes: int) -> int:

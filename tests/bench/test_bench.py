@@ -396,6 +396,13 @@ def test_kept_weights_build_kernels_that_keep_w_or_b(prepared_threads: None) -> 
 def test_kept_weights_are_refused_for_the_backward_suites() -> None:
     with pytest.raises(bench.BenchError, match="--kept-weights: the resnet50_bwd_data suite"):
         bench.main("resnet50_bwd_data", None, ["res2_1x1a"], 1, kept_weights=True)
+    # the pass itself keeps nothing, and its builder refuses to
+    case = Case("tiny", "conv2d_backward_data", (("N", 1), ("C", 16), ("K", 16), ("H", 4),
+                                                 ("W", 4), ("R", 1), ("S", 1), ("stride", 1),
+                                                 ("padding", 0)))
+    assert backward.BACKWARD.constant(True) == ()
+    with pytest.raises(bench.BenchError, match="keep no input between calls"):
+        backward.build_polydl(case, [], "nchw", "auto", ("w",))
 
 
 def test_backward_suites_run_the_resnet50_layers() -> None:

@@ -25,9 +25,9 @@ from polydl.schedules.register_blocking import (  # noqa: F401 - the model's nam
     VECTOR_UNITS,
     VectorUnit,
     alias_free_rows,
-    batch_lines_per_set,
     l1_ways,
     max_rows,
+    offsets_per_set,
     step_cycles,
 )
 
@@ -105,18 +105,18 @@ def a_lines_missed(spec: BrgemmSpec, l1_bytes: int) -> int:
     14 x 2."""
     ways = l1_ways(l1_bytes)
     a_bytes = DTYPES[spec.dtype].bytes
-    if ways <= BATCH_TILE_MAX_WAYS or spec.a_k * a_bytes >= L1_LINE_BYTES or not spec.batch:
-        return 0
+    if (ways <= BATCH_TILE_MAX_WAYS or not spec.batch or spec.a_k * a_bytes >= L1_LINE_BYTES
+            or spec.k * spec.a_k * a_bytes > L1_LINE_BYTES):
+        return 0  # (a row of A over several lines a batch step: not measured)
     offsets = [0]
     for d in spec.batch:
         offsets = [o + i * d.a_stride * a_bytes for o in offsets for i in range(d.extent)]
-    if batch_lines_per_set(offsets) <= ways:
+    if offsets_per_set(offsets) <= ways:
         return 0
-    row_lines = math.ceil(spec.k * spec.a_k * a_bytes / L1_LINE_BYTES)
     row_bytes = spec.a_m * a_bytes
     lines = {(o + i * row_bytes) // L1_LINE_BYTES for o in offsets for i in range(spec.m)}
-    if len(lines) * row_lines < spec.m * len(offsets) * row_lines or row_lines > 1:
-        return 0  # lines shared between rows or taps, or rows over several lines: not measured
+    if len(lines) < spec.m * len(offsets):
+        return 0  # lines shared between rows or taps
     return len(offsets)
 
 
