@@ -16,6 +16,7 @@ import numpy as np
 
 from polydl.bench.results import Row
 from polydl.bench.targets import summarize
+from polydl.bench.timing import SAMPLES_PER_ROUND, SLOW_REFERENCE
 from polydl.version import __version__
 
 if TYPE_CHECKING:
@@ -135,9 +136,12 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
     names = sorted({n for r in rows for n in r.references})
     if names:
         out += ["", "every reference (GFLOP/s):"]
-        lines = [[r.case, *(num(r.references.get(n), ".1f") for n in names),
-                  str(r.rounds)] for r in rows]
+        lines = [[r.case, *(num(r.references.get(n), ".1f") + ("*" if _first_round_only(r, n) else "")
+                            for n in names), str(r.rounds)] for r in rows]
         out += _table(["case", *names, "rounds"], lines, left=1)
+        if any(_first_round_only(r, n) for r in rows for n in names):
+            out.append(f"(* timed in the first round only: over {SLOW_REFERENCE:g}x slower than "
+                       "the fastest reference)")
 
     out += ["", "polydl schedules:"]
     for r in rows:
@@ -159,3 +163,9 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
         + (f"; {t.note}" if t.note else ""),
     ]
     return "\n".join(out)
+
+
+def _first_round_only(row: Row, reference: str) -> bool:
+    """Whether `reference` was left out of the row's later rounds (`timing.slow_references`)."""
+    taken = row.samples.get(reference, 0)
+    return row.rounds > 1 and 0 < taken < row.rounds * SAMPLES_PER_ROUND

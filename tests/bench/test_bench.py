@@ -145,6 +145,41 @@ def test_interleaved_timing_alternates_runners() -> None:
     assert calls[0] == "a" and calls[per_round] == "b"  # the second round starts with b
 
 
+def test_slow_references_are_timed_in_the_first_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference far slower than the fastest one (the numpy convolution at N=32) takes one
+    round; the rest of the budget goes to the rounds of the runners that decide the ratio."""
+    clock = {"now": 0.0}
+    cost = {"polydl": 0.010, "fast": 0.012, "numpy": 0.500}
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(timing, "quiesce", lambda: 0.0)
+
+    def runner(name: str) -> timing.Runner:
+        return timing.Runner(name, lambda: clock.__setitem__("now", clock["now"] + cost[name]),
+                             lambda: np.zeros(1))
+
+    runners = [runner(n) for n in cost]
+    rounds, samples = timing.time_runners(runners, repeat=50, budget_s=5.0)
+    n = timing.SAMPLES_PER_ROUND
+    assert len(samples["numpy"]) == n  # its first round only
+    assert rounds > 20 and len(samples["polydl"]) == len(samples["fast"]) == rounds * n
+    # all three timed in every round, the budget allows 2
+    assert timing.plan({k: v for k, v in cost.items()}, 50, 5.0)[0] == 2
+
+    # polydl itself is never left out, however slow; a lone reference neither
+    cost.update(polydl=0.5, fast=0.01, numpy=0.012)
+    rounds, samples = timing.time_runners(runners, repeat=5, budget_s=100.0)
+    assert rounds == 5 and all(len(v) == 5 * n for v in samples.values())
+    assert timing.slow_references({"polydl": 0.01, "numpy": 1.0}, {"polydl": [0.01], "numpy": [1.0]},
+                                  "polydl") == set()
+
+
+def test_one_slow_call_does_not_drop_a_reference() -> None:
+    """Slow in its planning call but not in its first round (a burst on the machine): kept."""
+    single = {"polydl": 0.01, "a": 0.01, "b": 0.2}
+    assert timing.slow_references(single, {"polydl": [0.01], "a": [0.01], "b": [0.011]}, "polydl") == set()
+    assert timing.slow_references(single, {"polydl": [0.01], "a": [0.01], "b": [0.05]}, "polydl") == {"b"}
+
+
 def test_quiesce_waits_until_the_process_stops_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = {"wall": 0.0}
 
@@ -295,6 +330,16 @@ def test_report_says_when_the_weights_were_kept() -> None:
     assert "weights  kept" not in report.format_report("gemm", _environment(), rows)
     kept = replace(_environment(), kept_weights=True)
     assert "weights  kept between calls (inference)" in report.format_report("gemm", kept, rows)
+
+
+def test_report_marks_the_references_timed_in_one_round() -> None:
+    n = timing.SAMPLES_PER_ROUND
+    row = replace(_row("a", 100.0, numpy=20.0, torch_nchw=90.0), rounds=9,
+                  samples={"polydl": 9 * n, "torch.nchw": 9 * n, "numpy": n})
+    text = report.format_report("resnet50", _environment(), [row])
+    assert "20.0*" in text and "90.0*" not in text and "timed in the first round only" in text
+    every_round = replace(row, samples={"polydl": 9 * n, "torch.nchw": 9 * n, "numpy": 9 * n})
+    assert "first round only" not in report.format_report("resnet50", _environment(), [every_round])
 
 
 def test_report_without_torch_says_numpy_only() -> None:
