@@ -564,7 +564,8 @@ def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
     assert scaling.powers_of_two(6) == [1, 2, 4, 6]
 
     def run(polydl: float, ref: float, peak_gflops: float) -> dict[str, object]:
-        return {"environment": {"peak_gflops": peak_gflops},
+        samples = [peak_gflops * 0.8, peak_gflops * 0.9, peak_gflops]  # median 0.9 of the best
+        return {"environment": {"peak_gflops": peak_gflops, "peak_samples": samples},
                 "rows": [{"case": "res2_3x3", "polydl_gflops": polydl,
                           "best_reference_gflops": ref, "best_reference": "torch.mkldnn",
                           "variant": "nchw16c", "status": "ok"}]}
@@ -574,6 +575,9 @@ def test_scaling_table_speedups_and_plot(tmp_path: Path) -> None:
     one, four = summary["res2_3x3"]
     assert one["speedup_over_1"] == 1.0 and four["speedup_over_1"] == pytest.approx(3.6)
     assert four["ratio"] == pytest.approx(1.2) and four["peak_percent"] == pytest.approx(60.0)
+    # the FMA loop's own speed-up, from its medians: what the machine lets any kernel reach
+    assert one["fma_speedup_over_1"] == 1.0 and four["fma_speedup_over_1"] == pytest.approx(4.0)
+    assert "FMA x" in lines[0]
     assert any("torch.mkldnn" in line for line in lines)
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
