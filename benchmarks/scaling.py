@@ -90,8 +90,9 @@ def scaling_table(runs: dict[int, dict[str, Any]]) -> tuple[list[str], dict[str,
                 f"{s['peak']:>7.0f}  {s['reference'] or '-'}")
         summary[case] = entries
     lines.append(f"(GFLOP/s, medians; speed-up = polydl over its {counts[0]}-thread speed, "
-                 f"scaled to one thread; FMA x = the same for the FMA loop's median; best ref = the fastest correct reference: PyTorch's "
-                 f"paths (oneDNN, MKL) where PyTorch is installed)")
+                 "scaled to one thread; FMA x = the same for the FMA loop's median; "
+                 "best ref = the fastest correct reference: PyTorch's paths (oneDNN, MKL) "
+                 "where PyTorch is installed)")
     return lines, summary
 
 
