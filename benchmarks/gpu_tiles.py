@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from polydl.codegen.gpu_target import generate_gpu  # noqa: E402
+from polydl.codegen.gpu.generate import generate_gpu  # noqa: E402
 from polydl.frontends import builders  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
-from polydl.runtime.gpu_kernel import GpuKernel  # noqa: E402
-from polydl.runtime.gpu_toolchain import compile_gpu_library  # noqa: E402
-from polydl.schedules.gpu import GemmTiling, GpuSchedule, gpu_schedule  # noqa: E402
+from polydl.runtime.gpu.kernel import GpuKernel  # noqa: E402
+from polydl.runtime.gpu.toolchain import compile_gpu_library  # noqa: E402
+from polydl.schedules.gpu.planning import GemmTiling, GpuSchedule, gpu_schedule  # noqa: E402
 from polydl.target.gpu import DEFAULT_GPUS  # noqa: E402
 
 VARIANTS = [  # (BM, BN, BK, warps_m, warps_n, stages)

@@ -20,8 +20,8 @@ from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError, SpecError
 from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
-from polydl.tuning.db_cli import add_db_command
-from polydl.tuning.tune_cli import add_model_command, add_tune_options, network_only_flags
+from polydl.tuner.db_cli import add_db_command
+from polydl.tuner.cli import add_model_command, add_tune_options, network_only_flags
 
 
 class UsageError(PolyDLError):
@@ -226,7 +226,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from polydl.tuning.tune_cli import cmd_tune as tune
+    from polydl.tuner.cli import cmd_tune as tune
 
     target = _target(args)
     if args.spec and _is_network(args):

@@ -12,7 +12,7 @@ from polydl.frontends.c_loopnest import ELEMENT_TYPES
 from polydl.poly.model import build_model
 from polydl.runtime.kernel import NUMPY_DTYPES
 from polydl.runtime.verify import TOLERANCE
-from polydl.schedules.rank import rank
+from polydl.schedules.cpu.rank import rank
 from polydl.target import CpuTarget
 
 

@@ -61,7 +61,7 @@ class ArrayLayout:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    # one slice of the first index per thread, the thread's own (`codegen.thread_scratch`)
+    # one slice of the first index per thread, the thread's own (`codegen.c.thread_scratch`)
     per_thread: bool = False
 
     @property

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.codegen.c_target import generate_c
+from polydl.codegen.c.generate import generate_c
 from polydl.driver.backend import Plan
 from polydl.driver.compilation import Compilation, ScheduleDecision
 from polydl.driver.reference import LazyReference
@@ -21,14 +21,14 @@ from polydl.errors import PolyDLError, ScheduleError
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
 from polydl.runtime.kernel import Kernel
-from polydl.runtime.toolchain import build_shared_library
+from polydl.runtime.c.toolchain import build_shared_library
 from polydl.schedules.apply import apply_schedule
-from polydl.schedules.auto import auto_schedule, resolve
-from polydl.schedules.distribution import isolate_gemms
-from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.cpu.auto import auto_schedule, resolve
+from polydl.schedules.cpu.distribution import isolate_gemms
+from polydl.schedules.cpu.epilogues import choose_fusion
 from polydl.schedules.feeds import fuse_feed
 from polydl.schedules.microkernel import multiply_accumulate
-from polydl.schedules.nests import plan_nests
+from polydl.schedules.cpu.nests import plan_nests
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.schedules.start import fuse_start
 from polydl.target.cpu import CpuTarget

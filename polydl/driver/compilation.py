@@ -14,7 +14,7 @@ from polydl.codegen.artifact import GeneratedCode
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import ScheduledNest
 from polydl.schedules.fusion import FusionDecision
-from polydl.schedules.rank import RankedSchedule
+from polydl.schedules.cpu.rank import RankedSchedule
 from polydl.target import Target
 
 

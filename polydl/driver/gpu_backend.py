@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.codegen.gpu_target import generate_gpu
+from polydl.codegen.gpu.generate import generate_gpu
 from polydl.driver.backend import Plan
 from polydl.driver.compilation import Compilation, ScheduleDecision
 from polydl.driver.gpu_checks import timed
@@ -18,9 +18,9 @@ from polydl.driver.reference import LazyReference
 from polydl.errors import PolyDLError
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
-from polydl.runtime.gpu_kernel import GpuKernel
-from polydl.runtime.gpu_toolchain import build_gpu_library
-from polydl.schedules.gpu import GpuSchedule, StoredGpuSchedule, gpu_schedule
+from polydl.runtime.gpu.kernel import GpuKernel
+from polydl.runtime.gpu.toolchain import build_gpu_library
+from polydl.schedules.gpu.planning import GpuSchedule, StoredGpuSchedule, gpu_schedule
 from polydl.target.gpu import GpuTarget
 
 

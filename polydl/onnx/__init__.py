@@ -7,7 +7,7 @@
 
 Every node runs as a polydl kernel (a builder's convolution, or a C loop nest written from the
 node's static shapes) or, for pure data movement, an explicit copy; the network is one shared
-library (`runtime.network`), cached by the model's content, so a second compile of the same
+library (`runtime.c.network`), cached by the model's content, so a second compile of the same
 model is a cache lookup.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from polydl import settings
 from polydl.api import MachineArg, TargetArg, target_of
 from polydl.codegen.artifact import GeneratedCode
-from polydl.codegen.network import network_source
+from polydl.codegen.c.network import network_source
 from polydl.driver.pipeline import generated_code
 from polydl.errors import ShapeError, TargetError, UnsupportedOperator
 from polydl.ir import LoopNest, fingerprint
@@ -46,8 +46,8 @@ from polydl.runtime.cache import (
     write_atomic,
     write_manifest,
 )
-from polydl.runtime.network import Network, cached_network_library, link_network
-from polydl.runtime.toolchain import current_toolchain
+from polydl.runtime.c.network import Network, cached_network_library, link_network
+from polydl.runtime.c.toolchain import current_toolchain
 from polydl.target import Target
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import ANALYTIC, learned_schedule

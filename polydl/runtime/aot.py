@@ -11,7 +11,7 @@ from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.runtime.cache import write_atomic
-from polydl.runtime.toolchain import build_shared_library
+from polydl.runtime.c.toolchain import build_shared_library
 
 SOURCE_SUFFIX = {"c": ".c", "cuda": ".cu", "hip": ".hip.cpp"}
 
@@ -19,7 +19,7 @@ SOURCE_SUFFIX = {"c": ".c", "cuda": ".cu", "hip": ".hip.cpp"}
 def write_artifacts(code: GeneratedCode, directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     if code.launcher:  # GPU targets: kernels, host launcher, header
-        from polydl.runtime.gpu_toolchain import write_sources
+        from polydl.runtime.gpu.toolchain import write_sources
 
         return write_sources(code, directory)
     paths = {

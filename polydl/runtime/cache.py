@@ -42,7 +42,7 @@ _ROOT_LOCK = threading.Lock()
 # kernels: the benchmark harness, the command line, `explain`'s printing, and the runtime that
 # compiles, caches and calls a kernel (the library cache keys on the source and the compiler
 # flags itself). Everything else, including modules added later, is part of the revision.
-NOT_CODEGEN = ("bench", "cli.py", "driver/explain.py", "runtime")
+NOT_CODEGEN = ("bench", "cli.py", "driver/explain.py", "runtime", "tuner")
 REVISION_SUFFIXES = (".py", ".j2", ".json")
 
 

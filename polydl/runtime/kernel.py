@@ -23,7 +23,7 @@ import cffi
 import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
-from polydl.codegen.c_target import c_parameters
+from polydl.codegen.c.generate import c_parameters
 from polydl.dtypes import DTYPES, f32_to_bf16
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
@@ -408,7 +408,7 @@ def aligned(array: Any) -> np.ndarray:
     """`array` as a C-contiguous numpy array whose data starts on a 64-byte cache line: the
     array itself where it is one, else a copy. Weights held this way spare a kernel its copy
     onto a line per call, or the split vector loads where the copy does not pay
-    (`codegen/line_copies.py`): a large numpy array starts 16 bytes past a line."""
+    (`codegen/c/line_copies.py`): a large numpy array starts 16 bytes past a line."""
     array = np.asarray(array)
     if array.flags.c_contiguous and array.ctypes.data % OUTPUT_ALIGNMENT == 0:
         return array

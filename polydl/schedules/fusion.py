@@ -210,7 +210,7 @@ def fused_working_set(
 
 def vector_dims(model: PolyModel, schedule_map: isl.UnionMap) -> frozenset[int]:
     """Schedule dimensions that carry no dependence of the nest: an innermost loop there may be
-    declared SIMD (`codegen.loops` does so where the C compiler would not vectorise it alone:
+    declared SIMD (`codegen.c.loops` does so where the C compiler would not vectorise it alone:
     fused epilogues, and bodies of several statements)."""
     relation = dependences_of(model).all
     return frozenset(

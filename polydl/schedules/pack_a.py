@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from polydl.poly.model import PolyModel, StatementModel
 
 # Rows of one panel: the register tile's rows (6 x 2 ymm accumulators on AVX2, 6 x 4 zmm on
-# AVX-512; see codegen/microkernels/blocking.py).
+# AVX-512; see codegen/c/microkernels/blocking.py).
 PANEL_ROWS = 6
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 TILE_SUFFIX = ".t"
 BAND = "band"  # the main nest follows `order`, `tiles`, `parallel`, `microkernel`
-AFFINE = "affine"  # the main nest is left to the general scheduler (schedules/affine.py)
+AFFINE = "affine"  # the main nest is left to the general scheduler (schedules/cpu/affine.py)
 SCHEDULERS = (BAND, AFFINE)
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from polydl.poly.model import PolyModel
-from polydl.schedules import rank as analytic
-from polydl.schedules.rank import RankedSchedule
+from polydl.schedules.cpu import rank as analytic
+from polydl.schedules.cpu.rank import RankedSchedule
 from polydl.schedules.schedule import is_tile_loop, loop_var
 from polydl.target.cpu import ISAS, CpuTarget
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from polydl import settings
 from polydl.errors import PolyDLError
 from polydl.poly.model import PolyModel
-from polydl.schedules.auto import auto_schedule
+from polydl.schedules.cpu.auto import auto_schedule
 from polydl.schedules.schedule import Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.tuning.costmodel import CostModel

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from polydl.poly.model import PolyModel
-from polydl.schedules import rank as analytic
-from polydl.schedules.auto import resolve
-from polydl.schedules.distribution import isolate_gemms
-from polydl.schedules.epilogues import choose_fusion
-from polydl.schedules.nests import main_is_general
+from polydl.schedules.cpu import rank as analytic
+from polydl.schedules.cpu.auto import resolve
+from polydl.schedules.cpu.distribution import isolate_gemms
+from polydl.schedules.cpu.epilogues import choose_fusion
+from polydl.schedules.cpu.nests import main_is_general
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.tuning.features import features

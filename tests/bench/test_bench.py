@@ -641,7 +641,7 @@ def test_tuning_benchmark_times_the_tuned_kernel_against_the_analytic_one(
     from polydl.poly.model import build_model
     from polydl.tuning.database import PerfDatabase
     from polydl.tuning.space import search_space
-    from polydl.tuning.suites import suite_problems
+    from polydl.tuner.suites import suite_problems
 
     tuning = _load_benchmark("tuning")
     db = tmp_path / "perf.sqlite"

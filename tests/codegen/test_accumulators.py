@@ -1,4 +1,4 @@
-"""Sums along an innermost loop held in a register (codegen/accumulators.py)."""
+"""Sums along an innermost loop held in a register (codegen/c/accumulators.py)."""
 
 from __future__ import annotations
 

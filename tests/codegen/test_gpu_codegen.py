@@ -15,8 +15,8 @@ from polydl.errors import PolyDLError, ScheduleError
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
-from polydl.runtime.gpu_toolchain import compile_gpu_library
-from polydl.schedules.gpu import GemmTiling, blocks_fit, gpu_schedule, ranked_tilings, tma_registers
+from polydl.runtime.gpu.toolchain import compile_gpu_library
+from polydl.schedules.gpu.planning import GemmTiling, blocks_fit, gpu_schedule, ranked_tilings, tma_registers
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
@@ -258,7 +258,7 @@ def test_scratch_is_allocated_per_call_on_the_stream() -> None:
 
 def test_gpu_lowerings_are_stored_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from polydl.driver import pipeline
-    from polydl.schedules.gpu import StoredGpuSchedule
+    from polydl.schedules.gpu.planning import StoredGpuSchedule
 
     monkeypatch.setenv("POLYDL_CACHE_DIR", str(tmp_path))
     nest, params = builders.conv2d(32, 64, 64, 28, 28, 1, 1, fuse=("bias", "relu"))

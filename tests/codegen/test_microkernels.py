@@ -21,7 +21,7 @@ import cffi
 import numpy as np
 import pytest
 
-from polydl.codegen.microkernels import (
+from polydl.codegen.c.microkernels import (
     BatchDim,
     BrgemmSpec,
     Microkernel,
@@ -30,9 +30,9 @@ from polydl.codegen.microkernels import (
     libxsmm_available,
     portable,
 )
-from polydl.codegen.microkernels.blocking import VECTOR_UNITS, a_lines_missed, choose_outer_product
+from polydl.codegen.c.microkernels.blocking import VECTOR_UNITS, a_lines_missed, choose_outer_product
 from polydl.errors import ScheduleError
-from polydl.schedules.register_blocking import lines_per_set, step_cycles
+from polydl.schedules.cpu.register_blocking import lines_per_set, step_cycles
 
 GCC = shutil.which("gcc") or shutil.which("cc") or "gcc"
 pytestmark = pytest.mark.skipif(shutil.which(GCC) is None, reason="needs a C compiler")

@@ -1,5 +1,5 @@
 """A row of vector sums held in registers across the taps that sum into it
-(schedules/register_tiles.py chooses the tile, codegen/register_tiles.py prints it)."""
+(schedules/cpu/register_tiles.py chooses the tile, codegen/c/register_tiles.py prints it)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import polydl
 from polydl import layouts
 from polydl.poly.model import build_model
-from polydl.schedules.auto import auto_schedule
-from polydl.schedules.register_blocking import unit_for
-from polydl.schedules.register_tiles import MAX_ROW, SPARE_REGISTERS
+from polydl.schedules.cpu.auto import auto_schedule
+from polydl.schedules.cpu.register_blocking import unit_for
+from polydl.schedules.cpu.register_tiles import MAX_ROW, SPARE_REGISTERS
 from polydl.target.host import cannot_run_here, host_target
 from polydl.target.presets import CPU_PRESETS
 

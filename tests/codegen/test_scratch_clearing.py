@@ -8,7 +8,7 @@ import numpy as np
 
 import polydl
 from polydl.codegen.c_expr import ArrayLayout
-from polydl.codegen.scratch_clearing import cells_read_unwritten, clearing
+from polydl.codegen.c.scratch_clearing import cells_read_unwritten, clearing
 from polydl.frontends import builders
 from polydl.poly.counting import count_points
 from polydl.poly.model import build_model
@@ -47,7 +47,7 @@ def test_a_padded_input_clears_only_its_border() -> None:
     kernel = polydl.conv2d(N=2, C=20, K=16, H=6, W=5, R=3, S=3, padding=(1, 2, 0, 1),
                            layout="nchw16c")
     # not cleared whole (the last argument): the whole copy, or one image a thread where the
-    # copy runs inside the image loop (`codegen.thread_scratch`)
+    # copy runs inside the image loop (`codegen.c.thread_scratch`)
     assert re.search(r"pd_scratch\((3584|_pd_slices\(2\) \* 1792L) \* sizeof\(float\), 0\)",
                      kernel.source)
     run_and_check(kernel)

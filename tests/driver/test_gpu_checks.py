@@ -13,7 +13,7 @@ from polydl.api import lower
 from polydl.driver import gpu_checks
 from polydl.errors import PolyDLError
 from polydl.frontends import builders
-from polydl.schedules.gpu import replanned, tile_counts
+from polydl.schedules.gpu.planning import replanned, tile_counts
 
 TILES = settings.gpu_timed_tiles()  # the default, six
 

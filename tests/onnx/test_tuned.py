@@ -23,7 +23,7 @@ from polydl.poly.model import build_model  # noqa: E402
 from polydl.target import host_target  # noqa: E402
 from polydl.tuning import records  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
-from polydl.tuning.measure import Limits  # noqa: E402
+from polydl.tuner.measure import Limits  # noqa: E402
 from polydl.tuning.records import Problem, Trial  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
 from tests.onnx.reference import random, run_onnxruntime  # noqa: E402
@@ -116,7 +116,7 @@ def test_tune_a_network_then_run_and_compile_it_tuned(
 ) -> None:
     # measured beside the other test workers: their load would flag every trial noisy, and
     # a kernel without an ok trial is not the database's to decide
-    monkeypatch.setattr("polydl.tuning.tuner.Limits", lambda: Limits(
+    monkeypatch.setattr("polydl.tuner.search.Limits", lambda: Limits(
         max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05))
     path = tmp_path / "small.onnx"
     onnx.save(_small_model(), path)

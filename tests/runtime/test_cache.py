@@ -12,7 +12,7 @@ from polydl.api import lower
 from polydl.errors import CompileError
 from polydl.frontends import load_spec
 from polydl.runtime.cache import content_key, write_atomic
-from polydl.runtime.toolchain import (
+from polydl.runtime.c.toolchain import (
     Toolchain,
     build_shared_library,
     compiler_identity,

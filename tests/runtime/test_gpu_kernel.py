@@ -402,7 +402,7 @@ def test_a_transposing_copy_goes_through_shared_memory_tiles() -> None:
 @gpu
 @needs_gpu
 def test_kernels_are_timed_on_the_device_in_graphs() -> None:
-    from polydl.runtime.gpu_timing import device_seconds
+    from polydl.runtime.gpu.timing import device_seconds
 
     small = build_kernel(*builders.matmul(512, 512, 512), target="cuda")
     assert small.has_device()

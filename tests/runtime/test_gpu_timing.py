@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from polydl.errors import PolyDLError
-from polydl.runtime.gpu_timing import device_seconds
+from polydl.runtime.gpu.timing import device_seconds
 
 
 class _NotRunning:

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import sys, cffi, numpy as np
     from pathlib import Path
     import polydl
-    from polydl.runtime.toolchain import compile_library, current_toolchain
+    from polydl.runtime.c.toolchain import compile_library, current_toolchain
     bug, out = sys.argv[1], Path(sys.argv[2])
     source = out / "bug.c"
     source.write_text('''

@@ -10,7 +10,7 @@ import pytest
 
 import polydl
 from polydl.errors import CompileError, ScheduleError, ToolchainWarning
-from polydl.runtime import toolchain
+from polydl.runtime.c import toolchain
 from tests.kernels import run_and_check
 from tests.runtime.faults import fake_compiler
 
@@ -93,7 +93,7 @@ def test_unknown_sanitizer_is_a_clear_error(cache: Path, monkeypatch: pytest.Mon
 
 def test_missing_libxsmm(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without LIBXSMM the default backend is polydl's own; asking for LIBXSMM is a clear error."""
-    import polydl.codegen.microkernels as microkernels
+    import polydl.codegen.c.microkernels as microkernels
 
     monkeypatch.setattr(microkernels, "libxsmm_available", lambda: False)
     k = polydl.compile(MATMUL, {"M": 16, "N": 16, "K": 16})

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.amx_pairs import PairedB, pairable_b
-from polydl.schedules.rank import amx_repacked_bytes, pairs_b, rank
+from polydl.schedules.cpu.amx_pairs import PairedB, pairable_b
+from polydl.schedules.cpu.rank import amx_repacked_bytes, pairs_b, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 

@@ -13,7 +13,7 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import parse_c
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
-from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.cpu.epilogues import choose_fusion
 from polydl.schedules.schedule import Schedule
 from polydl.target import host_target
 from tests.kernels import run_and_check
@@ -160,7 +160,7 @@ def test_conv_epilogue_chains_are_fused_and_correct(chain: tuple[str, ...]) -> N
 def _epilogue_loop_kernel(sizes: dict, layout: str, fuse: tuple[str, ...]):  # type: ignore[type-arg, no-untyped-def]
     """The automatic schedule on the LIBXSMM backend, whose kernels apply no post-ops: the
     fused epilogue stays a loop after each call."""
-    from polydl.codegen.microkernels import libxsmm_available
+    from polydl.codegen.c.microkernels import libxsmm_available
 
     if not libxsmm_available():
         pytest.skip("needs LIBXSMM")
@@ -203,8 +203,8 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
 
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from polydl.tuning.database import PerfDatabase
-    from polydl.tuning.measure import Limits
-    from polydl.tuning.tuner import tune
+    from polydl.tuner.measure import Limits
+    from polydl.tuner.search import tune
 
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
     result = tune(nest, params, target=host_target(), trials=2,

@@ -16,13 +16,13 @@ from polydl.driver.explain import explain
 from polydl.frontends.c_loopnest import parse_c
 from polydl.frontends.loading import load_spec
 from polydl.poly.model import build_model
-from polydl.schedules import affine
-from polydl.schedules.affine import affine_schedule, written_order_schedule
+from polydl.schedules.cpu import affine
+from polydl.schedules.cpu.affine import affine_schedule, written_order_schedule
 from polydl.schedules.apply import group_statements
-from polydl.schedules.distribution import isolate_gemms
-from polydl.schedules.isl_time_limit import ScheduleTimeout, compute_schedule
-from polydl.schedules.nests import _parallel_outermost, plan_nests
-from polydl.schedules.written_tree import written_order_tree
+from polydl.schedules.cpu.distribution import isolate_gemms
+from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
+from polydl.schedules.cpu.nests import _parallel_outermost, plan_nests
+from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target import resolve_target
 from tests.kernels import compile_c, run_and_check
 
@@ -90,7 +90,7 @@ def test_the_nests_around_the_main_one_are_planned_once_per_model_and_target(
 ) -> None:
     """Every schedule of a model gets the same plans for its other nests: the tuner plans
     dozens of schedules of one model, and each would rank them again."""
-    from polydl.schedules import nests
+    from polydl.schedules.cpu import nests
 
     model = isolate_gemms(_model(TWO_MM, NI=20, NJ=24, NK=28, NL=32))
     ranked: list[object] = []

@@ -9,8 +9,8 @@ from pathlib import Path
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
-from polydl.schedules.gpu import gpu_schedule, tma_operands, wgmma_b_major
-from polydl.schedules.gpu_windows import WindowMap
+from polydl.schedules.gpu.planning import gpu_schedule, tma_operands, wgmma_b_major
+from polydl.schedules.gpu.windows import WindowMap
 from polydl.target.gpu import DEFAULT_GPUS
 from tests.kernels import with_bf16 as _bf16
 

@@ -9,8 +9,8 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.ir import IntVar, Loop, eval_int, walk_statements
 from polydl.poly.model import build_model
-from polydl.schedules.gpu import gpu_schedule
-from polydl.schedules.gpu_staging import stage_channels_last
+from polydl.schedules.gpu.planning import gpu_schedule
+from polydl.schedules.gpu.staging import stage_channels_last
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 
 HOPPER = DEFAULT_GPUS["cuda"]

@@ -11,9 +11,9 @@ from polydl.api import build_kernel, lower
 from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.runtime.inputs import random_inputs
-from polydl.schedules import gpu_winograd
-from polydl.schedules.gpu import gpu_schedule
-from polydl.schedules.gpu_winograd import window_3x3, winograd_convolutions
+from polydl.schedules.gpu import winograd as gpu_winograd
+from polydl.schedules.gpu.planning import gpu_schedule
+from polydl.schedules.gpu.winograd import window_3x3, winograd_convolutions
 from polydl.schedules.winograd import MATRICES
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 

@@ -10,7 +10,7 @@ from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
-from polydl.schedules.rank import rank
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 from tests.kernels import run_and_check

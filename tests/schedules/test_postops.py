@@ -16,7 +16,7 @@ from polydl.driver.explain import explain
 from polydl.frontends import builders, layers
 from polydl.poly.model import build_model
 from polydl.runtime.inputs import random_inputs
-from polydl.schedules.epilogues import choose_fusion
+from polydl.schedules.cpu.epilogues import choose_fusion
 from polydl.schedules.postops import postop_plan
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import host_target
@@ -106,7 +106,7 @@ def test_a_reduction_split_over_calls_applies_postops_on_the_last(layout: str) -
 
 
 def test_the_libxsmm_backend_keeps_the_epilogue_loop() -> None:
-    from polydl.codegen.microkernels import libxsmm_available
+    from polydl.codegen.c.microkernels import libxsmm_available
 
     if not libxsmm_available():
         pytest.skip("needs LIBXSMM")

@@ -4,9 +4,9 @@ image."""
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import rank, trip_count
+from polydl.schedules.cpu.rank import rank, trip_count
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
-from polydl.schedules.streams import FREE_STREAMS, dram_slowdown, open_streams
+from polydl.schedules.cpu.streams import FREE_STREAMS, dram_slowdown, open_streams
 from polydl.target import CpuTarget
 
 ZEN4 = CpuTarget(isa="avx512", cores=2)

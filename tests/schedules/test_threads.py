@@ -6,10 +6,10 @@ import pytest
 
 from polydl.frontends import builders, conv_backward
 from polydl.poly.model import build_model
-from polydl.schedules import rank as rank_module
-from polydl.schedules import threads
-from polydl.schedules.distribution import isolate_gemms
-from polydl.schedules.rank import (
+from polydl.schedules.cpu import rank as rank_module
+from polydl.schedules.cpu import threads
+from polydl.schedules.cpu.distribution import isolate_gemms
+from polydl.schedules.cpu.rank import (
     copied_arrays,
     copied_elsewhere_bytes,
     evaluate,

@@ -22,7 +22,7 @@ from polydl.cli import main
 from polydl.errors import TargetError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.rank import evaluate, rank
+from polydl.schedules.cpu.rank import evaluate, rank
 from polydl.target import (
     CPU_PRESETS,
     CpuTarget,

@@ -14,11 +14,12 @@ import pytest
 from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.target.host import host_target
-from polydl.tuning import measuring_processes, records
-from polydl.tuning.measure import Limits, Request, measure
-from polydl.tuning.measuring_processes import POOL
+from polydl.tuning import records
+from polydl.tuner import processes as measuring_processes
+from polydl.tuner.measure import Limits, Request, measure
+from polydl.tuner.processes import POOL
 from polydl.tuning.space import search_space
-from polydl.tuning.tuner import LocalExecutor, PoolExecutor
+from polydl.tuner.search import LocalExecutor, PoolExecutor
 
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
 
@@ -30,7 +31,7 @@ import os
 import signal
 import time
 
-import polydl.tuning.measure as measure
+import polydl.tuner.measure as measure
 
 original = measure.candidate_kernel
 

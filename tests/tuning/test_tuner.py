@@ -20,16 +20,16 @@ from polydl.driver.pipeline import build_kernel, lower
 from polydl.errors import PolyDLError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.auto import auto_schedule
+from polydl.schedules.cpu.auto import auto_schedule
 from polydl.target.host import host_target
 from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import tuned_schedule
-from polydl.tuning.measure import Limits, Request, measure
+from polydl.tuner.measure import Limits, Request, measure
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
-from polydl.tuning.tuner import LocalExecutor, guided_order, tune
+from polydl.tuner.search import LocalExecutor, guided_order, tune
 
 # Tests run beside each other (xdist): the load check is off where a test expects `ok`.
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
@@ -68,7 +68,7 @@ def _fault_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fault: str, sche
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(textwrap.dedent("""
         import json, os, signal, time
-        import polydl.tuning.measure as m
+        import polydl.tuner.measure as m
         original = m.candidate_kernel
         def candidate_kernel(request, schedule):
             if json.dumps(dict(schedule), sort_keys=True) == os.environ["TUNING_TEST_SCHEDULE"]:
@@ -221,7 +221,7 @@ def test_cli_tune_suite_model_and_schedule_tuned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db, model = tmp_path / "perf.sqlite", tmp_path / "model.txt"
-    monkeypatch.setattr("polydl.tuning.tuner.Limits", lambda: QUIET)
+    monkeypatch.setattr("polydl.tuner.search.Limits", lambda: QUIET)
     monkeypatch.setenv("POLYDL_TUNING_DB", str(db))
     monkeypatch.setenv("POLYDL_COST_MODEL", str(model))
     suite = tmp_path / "suite.json"
@@ -277,7 +277,7 @@ def test_a_suite_without_ray_stops_its_search_spaces_and_says_why(
 
 def test_two_ray_workers_store_the_same_records_as_one(small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("ray")
-    from polydl.tuning.distributed import local_executor
+    from polydl.tuner.distributed import local_executor
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores")

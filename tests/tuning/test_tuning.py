@@ -29,7 +29,7 @@ from polydl.errors import CompileError, PolyDLError, TargetError
 from polydl.frontends import builders, load_spec
 from polydl.ir import LoopNest
 from polydl.poly.model import build_model
-from polydl.schedules.auto import auto_schedule
+from polydl.schedules.cpu.auto import auto_schedule
 from polydl.schedules.schedule import Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here, host_target
@@ -37,10 +37,10 @@ from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import tuned_schedule
-from polydl.tuning.measure import Limits, Outcome, Request, measure, settled
+from polydl.tuner.measure import Limits, Outcome, Request, measure, settled
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
-from polydl.tuning.tuner import (
+from polydl.tuner.search import (
     BATCH,
     LocalExecutor,
     PoolExecutor,
@@ -120,7 +120,7 @@ def test_slow_fusion_choices_keep_the_best_ranked_points(
 def test_the_space_holds_tile_neighbours_and_thread_mappings_beyond_the_ranking(
     matmul32: Nest,
 ) -> None:
-    from polydl.schedules.rank import rank
+    from polydl.schedules.cpu.rank import rank
 
     nest, params = matmul32
     target = host_target()
@@ -202,7 +202,7 @@ SITECUSTOMIZE = '''
 import os
 import signal
 
-import polydl.tuning.measure as measure
+import polydl.tuner.measure as measure
 from polydl.errors import PolyDLError
 
 KIND, _, INDEX = os.environ.get("TUNING_TEST_FAULT", "").partition(":")
@@ -333,8 +333,8 @@ def test_a_large_problem_checks_against_the_analytic_kernel_built_once(
     output: the request's own kernel when it names the analytic choice among its schedules
     (built first wherever it stands, nothing planned twice), else one built for
     `schedule="auto"`."""
-    from polydl.tuning import measure as measuring
-    from polydl.tuning.tuner import analytic_choice, referenced_request
+    from polydl.tuner import measure as measuring
+    from polydl.tuner.search import analytic_choice, referenced_request
 
     nest, params = matmul32
     target = host_target()
@@ -366,7 +366,7 @@ def test_a_request_plans_every_candidate_over_one_model_on_one_core_too(
 ) -> None:
     """The plans of a model's other nests are kept per model: a request whose candidates were
     each planned over a model of their own would rank those nests once a candidate."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     target = replace(host_target(), cores=1)
@@ -389,7 +389,7 @@ def test_a_request_plans_every_candidate_over_one_model_on_one_core_too(
 def test_a_process_compiles_its_candidates_on_all_its_cores_and_names_the_one_that_fails(
     matmul32: Nest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     target = host_target()
@@ -430,7 +430,7 @@ def test_a_process_plans_the_reference_after_its_candidates(
 ) -> None:
     """An earlier request of the problem has usually built the reference: planned first, it
     would only hold back the first candidate's compile."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     target = host_target()
@@ -463,7 +463,7 @@ class _Sleeper:
 def test_a_candidate_far_slower_than_the_others_is_timed_by_its_first_call(matmul32: Nest) -> None:
     """It cannot be the best, and its rounds would take most of the request's time; the
     reference is timed in full whatever its speed, every trial being compared through it."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     request = Request(nest, params, host_target(), ({}, {}, {}), limits=QUIET, reference=2)
@@ -500,7 +500,7 @@ def test_every_turn_starts_warm_whatever_its_calls(matmul32: Nest) -> None:
     candidate's check) would otherwise carry the cold call after another kernel's turn in a
     larger share of its time: the reference measured 0.71-0.76 ms beside candidates of
     0.56-0.67, and alone 0.55."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     request = Request(nest, params, host_target(), ({}, {}), limits=QUIET, reference=0)
@@ -516,7 +516,7 @@ def test_every_turn_starts_warm_whatever_its_calls(matmul32: Nest) -> None:
 def test_a_candidate_timed_once_on_busy_cores_is_noisy(matmul32: Nest, monkeypatch: Any) -> None:
     """Its one call may have waited for another process: stored as OK, it would be the only
     OK trial of a request whose rounds were all noisy, so the request's winner."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     monkeypatch.setattr(measuring.CoreMeter, "other_share", lambda self: 0.9)
@@ -545,7 +545,7 @@ class _SlowStart:
 def test_a_candidate_slow_on_its_first_call_only_is_timed_in_full(matmul32: Nest) -> None:
     """The first call of a process may start its OpenMP threads: a candidate is set aside
     as slow only when a second call is slow too."""
-    from polydl.tuning import measure as measuring
+    from polydl.tuner import measure as measuring
 
     nest, params = matmul32
     request = Request(nest, params, host_target(), ({}, {}), limits=QUIET, reference=1)
@@ -1098,7 +1098,7 @@ def test_the_cost_model_decides_with_its_lowest_prediction(
 
 @pytest.fixture
 def quiet_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("polydl.tuning.tuner.Limits", lambda: QUIET)
+    monkeypatch.setattr("polydl.tuner.search.Limits", lambda: QUIET)
     monkeypatch.setenv("POLYDL_COST_MODEL", str(tmp_path / "none.txt"))
 
 
@@ -1133,7 +1133,7 @@ def test_cli_tunes_every_layer_of_a_convolution_suite_file(
 
 
 def test_a_built_in_suite_is_tuned_at_the_batch_given() -> None:
-    from polydl.tuning.suites import suite_problems
+    from polydl.tuner.suites import suite_problems
 
     assert {p.params["N"] for p in suite_problems("resnet50", 32)} == {32}
     assert {p.params["N"] for p in suite_problems("resnet50")} == {2}
@@ -1185,7 +1185,7 @@ def test_cli_tune_errors_are_one_line(
 def test_the_space_holds_calls_over_blocks_the_ranking_leaves_out() -> None:
     """A blocked 1 x 1 layer on AVX2: the ranking's rules offer no call over several output
     blocks there (a block is two vectors), but the search space measures them too."""
-    from polydl.schedules.rank import block_variants, rank
+    from polydl.schedules.cpu.rank import block_variants, rank
     from polydl.target import CpuTarget
 
     nest, params = builders.conv2d(N=1, C=64, K=64, H=14, W=14, R=1, S=1, layout="nchw16c")

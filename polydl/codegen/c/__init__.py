@@ -1,0 +1,1 @@
+"""C/OpenMP code generation: isl AST to loops, microkernel calls, the kernel and network sources."""

@@ -1,0 +1,271 @@
+"""The C/OpenMP target: a `ScheduledNest` becomes one C translation unit and its header.
+
+Takes a `ScheduledNest` and the `CpuTarget` it is built for (the microkernels' ISA, the
+compiler's -march); returns `GeneratedCode`. The function takes one pointer per array in
+declaration order (`const` for inputs); size parameters are compile-time constants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from polydl.codegen.c.accumulators import AccumulatorPrinter
+from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
+from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
+from polydl.codegen.c.line_copies import line_copies
+from polydl.codegen.c.loops import LoopPrinter
+from polydl.codegen.c.microkernel_call import CallPrinter, kept_flag, pairs_copy_lines
+from polydl.codegen.c.register_tiles import RowTilePrinter
+from polydl.codegen.c.scratch_clearing import clearing
+from polydl.codegen.templating import render
+from polydl.codegen.c.thread_scratch import THREAD_HELPERS, per_thread_arrays
+from polydl.dtypes import DTYPES
+from polydl.poly.model import StatementModel
+from polydl.schedules.apply import GroupPlan, ScheduledNest
+from polydl.schedules.fusion import vector_dims
+from polydl.schedules.microkernel import MicrokernelCall
+from polydl.schedules.postops import postop_plan, without_epilogues
+from polydl.schedules.cpu.rank import pairs_b
+from polydl.schedules.cpu.register_blocking import unit_for
+from polydl.schedules.start import start_statement
+from polydl.target.cpu import CpuTarget
+from polydl.version import __version__
+
+
+def comment_text(text: str) -> str:
+    """`text` made safe inside a C block comment: one printable line that cannot end it (a
+    spec's path is user input and must not become code)."""
+    printable = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return printable.replace("*/", "*?/")
+
+
+def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
+    nest, params = scheduled.model.nest, scheduled.model.params
+    return tuple(
+        KernelArgument(
+            name=a.name,
+            dtype=a.dtype,
+            shape=a.concrete_shape(params),
+            is_input=a.is_input,
+            c_type=DTYPES[a.dtype].c_type,
+        )
+        for a in nest.parameters
+    )
+
+
+def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None) -> list[str]:
+    """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value.
+    `renamed`: parameters the definition spells otherwise (the body reads a local by the
+    array's name: `line_copies`)."""
+    renamed = renamed or {}
+    return [
+        f"const {a.c_type} {a.name}" if not a.shape
+        else f"{'const ' if a.is_input else ''}{a.c_type} *restrict {renamed.get(a.name, a.name)}"
+        for a in arguments
+    ]
+
+
+def place_epilogues(
+    scheduled: ScheduledNest, plan: GroupPlan, calls: CallPrinter,
+    start: StatementModel | None = None,
+) -> tuple[GroupPlan, EpiloguePlacement | None, bool]:
+    """The plan to print, where its fused epilogues run and whether `start` (the statement
+    before the plan's nest) became its calls' start: as post-ops inside the microkernels where
+    `postop_plan` finds that legal and every kernel of the call can apply them (the epilogue
+    loop then leaves the plan), else as the loop after the call."""
+    if start is not None and plan.calls:
+        post = postop_plan(scheduled.model, plan, start)
+        if not isinstance(post, str) and calls.use_postops(plan.calls[post.statement], post):
+            names = (start.name, *(s.name for s in plan.epilogues))
+            return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), True
+    if not plan.epilogues:
+        return plan, None, False
+    names = tuple(s.name for s in plan.epilogues)
+    post = postop_plan(scheduled.model, plan)
+    if isinstance(post, str):
+        return plan, EpiloguePlacement(names, False, post), False
+    call = plan.calls[post.statement]
+    if not calls.use_postops(call, post):
+        return plan, EpiloguePlacement(names, False, "its microkernel applies no post-ops"), False
+    return without_epilogues(plan), EpiloguePlacement(names, True, post.describe()), False
+
+
+def parallel_pragma(plan: GroupPlan, layouts: dict[str, ArrayLayout]) -> str:
+    """OpenMP's parallel loop; where its loops carry a sum, each thread sums into a zeroed
+    copy of the output of its own, added into the output at the loop's end."""
+    pragma = "#pragma omp parallel for schedule(static)"
+    if plan.private_sum is None:
+        return pragma
+    cells = math.prod(layouts[plan.private_sum].shape)
+    return f"{pragma} reduction(+: {plan.private_sum}[0:{cells}])"
+
+
+def _printers(
+    scheduled: ScheduledNest, target: CpuTarget
+) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
+    model = scheduled.model
+    sliced = per_thread_arrays(scheduled)
+    layouts = {
+        a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
+        for a in model.nest.arrays
+    }
+    printer = StatementPrinter(layouts)
+    constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
+    paired = pairs_b(model, target, scheduled.schedule)
+    return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes,
+                                         {paired.array: paired} if paired else None)
+
+
+def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
+    model = scheduled.model
+    arguments = kernel_arguments(scheduled)
+    layouts, printer, calls = _printers(scheduled, target)
+
+    def instance(s: StatementModel | str, args: list[str]) -> list[str]:
+        if isinstance(s, str):  # the copy of a packed operand, named after its call
+            if s in a_packs:
+                return calls.pack_a_lines(a_packs[s], args)
+            return calls.pack_lines(packs[s], args)
+        call = plan_calls.get(s.name)
+        if call is not None:
+            return calls.lines(call, args)
+        binds = [f"const long {var} = {arg};" for var, arg in zip(s.iterators, args, strict=True)]
+        return ["{", *("  " + b for b in binds), "  " + printer.statement(s.statement), "}"]
+
+    body: list[str] = []
+    plan_calls: dict[str, MicrokernelCall] = {}
+    packs = {
+        call.pack_statement: call
+        for plan in scheduled.groups
+        for call in plan.calls.values()
+        if call.pack is not None
+    }
+    placements = []
+    sums = AccumulatorPrinter(printer)
+    a_packs = {
+        call.pack_a_statement: call
+        for plan in scheduled.groups
+        for call in plan.calls.values()
+        if call.pack_a is not None
+    }
+    groups = list(scheduled.groups)
+    placed: list[GroupPlan | None] = []
+    for index, plan in enumerate(groups):
+        # (calls that overwrite their start would overwrite a thread's private copy)
+        start = (start_statement(groups[index - 1])
+                 if index and plan.calls and plan.private_sum is None else None)
+        if plan.feeds:
+            loop = plan.order[plan.feed_level - 1] if plan.feed_level else "the nest"
+            held = [s.write.access.array for s in plan.feeds if layouts[s.write.access.array].per_thread]
+            placements.append(EpiloguePlacement(
+                tuple(s.name for s in plan.feeds), False,
+                "each thread copies what its iterations read right before they read it"
+                + "".join(f"; {a} is held one slice of its first index per thread" for a in held),
+                where=f"in the band before the nest it feeds (inside loop {loop})", what="copy"))
+        if plan.prologues:
+            loop = plan.order[plan.fusion_level - 1] if plan.fusion_level else "the nest"
+            placements.append(EpiloguePlacement(
+                tuple(s.name for s in plan.prologues), False,
+                "each output tile is set right before the loops that sum into it",
+                where=f"in the band before the reduction (inside loop {loop})"))
+        plan, placement, started = place_epilogues(scheduled, plan, calls, start)
+        placements += [placement] if placement is not None else []
+        if started:  # the start's own nest runs nowhere: the calls overwrite C instead
+            placed[-1] = None
+        placed.append(plan)
+    for plan in (p for p in placed if p is not None):
+        plan_calls = plan.calls
+        # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
+        # a nest of one statement needs no dependence analysis per dimension for it
+        several = len(plan.printed_statements) > 1
+        simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
+        body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
+                            simd_dims=simd_dims, accumulators=sums,
+                            row_tiles=RowTilePrinter(printer, plan.tiles,
+                                                     unit_for(target.isa).vector_bytes)).lines()
+    # inputs read in vectors that the caller may give off a cache line: copied onto one
+    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
+    locals_ = []
+    for a in model.nest.locals:
+        zeroed, clear = clearing(model, layouts[a.name], a.filled)
+        shape = layouts[a.name].shape
+        count = (f"_pd_slices({shape[0]}) * {math.prod(shape[1:])}L" if layouts[a.name].per_thread
+                 else math.prod(shape))
+        locals_.append({"name": a.name, "c_type": layouts[a.name].c_type, "count": count,
+                        "zeroed": zeroed, "zero_lines": clear})
+    # packed copies are written in full before they are read: no need to zero them
+    locals_ += [
+        {"name": call.pack.name, "c_type": layouts[call.b.array].c_type,
+         "count": call.pack.elements, "zeroed": False}
+        for call in packs.values()
+        if call.pack is not None and not call.pack.kept
+    ]
+    # the copies of inputs the caller keeps between calls: the library keeps them, keyed by
+    # the input's address as given (before any copy onto a cache line)
+    kept_calls = [call for call in packs.values() if call.pack is not None and call.pack.kept]
+
+    def kept_copy(name: str, array: str, count: int) -> dict[str, object]:
+        return {"name": name, "c_type": layouts[array].c_type, "count": count,
+                "fill": kept_flag(name), "source": given.get(array, array),
+                "slots": f"_pd_kept_slots{name}"}
+
+    kept = [kept_copy(call.pack.name, call.b.array, call.pack.elements)
+            for call in kept_calls if call.pack is not None]
+    # kept inputs the AMX calls read in k pairs (`rank.pairs_b`): copied at the first call
+    pairs_first: list[str] = []
+    for pairs in calls.paired.values():
+        kept.append(kept_copy(pairs.name, pairs.array, pairs.elements))
+        pairs_first += [f"if ({kept_flag(pairs.name)})",
+                        *pairs_copy_lines(pairs, pairs.array, layouts[pairs.array].c_type)]
+        placements.append(EpiloguePlacement(
+            (pairs.array,), False,
+            "the AMX calls load their tiles of it in place instead of each copying its part; "
+            "at the first call on the array only (kept)",
+            where="before the nest", what="copy in k pairs of"))
+    body = pairs_first + body
+    locals_ += [
+        {"name": call.pack_a.name, "c_type": layouts[call.a.array].c_type,
+         "count": call.pack_a.elements, "zeroed": False}
+        for call in a_packs.values()
+        if call.pack_a is not None
+    ]
+
+    on_line = [{"name": a, "given": g, "c_type": layouts[a].c_type, "count": math.prod(layouts[a].shape)}
+               for a, g in given.items()]
+    name = model.nest.name
+    origin = comment_text(model.nest.filename)
+    values = dict(name=name, version=__version__, origin=origin, parameters=c_parameters(arguments),
+                  target=comment_text(target.describe()))
+    source = render(
+        "c/kernel.c.j2",
+        **{**values, "parameters": c_parameters(arguments, given)},
+        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
+        includes=[],  # each microkernel source includes the headers it needs
+        helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else ""),
+        microkernels=[mk.source for mk in calls.microkernels.values()],
+        size_params=[{"name": p, "value": v} for p, v in model.params.items()],
+        locals=locals_,
+        kept=kept,
+        line_copies=on_line,
+        body=body,
+        # microkernels that reuse a packed constant input across calls count the calls
+        tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
+    )
+    kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
+                                       *calls.paired]))
+    header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
+    return GeneratedCode(
+        function=name,
+        arguments=arguments,
+        source=source,
+        header=header,
+        target="c",
+        compile_flags=tuple(
+            sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
+        ),
+        target_flags=target.compile_flags(),
+        fallback_flags=target.portable_flags(),
+        placements=tuple(placements),
+        kept=kept_inputs,
+    )

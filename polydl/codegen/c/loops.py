@@ -1,0 +1,254 @@
+"""Loop code from isl's AST generator.
+
+Takes a `GroupPlan` (statement domains and their schedule map); returns C lines. isl decides
+every loop bound and guard; this module only prints its AST, binds each statement's original
+iterators to the AST's arguments, and puts an OpenMP `parallel for` on the outermost loop of a
+dimension the plan proved dependence-free. Sums into one cell along an innermost loop run in a
+register (`accumulators.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import islpy as isl
+
+from polydl.codegen.c.accumulators import AccumulatorPrinter, Instance
+from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
+from polydl.codegen.c.register_tiles import RowTilePrinter
+from polydl.poly.isl_parts import out_width
+from polydl.poly.model import StatementModel
+from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK
+from polydl.schedules.apply import GroupPlan
+
+# Renders one statement instance given C expressions for its iterators; returns lines.
+InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
+
+
+def build_ast(plan: GroupPlan) -> isl.AstNode:
+    ctx = plan.schedule_map.get_ctx()
+    # a tree's bands may have been tiled and split: its map's width, plus room, bounds the
+    # loops on any path
+    width = out_width(plan.schedule_map) + (8 if plan.tree is not None else 0)
+    iterators = isl.IdList.alloc(ctx, width)
+    for d in range(width):
+        iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
+    build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
+    if plan.tree is not None:
+        return build.node_from_schedule(plan.tree)
+    # The schedule map is already restricted to the instances it runs (statements or calls).
+    return build.node_from_schedule_map(plan.schedule_map)
+
+
+def _dim_of(iterator: str) -> int:
+    return int(iterator[len(ITERATOR_PREFIX):])
+
+
+class LoopPrinter:
+    def __init__(
+        self,
+        plan: GroupPlan,
+        print_instance: InstancePrinter,
+        parallel_pragma: str = "#pragma omp parallel for schedule(static)",
+        simd_dims: frozenset[int] = frozenset(),
+        accumulators: AccumulatorPrinter | None = None,
+        row_tiles: RowTilePrinter | None = None,
+    ) -> None:
+        self.plan = plan
+        self.print_instance = print_instance
+        self.statements = {s.name: s for s in plan.printed_statements}
+        # statements printed as themselves (not microkernel calls)
+        self.plain_statements = {k: v for k, v in self.statements.items() if k not in plan.calls}
+        self.parallel_dims = set(plan.parallel_dims)
+        self.parallel_pragma = parallel_pragma
+        self.simd_dims = simd_dims
+        self.accumulators = accumulators
+        self.row_tiles = row_tiles
+        self.epilogue_names = {s.name for s in plan.epilogues}
+        # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
+        # (with the one after it, 2, where the mark says collapse)
+        self.marked_parallel = 0
+        self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
+
+    def lines(self) -> list[str]:
+        if self.plan.schedule_map.is_empty():
+            return []
+        return self._node(build_ast(self.plan), 0, False)
+
+    def _node(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+        pad = "  " * indent
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[str] = []
+            for i in range(children.n_ast_node()):
+                out += self._node(children.get_at(i), indent, in_parallel)
+            return out
+        if kind == AST_FOR:
+            return self._for(node, indent, in_parallel)
+        if kind == AST_IF:
+            out = [f"{pad}if ({_strip(ast_expr_to_c(node.if_get_cond()))}) {{"]
+            out += self._node(node.if_get_then_node(), indent + 1, in_parallel)
+            if node.if_has_else_node():
+                out.append(f"{pad}}} else {{")
+                out += self._node(node.if_get_else_node(), indent + 1, in_parallel)
+            out.append(f"{pad}}}")
+            return out
+        if kind == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            args = [ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
+            # a name that is no statement is a copy the schedule added (a packed operand)
+            body = self.print_instance(self.statements.get(name, name), args)
+            return [pad + line for line in body]
+        if kind == isl.ast_node_type.mark:
+            name = node.mark_get_id().get_name()
+            if name in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) and not in_parallel:
+                self.marked_parallel = 2 if name == PARALLEL_COLLAPSE_MARK else 1
+            lines = self._node(node.mark_get_node(), indent, in_parallel)
+            self.marked_parallel = 0
+            return lines
+        raise NotImplementedError(f"isl AST node {kind}")
+
+    def _for(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+        pad = "  " * indent
+        it = node.for_get_iterator().get_id().get_name()
+        init = ast_expr_to_c(node.for_get_init())
+        marked, self.marked_parallel = self.marked_parallel, 0
+        if node.for_is_degenerate():
+            out = [f"{pad}{{", f"{pad}  const long {it} = {init};"]
+            out += self._node(node.for_get_body(), indent + 1, in_parallel)
+            return out + [f"{pad}}}"]
+        cond = ast_expr_to_c(node.for_get_cond())
+        out = []
+        if self.collapsed_left:  # a loop of a collapsed parallel nest: no pragma may come between
+            self.collapsed_left -= 1
+            return [pad + _header(node), *self._node(node.for_get_body(), indent + 1, in_parallel), f"{pad}}}"]
+        parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
+        if parallel_here:
+            depth = self._collapsible(node, marked)
+            pragma = self.parallel_pragma
+            if depth > 1:
+                pragma = pragma.replace("parallel for", f"parallel for collapse({depth})", 1)
+                self.collapsed_left = depth - 1
+            out.append(pad + pragma)
+        elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
+            out.append(pad + "#pragma omp simd")
+        header = _header(node)
+        if not out and not parallel_here and self.row_tiles is not None:
+            tile = self.row_tiles.match(node, self.plain_statements, _header)
+            if tile is not None:
+                loops = [header, *self._node(node.for_get_body(), 1, in_parallel), "}"]
+                return [pad + line for line in self.row_tiles.lines(tile, loops)]
+        if not out and not parallel_here and self.accumulators is not None:
+            body = self._instances(node.for_get_body())
+            sums = self.accumulators.accumulations(body, it) if body else []
+            if sums:
+                lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond))
+                return [pad + line for line in lines]
+        out.append(pad + header)
+        out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
+        return out + [f"{pad}}}"]
+
+    def _collapsible(self, node: isl.AstNode, marked: int = 0) -> int:
+        """How many loops from `node` down run as one parallel loop: the schedule's parallel
+        dimensions, or the `marked` ones of a scheduled tree's mark (each carries no
+        dependence, so any two iterations of the set differ in a dependence-free loop), that
+        nest perfectly, the inner bounds free of the outer iterators (OpenMP's collapse). Two
+        loops of 4 and 14 iterations feed 16 threads where the outer one alone leaves 12 idle."""
+        first = _dim_of(node.for_get_iterator().get_id().get_name())
+        wanted = set(range(first, first + marked)) if marked else self.parallel_dims
+        depth, outer = 1, [node.for_get_iterator().get_id().get_name()]
+        inner = node.for_get_body()
+        while (inner.get_type() == AST_FOR and not inner.for_is_degenerate()
+               and _dim_of(inner.for_get_iterator().get_id().get_name()) == first + depth
+               and first + depth in wanted):
+            bounds = ast_expr_to_c(inner.for_get_init()) + " " + ast_expr_to_c(inner.for_get_cond())
+            if any(re.search(rf"\b{name}\b", bounds) for name in outer):
+                break
+            depth += 1
+            outer.append(inner.for_get_iterator().get_id().get_name())
+            inner = inner.for_get_body()
+        return depth
+
+    def _instances(self, node: isl.AstNode) -> list[Instance]:
+        """The statement instances of a loop body made of statements only (no loop, guard or
+        microkernel call); [] otherwise."""
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[Instance] = []
+            for i in range(children.n_ast_node()):
+                part = self._instances(children.get_at(i))
+                if not part:
+                    return []
+                out += part
+            return out
+        if kind != isl.ast_node_type.user:
+            return []
+        call = node.user_get_expr()
+        name = call.get_op_arg(0).get_id().get_name()
+        statement = self.statements.get(name)
+        if statement is None or name in self.plan.calls:
+            return []
+        args = tuple(ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))
+        return [Instance(statement, args)]
+
+    def _simd_body(self, node: isl.AstNode) -> bool:
+        """True for the bodies of a dependence-free innermost loop that the C compiler leaves
+        scalar on its own: fused epilogues only (it guards or transposes the per-tile epilogue
+        loop, which then costs as much as a separate pass over the output), and several
+        statements (gcc gives up on a large body, e.g. a Winograd transform's 36 sums), and
+        in a nest with a fused start (its reduction's innermost loop was vectorised behind a
+        run-time overlap test of the output and input rows on every iteration)."""
+        return self._only_epilogues(node) or len(self._instances(node)) > 1 or (
+            bool(self.plan.prologues) and self._loop_free(node))
+
+    def _loop_free(self, node: isl.AstNode) -> bool:
+        """True if `node` holds statements and no loop (degenerate ones aside)."""
+        return self._leaves_all(node, lambda name: True)
+
+    def _only_epilogues(self, node: isl.AstNode) -> bool:
+        """True if `node` holds no loop (degenerate ones aside) and runs fused epilogues only."""
+        return self._leaves_all(node, lambda name: name in self.epilogue_names)
+
+    def _leaves_all(self, node: isl.AstNode, test: Callable[[str], bool]) -> bool:
+        """True if `node` holds no loop (degenerate ones aside) and `test` holds for the name
+        of every statement it runs."""
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            return all(self._leaves_all(children.get_at(i), test) for i in range(children.n_ast_node()))
+        if kind == AST_FOR:
+            return bool(node.for_is_degenerate()) and self._leaves_all(node.for_get_body(), test)
+        if kind == AST_IF:
+            return self._leaves_all(node.if_get_then_node(), test) and (
+                not node.if_has_else_node() or self._leaves_all(node.if_get_else_node(), test)
+            )
+        if kind == isl.ast_node_type.user:
+            return test(node.user_get_expr().get_op_arg(0).get_id().get_name())
+        if kind == isl.ast_node_type.mark:
+            return self._leaves_all(node.mark_get_node(), test)
+        return False
+
+
+def _header(node: isl.AstNode) -> str:
+    """The `for (...) {` line of a loop node."""
+    it = node.for_get_iterator().get_id().get_name()
+    init, cond = ast_expr_to_c(node.for_get_init()), ast_expr_to_c(node.for_get_cond())
+    inc = ast_expr_to_c(node.for_get_inc())
+    step = f"{it}++" if inc == "1" else f"{it} += {inc}"
+    return f"for (long {it} = {init}; {_strip(cond)}; {step}) {{"
+
+
+def _strip(text: str) -> str:
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text

@@ -1,0 +1,1 @@
+"""CUDA and HIP code generation from a GPU schedule."""

@@ -1,0 +1,1 @@
+"""C kernels at run time: the C compiler driver and compiled ONNX networks."""

@@ -1,0 +1,1 @@
+"""GPU kernels at run time: nvcc/hipcc builds, loading, calls over device arrays, timing."""

@@ -1,0 +1,1 @@
+"""The CPU schedule: loop orders, tiles, parallel loops and microkernel bindings for the C target."""

@@ -1,0 +1,471 @@
+"""The general scheduler: isl's affine scheduler for loop nests the DL schedules do not fit.
+
+Takes a `PolyModel` (one loop nest, or all of them) and a `CpuTarget`; returns an
+`AffineSchedule`: an isl schedule tree and one `BandDecision` per band. isl computes the
+schedule from the dependences (validity: every dependence; proximity: the same, so that
+producers and consumers fuse; coincidence: the same, so that bands start with loops that carry
+nothing): fusion or distribution, skewing where dependences need it (stencils), and permutable
+bands. Then, per band, outermost first:
+
+- **Tiling.** A permutable band of two or more loops is tiled, with the largest tile size
+  (the same along every loop) whose footprint (the cells one tile touches, counted with
+  barvinok) fits half the target's L2.
+- **Parallelism.** The outermost loop that carries no dependence runs on the threads. Where a
+  tiled band has none (a time-skewed stencil), its tiles run as a wavefront: the first tile
+  loop becomes the sum of the first two, and the second one is then parallel.
+
+Every parallel loop is checked exactly against the dependences before it is marked (the
+`parallel` mark the code generator reads); the tree itself is legal by construction (isl keeps
+every validity constraint, and tiling and wavefronts of a permutable band keep them too).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polydl.dtypes import DTYPES
+from polydl.errors import ScheduleError
+from polydl.poly.counting import count_points
+from polydl.poly.dependences import carries, dependences_of
+from polydl.poly.isl_parts import affs_of, maps_of, out_width, pw_affs_of, sets_of
+from polydl.poly.model import PolyModel
+from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
+from polydl.schedules.cpu.written_tree import written_order_tree
+from polydl.target.cpu import CpuTarget
+
+PARALLEL_MARK = "parallel"
+# the loop below and the next one run as one parallel loop (OpenMP collapse(2)): both carry
+# no dependence, and one alone may have fewer iterations than the machine has cores
+PARALLEL_COLLAPSE_MARK = "parallel collapse"
+ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
+# Seconds isl's scheduler may take for one nest before the written order is kept.
+SCHEDULE_SECONDS = 20.0
+TILE_SIZES = (128, 64, 32, 16, 8)
+# A tile's footprint may take this share of L2: the rest holds what the next tiles reuse.
+L2_SHARE = 0.5
+# Operations a parallel loop must run per entry to pay for the fork and join of the threads
+# (a few microseconds).
+MIN_WORK_PER_FORK = 50_000
+
+
+@dataclass(frozen=True)
+class BandDecision:
+    """What happened to one band of the schedule tree."""
+
+    statements: tuple[str, ...]
+    members: tuple[str, ...]  # each loop's affine function, as isl prints it for one statement
+    tiles: tuple[int, ...]  # () if the band is not tiled
+    # "loop N" (0-based member), "loops N, N+1" (the next loop, maybe the next band's, with it:
+    # collapsed), "wavefront", or "" (sequential)
+    parallel: str
+    footprint_bytes: int = 0  # what one tile touches (tiled bands)
+    skewed: bool = False  # a loop combines several of a statement's iterators
+    innermost: str = ""  # the member moved innermost in each tile (for unit-stride accesses)
+
+    @property
+    def parallel_from_first(self) -> bool:
+        """Whether the band's first loop runs parallel (alone or collapsed with the next)."""
+        return self.parallel in ("loop 0", "loops 0, 1")
+
+    def describe(self) -> str:
+        parts = [f"band ({', '.join(self.members)}) of {', '.join(self.statements)}"]
+        if self.skewed:
+            parts.append("skewed")
+        if self.tiles:
+            kib = self.footprint_bytes / 1024
+            parts.append(f"tiles {'x'.join(map(str, self.tiles))} ({kib:.0f} KiB per tile)")
+        if self.innermost:
+            parts.append(f"{self.innermost} innermost in a tile")
+        if self.parallel == "wavefront":
+            parts.append("parallel: wavefront of tiles")
+        elif self.parallel:
+            parts.append(f"parallel {self.parallel}")
+        else:
+            parts.append("sequential")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
+class AffineSchedule:
+    tree: isl.Schedule
+    bands: tuple[BandDecision, ...]
+    origin: str = ISL_ORIGIN  # or "written order (why)"
+
+    @property
+    def parallel(self) -> bool:
+        return any(b.parallel for b in self.bands)
+
+    def describe(self) -> str:
+        return f"{self.origin}: " + (
+            " | ".join(b.describe() for b in self.bands) or "no loops")
+
+
+_SCHEDULES: weakref.WeakKeyDictionary[PolyModel, dict[str, AffineSchedule]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def affine_schedule(model: PolyModel, target: CpuTarget) -> AffineSchedule:
+    """The tiled, parallel schedule tree of every statement of `model` (cached per target)."""
+    per_model = _SCHEDULES.setdefault(model, {})
+    key = target.key()
+    if key not in per_model:
+        per_model[key] = _Scheduler(model, target).run()
+    return per_model[key]
+
+
+def written_order_schedule(model: PolyModel, target: CpuTarget, why: str) -> AffineSchedule:
+    """The written order, with the outermost loop of each nest that carries nothing (and has
+    the work) parallel."""
+    return _Scheduler(model, target).written_order(why)
+
+
+class _Scheduler:
+    def __init__(self, model: PolyModel, target: CpuTarget) -> None:
+        self.model = model
+        self.target = target
+        self.deps = dependences_of(model).all
+        self.bands: list[BandDecision] = []
+        self.accesses = model.reads.union(model.writes)
+
+    def run(self) -> AffineSchedule:
+        """First with isl asked for a parallel outermost loop of each band (which it gets by
+        distributing a time loop, or by a point-level wavefront); where no parallel loop pays
+        its forks that way, again without, for permutable bands whose tiles run as a
+        wavefront."""
+        try:
+            first = self._try(outer_coincidence=True, seconds=SCHEDULE_SECONDS)
+        except ScheduleTimeout as exc:
+            return self.written_order(str(exc))
+        if first is not None and first.parallel:
+            return first
+        try:
+            # a second opinion only: half the time
+            second = self._try(outer_coincidence=False, seconds=SCHEDULE_SECONDS / 2)
+        except ScheduleTimeout:
+            second = None
+        if second is not None and (second.parallel or first is None):
+            return second
+        if first is None:
+            raise ScheduleError("isl's scheduler found no schedule for this nest")
+        return first
+
+    def _try(self, outer_coincidence: bool, seconds: float) -> AffineSchedule | None:
+        """The schedule, or None where isl gives up (it cannot carry some dependences with
+        the coefficients it allows, or a bound it needs is not affine)."""
+        try:
+            return self._schedule(outer_coincidence, seconds)
+        except isl.Error:
+            return None
+
+    def _schedule(self, outer_coincidence: bool, seconds: float) -> AffineSchedule | None:
+        ctx = self.deps.get_ctx()
+        before = ctx.get_schedule_outer_coincidence()
+        ctx.set_schedule_outer_coincidence(int(outer_coincidence))
+        try:
+            tree = compute_schedule(
+                isl.ScheduleConstraints.on_domain(self.model.domains)
+                .set_validity(self.deps)
+                .set_proximity(self.deps)
+                .set_coincidence(self.deps),
+                seconds,
+            )
+        finally:
+            ctx.set_schedule_outer_coincidence(before)
+        return None if tree is None else self.bands_of(tree, ISL_ORIGIN)
+
+    def written_order(self, why: str) -> AffineSchedule:
+        return self.bands_of(written_order_tree(self.model), f"written order ({why})")
+
+    def bands_of(self, tree: isl.Schedule, origin: str) -> AffineSchedule:
+        """`tree` with its bands tiled and parallelised."""
+        self.bands = []
+        root = self._visit(tree.get_root(), False)
+        return AffineSchedule(root.get_schedule(), tuple(self.bands), origin)
+
+    def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
+        """Transform the subtree at `node`; returns the node at the same position."""
+        if node.get_type() != isl.schedule_node_type.band:
+            for i in range(node.n_children()):
+                node = self._visit(node.child(i), parallel_above).parent()
+            return node
+        node, depth, parallel = self._band(node, parallel_above)
+        inner = node
+        for _ in range(depth):
+            inner = inner.child(0)
+        for i in range(inner.n_children()):
+            inner = self._visit(inner.child(i), parallel_above or parallel).parent()
+        for _ in range(depth):
+            inner = inner.parent()
+        return inner
+
+    def _band(
+        self, node: isl.ScheduleNode, parallel_above: bool
+    ) -> tuple[isl.ScheduleNode, int, bool]:
+        """Tile and parallelise one band. Returns the node now at its position, how many
+        levels below it the innermost band of the result is, and whether it runs parallel."""
+        n = node.band_n_member()
+        statements = _statement_names(node.get_domain())
+        members = _members(node)
+        skewed = _is_skewed(node)
+        coincident = [bool(node.band_member_get_coincident(i)) for i in range(n)]
+        tiles: tuple[int, ...] = ()
+        footprint = 0
+        depth = 0
+        innermost = ""
+        if n >= 2 and node.band_get_permutable():
+            size, footprint = self._tile_size(node)
+            if size:
+                order = _unit_stride_last(node, self.accesses)
+                tiles = (size,) * n
+                node = node.band_tile(_multi_val(node, tiles))
+                depth = 1  # the point band under the tile band
+                if order is not None:  # any order of a permutable band's loops is legal
+                    node = _permuted(node.child(0), order).parent()
+                    innermost = members[order[-1]]
+        parallel = ""
+        if not parallel_above and self._worth_forking(node):
+            first = next((i for i in range(n) if coincident[i]), None)
+            if first is not None:
+                pair = first + 1 < n and coincident[first + 1]
+                if not pair and first == n - 1 and not tiles:
+                    # the next loop is the next band's (the written order has a band per loop)
+                    child = node.child(0)
+                    pair = (child.get_type() == isl.schedule_node_type.band
+                            and self._can_run_in_parallel(child))
+                marked = self._mark_parallel(node, first, pair)
+                if marked is not None:
+                    node, extra = marked
+                    depth += extra
+                    parallel = f"loops {first}, {first + 1}" if pair else f"loop {first}"
+            elif tiles:
+                marked = self._wavefront(node)
+                if marked is not None:
+                    node, extra = marked
+                    depth += extra
+                    parallel = "wavefront"
+        self.bands.append(
+            BandDecision(statements, members, tiles, parallel, footprint, skewed, innermost))
+        return node, depth, bool(parallel)
+
+    def _worth_forking(self, band: isl.ScheduleNode) -> bool:
+        """Whether each entry into a parallel loop here has enough work to pay for waking
+        the threads (a loop inside many sequential iterations may not)."""
+        domain = band.get_domain()
+        entries = max(count_points(band.get_prefix_schedule_union_map()
+                                   .intersect_domain(domain).range()), 1)
+        work = 0
+        for instances in sets_of(domain):
+            flops = self.model.statement(instances.get_tuple_name()).statement.flops
+            work += count_points(instances) * max(flops, 1)
+        return work / entries >= MIN_WORK_PER_FORK
+
+    def _mark_parallel(
+        self, band: isl.ScheduleNode, member: int, pair: bool = False
+    ) -> tuple[isl.ScheduleNode, int] | None:
+        """Mark `member` of the band parallel (splitting the band before it), with the next
+        member where `pair` (isl found both coincident: the code generator collapses the two
+        where they nest perfectly); None if it is no loop in the code or the exact check finds
+        a dependence it carries."""
+        extra = 0
+        if member > 0:
+            band = band.band_split(member).child(0)
+            extra = 1
+        if not self._can_run_in_parallel(band):
+            return None
+        mark = PARALLEL_COLLAPSE_MARK if pair else PARALLEL_MARK
+        marked = band.insert_mark(isl.Id(mark, context=band.get_ctx()))
+        top = marked
+        for _ in range(extra):
+            top = top.parent()
+        return top, extra + 1
+
+    def _wavefront(self, band: isl.ScheduleNode) -> tuple[isl.ScheduleNode, int] | None:
+        """Turn a tile loop into the sum of it and the next one; that next one then carries no
+        dependence (every distance along the band is >= 0), which the check confirms. The
+        first pair whose second loop is still a loop (a time dimension shorter than one tile
+        leaves its tile loop out of the code) and passes the check is taken."""
+        schedule = band.band_get_partial_schedule()
+        for k in range(band.band_n_member() - 1):
+            front = schedule.get_union_pw_aff(k).add(schedule.get_union_pw_aff(k + 1))
+            skewed = band.delete().insert_partial_schedule(schedule.set_union_pw_aff(k, front))
+            skewed = skewed.band_set_permutable(1)
+            inner = skewed.band_split(k + 1).child(0)
+            if self._can_run_in_parallel(inner):
+                marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+                return marked.parent(), 2
+        return None
+
+    def _can_run_in_parallel(self, band: isl.ScheduleNode) -> bool:
+        """Whether the band's first loop is a loop in the code and carries no dependence among
+        the instances under it. A loop with one value for each iteration of the loops outside
+        it (a tile loop over a dimension shorter than one tile) is left out of the code, and a
+        parallel mark above it would fall on the next loop, which may carry one."""
+        domain = band.get_domain()
+        prefix = band.get_prefix_schedule_union_map().intersect_domain(domain)
+        first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_union_pw_aff(0))
+        if prefix.reverse().apply_range(first.intersect_domain(domain)).is_single_valued():
+            return False
+        relation = self.deps.intersect_domain(domain).intersect_range(domain)
+        return not carries(relation, prefix.flat_range_product(first), out_width(prefix))
+
+    def _tile_size(self, band: isl.ScheduleNode) -> tuple[int, int]:
+        """The largest tile size whose footprint fits the L2 share, and that footprint; (0, 0)
+        when the band's loops are all shorter than the smallest tile."""
+        partial = band.band_get_partial_schedule_union_map()
+        points = partial.intersect_domain(band.get_domain())
+        times = _single_set(points.range())
+        if times is None:
+            return 0, 0
+        n = times.dim(isl.dim_type.set)
+        low = [times.dim_min_val(d).to_python() for d in range(n)]
+        high = [times.dim_max_val(d).to_python() for d in range(n)]
+        if all(hi - lo + 1 <= TILE_SIZES[-1] for lo, hi in zip(low, high, strict=True)):
+            return 0, 0
+        prefix = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
+        outer = _single_set(prefix.range())
+        if outer is not None and outer.dim(isl.dim_type.set) > 0:
+            # one iteration of the loops outside the band (a middle one: a corner of a skewed
+            # space is nearly empty); the tiles rerun for each
+            points = points.intersect_domain(prefix.intersect_range(
+                isl.UnionSet.from_set(_middle_point(outer))).domain())
+        budget = self.target.l2_bytes * L2_SHARE
+        best = (TILE_SIZES[-1], 0)
+        for size in TILE_SIZES:
+            middle = [lo + max((hi - lo + 1 - size) // 2, 0) for lo, hi in zip(low, high, strict=True)]
+            box = " and ".join(f"{m} <= x{d} < {m + size}" for d, m in enumerate(middle))
+            names = ", ".join(f"x{d}" for d in range(n))
+            tile = isl.Set(f"{{ [{names}] : {box} }}")
+            instances = points.intersect_range(isl.UnionSet.from_set(tile)).domain()
+            footprint = self._footprint(instances)
+            if footprint <= budget:
+                return size, footprint
+            best = (size, footprint)
+        return best
+
+    def _footprint(self, instances: isl.UnionSet) -> int:
+        cells = self.accesses.intersect_domain(instances).range()
+        total = 0
+        for cell_set in sets_of(cells):
+            dtype = self.model.nest.array(cell_set.get_tuple_name()).dtype
+            total += count_points(cell_set) * DTYPES[dtype].bytes
+        return total
+
+
+def _multi_val(band: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.MultiVal:
+    values = isl.MultiVal.zero(band.band_get_space())
+    for d, size in enumerate(sizes):
+        values = values.set_val(d, isl.Val.int_from_si(values.get_ctx(), size))
+    return values
+
+
+def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[int, ...] | None:
+    """A member order with the loop that walks the most accesses at unit stride last; None
+    where the written one is as good, or a member is a combination of iterators (a skewed
+    band); a statement the member holds at a constant is left out of its count. An access
+    counts for a loop where only its last subscript moves with it or none does (it stays in
+    a register), and against it where an earlier one does (a stride of a whole row)."""
+    n = band.band_n_member()
+    schedule = band.band_get_partial_schedule()
+    iterator: list[dict[str, int]] = [{} for _ in range(n)]
+    for d in range(n):
+        for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
+            used = {i for aff in affs_of(piece) for i in range(aff.dim(isl.dim_type.in_))
+                    if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()}
+            if not used:  # a statement placed at one value of this loop (an initialisation)
+                continue
+            if len(used) != 1:
+                return None
+            iterator[d][piece.get_domain_space().get_tuple_name(isl.dim_type.set)] = used.pop()
+    single: list[isl.BasicMap] = []  # one per reference (a map holds all of a statement's
+    for union_of_refs in maps_of(accesses.intersect_domain(band.get_domain())):  # to an array)
+        union_of_refs.foreach_basic_map(single.append)
+    score = [0] * n
+    for ref in single:
+        access = isl.Map.from_basic_map(ref)
+        statement = access.get_tuple_name(isl.dim_type.in_)
+        if not access.is_single_valued():
+            continue
+        subscripts = isl.PwMultiAff.from_map(access)
+        rank = subscripts.dim(isl.dim_type.out)
+        if rank == 0:
+            continue
+        for d in range(n):
+            v = iterator[d].get(statement)
+            if v is None:
+                continue
+            moves = [_depends_on(subscripts.get_pw_aff(k), v) for k in range(rank)]
+            if any(moves[:-1]):
+                score[d] -= 1
+            else:  # unit stride, or invariant along the loop (a register): both stream well
+                score[d] += 1
+    best = max(range(n), key=lambda d: (score[d], d))
+    if best == n - 1 or score[best] <= score[n - 1]:
+        return None
+    return tuple(d for d in range(n) if d != best) + (best,)
+
+
+def _depends_on(value: isl.PwAff, iterator: int) -> bool:
+    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero()
+               for aff in affs_of(value))
+
+
+def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNode:
+    """The band with its members in `order` (a permutable band only)."""
+    schedule = band.band_get_partial_schedule()
+    coincident = [band.band_member_get_coincident(d) for d in order]
+    permuted = schedule
+    for k, d in enumerate(order):
+        permuted = permuted.set_union_pw_aff(k, schedule.get_union_pw_aff(d))
+    node = band.delete().insert_partial_schedule(permuted).band_set_permutable(1)
+    for k, flag in enumerate(coincident):
+        node = node.band_member_set_coincident(k, flag)
+    return node
+
+
+def _statement_names(domain: isl.UnionSet) -> tuple[str, ...]:
+    names = [s.get_tuple_name() for s in sets_of(domain)]
+    return tuple(sorted(names, key=lambda n: (len(n), n)))
+
+
+def _members(band: isl.ScheduleNode) -> tuple[str, ...]:
+    """Each band loop as a readable affine function of the first statement's iterators."""
+    schedule = band.band_get_partial_schedule()
+    out = []
+    for d in range(band.band_n_member()):
+        pieces = pw_affs_of(schedule.get_union_pw_aff(d))
+        text = max((str(p) for p in pieces), key=lambda t: (len(t), t))  # the most telling
+        out.append(text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text)
+    return tuple(out)
+
+
+def _middle_point(points: isl.Set) -> isl.Set:
+    """A point of `points` near the middle of its bounding box, dimension by dimension."""
+    point = points
+    for d in range(points.dim(isl.dim_type.set)):
+        low, high = point.dim_min_val(d).to_python(), point.dim_max_val(d).to_python()
+        point = point.fix_val(isl.dim_type.set, d, isl.Val.int_from_si(points.get_ctx(),
+                                                                          (low + high) // 2))
+        if point.is_empty():
+            return points.lexmin()
+    return point
+
+
+def _is_skewed(band: isl.ScheduleNode) -> bool:
+    """Whether some band loop is a combination of two or more iterators of a statement."""
+    schedule = band.band_get_partial_schedule()
+    return any(
+        sum(not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()
+            for i in range(aff.dim(isl.dim_type.in_))) > 1
+        for d in range(band.band_n_member())
+        for piece in pw_affs_of(schedule.get_union_pw_aff(d))
+        for aff in affs_of(piece)
+    )
+
+
+def _single_set(union: isl.UnionSet) -> isl.Set | None:
+    sets = sets_of(union)
+    return sets[0] if len(sets) == 1 else None

@@ -1,0 +1,196 @@
+"""Plan every loop nest of a model, not only the main one.
+
+Takes a `PolyModel` and a `CpuTarget`; returns a `GroupPlan` per top-level loop nest (group).
+Each nest is scheduled on its own (the nests run in their written order, which keeps every
+dependence between them):
+
+- a **band nest** (one statement in a perfect nest with a loop that carries no dependence,
+  e.g. a GEMM that `distribution.py` isolated) is ranked by the data-reuse model like the main nest
+  of a DL primitive: loop order, tiles, parallel loops and the batch-reduce microkernel;
+- any other nest (several statements, imperfect, or with dependences that forbid plain
+  permutation, such as stencils and solvers) goes to the general scheduler (`affine.py`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import replace
+
+from polydl.errors import ScheduleError
+from polydl.poly.dependences import dependences_of
+from polydl.poly.model import PolyModel, StatementModel
+from polydl.poly.sums import addend_of, reads_own_cell
+from polydl.schedules.cpu.affine import (
+    ISL_ORIGIN,
+    AffineSchedule,
+    affine_schedule,
+    written_order_schedule,
+)
+from polydl.schedules.apply import (
+    GroupPlan,
+    apply_schedule,
+    band_dependences,
+    band_of,
+    group_statements,
+    main_group,
+)
+from polydl.schedules.cpu.rank import rank
+from polydl.schedules.schedule import Schedule
+from polydl.schedules.strides import element_stride, streams
+from polydl.target.cpu import CpuTarget
+
+_GROUP_MODELS: weakref.WeakKeyDictionary[PolyModel, dict[int, PolyModel]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def group_model(model: PolyModel, group: int) -> PolyModel:
+    """The model of one loop nest alone (its dependences are those among its statements)."""
+    per_model = _GROUP_MODELS.setdefault(model, {})
+    if group not in per_model:
+        statements = group_statements(model)[group]
+        per_model[group] = replace(model, statements=statements)
+    return per_model[group]
+
+
+def is_band_nest(model: PolyModel, statements: tuple[StatementModel, ...]) -> bool:
+    """One statement, every loop in the band, and a loop along which no dependence moves (the
+    parallel loop; the ranking checks each order of the others exactly, so reductions such as
+    a convolution's qualify). Otherwise only skewing finds parallelism: a wavefront."""
+    if len(statements) != 1:
+        return False
+    band = band_of(statements)
+    if len(band) != len(statements[0].loops):
+        return False
+    return bool(band_dependences(dependences_of(model), statements).still)
+
+
+def main_is_general(model: PolyModel) -> bool:
+    """Whether the main nest goes to the general scheduler rather than the ranked band
+    schedules (and the `Schedule` of the kernel then says `scheduler="affine"`)."""
+    return not is_band_nest(model, group_statements(model)[main_group(model)])
+
+
+def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
+    """A plan per nest (the main one only `with_main`), keyed by group. Cached per model and
+    target: every schedule of a model (the tuner plans dozens) gets the same plans for the
+    nests around its main one, and ranking them counts working sets (the stem's padding copy:
+    0.2 s a schedule)."""
+    plans = _NEST_PLANS.setdefault(model, {})
+    key = (target, with_main)
+    if key not in plans:
+        plans[key] = _plan_nests(model, target, with_main=with_main)
+    return dict(plans[key])
+
+
+_NEST_PLANS: weakref.WeakKeyDictionary[PolyModel, dict[tuple[CpuTarget, bool], dict[int, GroupPlan]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
+    main = main_group(model)
+    plans: dict[int, GroupPlan] = {}
+    for group, statements in group_statements(model).items():
+        if group == main and not with_main:
+            continue
+        sub = group_model(model, group)
+        if is_band_nest(sub, statements):
+            plans[group] = _band_plan(sub, target)
+        else:
+            plans[group] = affine_plan(sub, target, group)
+    return plans
+
+
+def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
+    """The general scheduler's plan; or the written order (with its outermost dependence-free
+    loop parallel) where that loop holds every statement and each statement's innermost loop
+    walks its accesses at unit stride (row-wise operators: LayerNorm, softmax; isl fuses their
+    inner loops one after the other into a band whose tiles put guards in every inner loop),
+    or where the general schedule found no parallel loop worth its forks and either skewed or
+    tiled nothing (changing the order for nothing), or the written order has a parallel
+    loop; or where isl's only parallelism is a wavefront of tiles and every innermost loop is
+    a sum into one cell (the written order runs it as a vectorised dot product)."""
+    try:
+        chosen = affine_schedule(model, target)
+    except ScheduleError as exc:
+        chosen = written_order_schedule(model, target, str(exc))
+    if chosen.origin == ISL_ORIGIN and _streams_rows(model):
+        written = written_order_schedule(
+            model, target, "its outermost loop is parallel and every innermost loop streams")
+        if _parallel_outermost(written, model):
+            chosen = written
+    if _wavefront_only(chosen) and _inner_loops_sum(model):
+        chosen = written_order_schedule(
+            model, target, "every innermost loop is a sum that runs in a register; the "
+            "wavefront of tiles would split it")
+    if not chosen.parallel and chosen.origin == ISL_ORIGIN:
+        written = written_order_schedule(
+            model, target, f"the {chosen.origin}'s schedule has no parallel loop worth its forks")
+        # no parallelism either way: isl's order is kept only where it tiles (reuse the
+        # written order lacks); an untiled interchange can lose the unit stride (trisolv's
+        # column-wise solve)
+        if (written.parallel or any(b.skewed for b in chosen.bands)
+                or not any(b.tiles for b in chosen.bands)):
+            chosen = written
+    smap = chosen.tree.get_map()
+    if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
+        raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
+    return GroupPlan(
+        group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.origin,
+        bands=tuple(b.describe() for b in chosen.bands),
+    )
+
+
+def _streams_rows(model: PolyModel) -> bool:
+    """Whether each statement inside an inner loop moves every access of it by at most one
+    element per step of its innermost loop (a unit stride, or none: a value that stays in a
+    register). Statements of the outermost loop alone run once per iteration of it."""
+    return all(streams(model, a.access, s.loops[-1].var)
+               for s in model.statements if len(s.loops) >= 2 for a in s.accesses)
+
+
+def _wavefront_only(schedule: AffineSchedule) -> bool:
+    """Whether isl's schedule runs in parallel only as a wavefront of tiles."""
+    kinds = {b.parallel for b in schedule.bands}
+    return schedule.origin == ISL_ORIGIN and "wavefront" in kinds and kinds <= {"", "wavefront"}
+
+
+def _inner_loops_sum(model: PolyModel) -> bool:
+    """Whether every statement of an innermost loop (two deep or more) sums into a cell that
+    stays put along it, reading the rest at unit stride or less: a row-times-vector
+    product such as a triangular solve's or a Cholesky factorisation's, which the written
+    order runs vectorised in a register (`codegen/c/accumulators.py`)."""
+    inner = [s for s in model.statements
+             if len(s.loops) >= 2 and not any(
+                 len(t.loops) > len(s.loops) and t.loops[:len(s.loops)] == s.loops
+                 for t in model.statements)]
+    if not inner:
+        return False
+    for s in inner:
+        form = addend_of(s.statement)
+        if form is None or reads_own_cell(s, form[0]):
+            return False
+        var = s.loops[-1].var
+        if element_stride(model, s.statement.target, var) != 0:
+            return False
+        if not all(streams(model, a.access, var) for a in s.accesses):
+            return False
+    return True
+
+
+def _parallel_outermost(schedule: AffineSchedule, model: PolyModel) -> bool:
+    """Whether the schedule's first band holds every statement and runs its first loop in
+    parallel."""
+    if not schedule.bands:
+        return False
+    first = schedule.bands[0]
+    return first.parallel_from_first and len(first.statements) == len(model.statements)
+
+
+def _band_plan(model: PolyModel, target: CpuTarget) -> GroupPlan:
+    ranked = rank(model, target)
+    schedule = ranked[0].schedule if ranked else Schedule()
+    plan = apply_schedule(model, schedule).main
+    parallel = tuple(plan.order[d] for d in plan.parallel_dims)
+    described = replace(schedule, order=plan.order, parallel=parallel)
+    return replace(plan, how="ranked: " + described.describe())

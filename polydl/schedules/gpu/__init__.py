@@ -1,0 +1,1 @@
+"""The GPU schedule: thread mappings, GEMM tilings and staging for the CUDA and HIP targets."""
