@@ -250,7 +250,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         line_copies=on_line,
         body=body,
         # microkernels that reuse a packed constant input across calls count the calls
-        tile_generation=any("_pd_tile_generation" in mk.source for mk in calls.microkernels.values()),
+        tile_generation=any(mk.counts_calls for mk in calls.microkernels.values()),
     )
     kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
                                        *calls.paired]))

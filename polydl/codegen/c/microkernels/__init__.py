@@ -231,8 +231,9 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
         f"k chunks of {amx.k_chunk(view.k)}, B packed in k pairs{' (of C^T)' if swapped else ''}"
     )
     # the packed operand is the view's B: the spec's A where the view is swapped
+    b_cached = b_constant and not swapped
     source = amx.render_amx_kernel(view, inner, description, fallback.source, fallback.name,
-                                   b_constant=b_constant and not swapped)
+                                   b_constant=b_cached)
     if swapped:
         source = _swap_wrapper(spec, name, inner, source, description)
     tile_m = min(amx.row_block(view.m, rows * amx.TILE_ROWS), view.m)
@@ -249,6 +250,7 @@ def _amx_kernel(spec: BrgemmSpec, view: BrgemmSpec, swapped: bool, name: str,
         mr=tile_m,
         nr=tile_n,
         estimated_cycles=amx.estimated_cycles(view),
+        counts_calls=amx.counts_calls(view, b_cached),
     )
 
 

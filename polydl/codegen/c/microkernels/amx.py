@@ -146,7 +146,6 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
     (`BrgemmSpec.b_pairs`) loads its tiles from B itself, copying nothing."""
     assert supports(spec)
     groups = column_groups(spec)
-    single_block = len(groups) == 1 and groups[0].n.stop - groups[0].n.start == groups[0].n.step
     pitch = max(len(g.columns) for g in groups) * 2 * TILE_COLUMNS  # bf16 per packed row
     return render(
         "c/microkernels/amx.c.j2",
@@ -163,7 +162,25 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
         tile_rows=TILE_ROWS,
         fallback_source=fallback_source,
         fallback_name=fallback_name,
-        cache_b=b_constant and single_block and not spec.b_pairs,
+        cache_b=_caches_b(spec, b_constant),
         b_pairs=spec.b_pairs,
-        keep_config=len({row.config for col in groups for row in col.rows}) == 1,
+        keep_config=_keeps_config(spec),
     )
+
+
+def _caches_b(spec: BrgemmSpec, b_constant: bool) -> bool:
+    """A constant B that one block of n holds whole is packed once per thread and reused."""
+    groups = column_groups(spec)
+    single_block = len(groups) == 1 and groups[0].n.stop - groups[0].n.start == groups[0].n.step
+    return b_constant and single_block and not spec.b_pairs
+
+
+def _keeps_config(spec: BrgemmSpec) -> bool:
+    """One tile configuration for every call: it stays loaded between them."""
+    return len({row.config for col in column_groups(spec) for row in col.rows}) == 1
+
+
+def counts_calls(spec: BrgemmSpec, b_constant: bool = False) -> bool:
+    """Whether the kernel reads `_pd_tile_generation`, the generated function's count of its
+    calls (which the function then bumps on entry)."""
+    return _keeps_config(spec) or _caches_b(spec, b_constant)

@@ -212,6 +212,7 @@ class Microkernel:
     unroll: int = 1  # k steps per loop iteration
     link_flags: tuple[str, ...] = ()
     estimated_cycles: float = 0.0  # the blocking model's estimate for one call
+    counts_calls: bool = False  # reads `_pd_tile_generation`, which the caller bumps per call
 
     def describe(self) -> str:
         """One line for `polydl explain`."""
