@@ -13,8 +13,8 @@ from typing import Any
 from polydl.codegen.artifact import GeneratedCode
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import ScheduledNest
+from polydl.schedules.cpu.cost import RankedSchedule
 from polydl.schedules.fusion import FusionDecision
-from polydl.schedules.cpu.rank import RankedSchedule
 from polydl.target import Target
 
 

@@ -10,6 +10,7 @@ a decision (`CpuTarget(isa="avx512", l1_bytes=32 * 1024)`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -81,6 +82,9 @@ ISA_FEATURES: dict[str, frozenset[str]] = {
 # machine options (-m...), nothing that names files, plugins or linker input.
 _MARCH = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 _MACHINE_FLAG = re.compile(r"-m[a-z0-9][a-z0-9._,=-]{0,63}")
+# Fields the cost models read (bandwidths, fork and join); a description may override them.
+COST_FIELDS = ("l1_bytes_per_cycle", "l2_bytes_per_cycle", "memory_bytes_per_cycle",
+               "socket_copy_bytes_per_s", "fork_join_cycles")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,18 @@ class CpuTarget:
     cache_line_bytes: int = 64
     model: str = "unknown"
     cflags: tuple[str, ...] = ()  # further machine options (-m...) for the C compiler
+    # Bytes per cycle one core moves into L1 from L2, into L2 from L3, and into its share of L3
+    # from memory: the ranking's bandwidths (a typical x86 server core; not measured per host).
+    l1_bytes_per_cycle: float = 64.0
+    l2_bytes_per_cycle: float = 32.0
+    memory_bytes_per_cycle: float = 8.0
+    # Bytes per second the socket copies an input onto a cache line before a kernel, all threads
+    # together, the kernel's threads then reading the copy from the cores that wrote it (5.5-9.7
+    # GB/s measured on a 16-core Sapphire Rapids host: `codegen/c/line_copies.py`).
+    socket_copy_bytes_per_s: float = 8e9
+    # Cycles of one fork and join of a parallel region's OpenMP threads, barrier included (~5 us
+    # at 2.6 GHz).
+    fork_join_cycles: float = 13000.0
 
     def __post_init__(self) -> None:
         if self.isa not in ISAS:
@@ -112,6 +128,12 @@ class CpuTarget:
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TargetError(f"'{f}' must be a positive integer, not {value!r}", self.name)
+        for f in COST_FIELDS:
+            value = getattr(self, f)
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value <= 0):
+                raise TargetError(f"'{f}' must be a positive number, not {value!r}", self.name)
+            object.__setattr__(self, f, float(value))  # 64 and 64.0: one target, one key
 
     kind = KIND
 
@@ -163,9 +185,14 @@ class CpuTarget:
     # ------------------------------------------------------------------ identity and text
     def key(self) -> str:
         """Identity for caches and the tuning database: every field that changes generated
-        code or a measured time (the name is only a label)."""
+        code or a measured time (the name is only a label). A cost field at its default is left
+        out: keys made before those fields existed (trials in a tuning database, cached code)
+        stay those of the targets they were made for, and a target that sets one differs."""
         data = self.to_dict()
         del data["name"]
+        for f in COST_FIELDS:
+            if data[f] == _DEFAULTS[f]:
+                del data[f]
         return json.dumps(data, sort_keys=True)
 
     def describe(self) -> str:
@@ -174,6 +201,16 @@ class CpuTarget:
             f"{self.name}: {self.model}, {self.isa} (-march={self.effective_march or 'none'}), "
             f"{self.cores} cores, L1 {self.l1_bytes // kib} KiB, L2 {self.l2_bytes // kib} KiB, "
             f"L3 {self.l3_bytes // kib} KiB, {self.cache_line_bytes}-byte lines"
+        )
+
+    def describe_costs(self) -> str:
+        """The cost models' figures (`describe()` leaves them out: its text is part of
+        generated sources)."""
+        return (
+            f"bandwidth per core: L1 {self.l1_bytes_per_cycle:g}, L2 {self.l2_bytes_per_cycle:g}, "
+            f"memory {self.memory_bytes_per_cycle:g} bytes/cycle; line copies "
+            f"{self.socket_copy_bytes_per_s / 1e9:g} GB/s per socket; fork and join "
+            f"{self.fork_join_cycles:g} cycles"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,3 +240,6 @@ class CpuTarget:
             return cls(**values)
         except TargetError as exc:
             raise TargetError(exc.message, source or exc.source) from None
+
+
+_DEFAULTS = {f.name: f.default for f in fields(CpuTarget)}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from polydl import settings
 from polydl.errors import TargetError
-from polydl.target.cpu import ISAS, MARCH_FEATURES, CpuTarget
+from polydl.target.cpu import COST_FIELDS, ISAS, MARCH_FEATURES, CpuTarget
 
 
 def _cpuinfo() -> str:
@@ -133,6 +133,8 @@ def detect(compiler: str = "cc") -> CpuTarget:
         l3_bytes=_cache_bytes(3, ("Unified", "Data")) or defaults.l3_bytes,
         cache_line_bytes=_cache_line() or defaults.cache_line_bytes,
         model=model_match.group(1).strip() if model_match else "unknown",
+        # bandwidths and fork and join are not measured here: the defaults' (a server core's)
+        **{f: getattr(defaults, f) for f in COST_FIELDS},
     )
 
 

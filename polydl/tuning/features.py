@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 from polydl.poly.model import PolyModel
-from polydl.schedules.cpu import rank as analytic
-from polydl.schedules.cpu.rank import RankedSchedule
+from polydl.schedules.apply import array_bytes
+from polydl.schedules.cpu.calls import accumulator_lanes, loop_extent, streams_along, trip_count
+from polydl.schedules.cpu.cost import RankedSchedule, microkernel_efficiency, moves_along
 from polydl.schedules.schedule import is_tile_loop, loop_var
 from polydl.target.cpu import ISAS, CpuTarget
 
@@ -30,7 +31,7 @@ def _capacities(target: CpuTarget) -> dict[str, int]:
 
 
 def features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule, best_cost: float) -> dict[str, float]:
-    """The feature vector of `ranked` (a candidate evaluated by `rank.evaluate`)."""
+    """The feature vector of `ranked` (a candidate evaluated by `cost.evaluate`)."""
     s = ranked.schedule
     line = target.cache_line_bytes
     flops = float(model.flops)
@@ -60,7 +61,7 @@ def features(model: PolyModel, target: CpuTarget, ranked: RankedSchedule, best_c
         out[f"fit_level_{cache}"] = float(ws.level) if ws else -1.0
         out[f"fill_{cache}"] = ws.bytes(line) / capacities[cache] if ws else 0.0
         out[f"log_executions_{cache}"] = _log2(ws.executions) if ws else -1.0
-    trips = [analytic.trip_count(model, s, loop) for loop in s.order]
+    trips = [trip_count(model, s, loop) for loop in s.order]
     out["log_outer_trip"] = _log2(trips[0]) if trips else -1.0
     out["log_inner_trip"] = _log2(trips[-1]) if trips else -1.0
     out.update(_parallel_features(model, target, ranked))
@@ -77,10 +78,10 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
                 "parallel_replicated_per_l2": _replicated_bytes(model, ()) / target.l2_bytes}
     first = s.parallel[0]
     cores = max(target.cores, 1)
-    units = math.prod(analytic.trip_count(model, s, loop) for loop in s.parallel)
+    units = math.prod(trip_count(model, s, loop) for loop in s.parallel)
     depth = s.order.index(first) if first in s.order else 0
     # every entry into the parallel loops forks and joins the threads
-    forks = math.prod(analytic.trip_count(model, s, loop) for loop in s.order[:depth])
+    forks = math.prod(trip_count(model, s, loop) for loop in s.order[:depth])
     # a static schedule over collapsed loops hands each thread a run of the outer ones: the
     # data is split by the outer loops until they alone have a unit for every core
     split, covered = [], 1
@@ -88,7 +89,7 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
         if covered >= cores:
             break
         split.append(loop_var(loop))
-        covered *= analytic.trip_count(model, s, loop)
+        covered *= trip_count(model, s, loop)
     replicated = _replicated_bytes(model, tuple(split))
     return {
         "parallel_loops": float(len(s.parallel)),
@@ -106,8 +107,8 @@ def _parallel_features(model: PolyModel, target: CpuTarget, ranked: RankedSchedu
 def _replicated_bytes(model: PolyModel, split: tuple[str, ...]) -> float:
     """Bytes of the arrays every thread reads whole: no access moves along a loop the threads
     split (`split`; none split: every array the main nest touches)."""
-    return float(sum(analytic.array_bytes(model, name)
-                     for name, along in analytic.moves_along(model, split).items()
+    return float(sum(array_bytes(model, name)
+                     for name, along in moves_along(model, split).items()
                      if not any(along)))
 
 
@@ -115,21 +116,21 @@ def _microkernel_features(model: PolyModel, target: CpuTarget, ranked: RankedSch
     s = ranked.schedule
     mk = s.microkernel
     if mk is None:
-        return {"microkernel": 0.0, "mk_efficiency": analytic.microkernel_efficiency(s, model, target),
+        return {"microkernel": 0.0, "mk_efficiency": microkernel_efficiency(s, model, target),
                 "mk_m": -1.0, "mk_n": -1.0, "mk_k": -1.0, "mk_batch": 0.0, "pack_a": 0.0,
                 "pack_b": 0.0, "n_lane_use": 0.0, "innermost_streams": float(
-                    bool(s.order) and analytic.streams_along(model, loop_var(s.order[-1])))}
+                    bool(s.order) and streams_along(model, loop_var(s.order[-1])))}
     sizes = {}
     for name, var in (("m", mk.m), ("n", mk.n), ("k", mk.k)):
-        extent = analytic.loop_extent(model, var)
+        extent = loop_extent(model, var)
         sizes[name] = min(s.tile_sizes.get(var, extent), extent)
-    lanes = analytic.accumulator_lanes(model, target, mk)
+    lanes = accumulator_lanes(model, target, mk)
     vectors = max(1, math.ceil(sizes["n"] / lanes))
-    batch = math.prod(analytic.trip_count(model, s, b) for b in mk.batch)
-    blocks = analytic.trip_count(model, s, mk.blocks) if mk.blocks else 1
+    batch = math.prod(trip_count(model, s, b) for b in mk.batch)
+    blocks = trip_count(model, s, mk.blocks) if mk.blocks else 1
     return {
         "microkernel": 1.0,
-        "mk_efficiency": analytic.microkernel_efficiency(s, model, target),
+        "mk_efficiency": microkernel_efficiency(s, model, target),
         "mk_m": _log2(sizes["m"]),
         "mk_n": _log2(sizes["n"] * blocks),
         "mk_k": _log2(sizes["k"] * batch),

@@ -16,11 +16,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from polydl.poly.model import PolyModel
-from polydl.schedules.cpu import rank as analytic
 from polydl.schedules.cpu.auto import resolve
+from polydl.schedules.cpu.calls import Memo, loop_extent
+from polydl.schedules.cpu.candidates import (
+    block_variants,
+    candidates,
+    outer_tilings,
+    parallel_choices,
+)
+from polydl.schedules.cpu.cost import RankedSchedule, evaluate
 from polydl.schedules.cpu.distribution import isolate_gemms
 from polydl.schedules.cpu.epilogues import choose_fusion
 from polydl.schedules.cpu.nests import main_is_general
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.tuning.features import features
@@ -58,32 +66,32 @@ def search_space(model: PolyModel, target: CpuTarget, limit: int = MAX_POINTS) -
     if main_is_general(model):
         # no band to choose: the general scheduler decides alone
         return [Candidate(Schedule(scheduler=AFFINE), 0.0, {}, analytic=True)]
-    memo: analytic._Memo = {}
-    evaluated: dict[str, analytic.RankedSchedule] = {}
+    memo: Memo = {}
+    evaluated: dict[str, RankedSchedule] = {}
 
     def add(points: Iterable[Schedule]) -> None:
         for point in points:
             if len(evaluated) >= limit:
                 return
-            result = analytic.evaluate(model, target, point, memo)
+            result = evaluate(model, target, point, memo)
             if result is not None:
                 evaluated.setdefault(schedule_key(result.schedule.to_dict()), result)
 
     def add_threadings() -> None:
         for point in list(evaluated.values()):
             add(replace(point.schedule, parallel=choice)
-                for choice in analytic.parallel_choices(model, point.schedule, memo)
+                for choice in parallel_choices(model, point.schedule, memo)
                 if choice != point.schedule.parallel)
 
-    ranked = analytic.rank(model, target)  # the analytic choice is in the space, whatever the cap
+    ranked = rank(model, target)  # the analytic choice is in the space, whatever the cap
     for result in ranked:
         evaluated.setdefault(schedule_key(result.schedule.to_dict()), result)
-    add(analytic.candidates(model, target))
+    add(candidates(model, target))
     add_threadings()  # the seeds' thread mappings before the cap can cut them
     for seed in list(evaluated.values()):
-        add(analytic.outer_tilings(model, seed.schedule))
+        add(outer_tilings(model, seed.schedule))
     for seed in list(evaluated.values()):
-        add(analytic.block_variants(model, seed.schedule, target, gated=False))
+        add(block_variants(model, seed.schedule, target, gated=False))
     for seed in list(evaluated.values()):
         add(_neighbours(model, seed.schedule))
     add_threadings()
@@ -112,7 +120,7 @@ def _neighbours(model: PolyModel, schedule: Schedule) -> list[Schedule]:
     base = replace(schedule, parallel=())
     tiles = schedule.tile_sizes
     for var, size in tiles.items():
-        extent = analytic.loop_extent(model, var)
+        extent = loop_extent(model, var)
         for new in (size // 2, size * 2):
             if 1 < new < extent:
                 out.append(replace(base, tiles=tuple(sorted({**tiles, var: new}.items()))))

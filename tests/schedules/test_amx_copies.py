@@ -7,8 +7,9 @@ from dataclasses import replace
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.cpu.amx_pairs import PairedB, pairable_b
-from polydl.schedules.cpu.rank import amx_repacked_bytes, pairs_b, rank
+from polydl.schedules.cpu.amx_pairs import PairedB, pairable_b, pairs_b
+from polydl.schedules.cpu.cost import amx_repacked_bytes
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 

@@ -14,8 +14,10 @@ from polydl.errors import ScheduleError
 from polydl.frontends import builders, load_spec
 from polydl.poly.model import build_model
 from polydl.schedules.apply import apply_schedule
+from polydl.schedules.cpu.candidates import k_tilings, micro_panel_candidates
+from polydl.schedules.cpu.cost import evaluate
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.microkernel import PackedB
-from polydl.schedules.cpu.rank import evaluate, k_tilings, micro_panel_candidates, rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 from tests.kernels import run_and_check
@@ -229,7 +231,7 @@ def test_calls_of_128_rows_where_32_registers_hold_wide_tiles(
         machine: CpuTarget, shape: tuple[int, int, int], offered: bool) -> None:
     """Calls of 128 rows read each block of B for twice the rows; measured faster only with
     AVX-512's 32 registers and a B several vectors wide."""
-    from polydl.schedules.cpu.rank import candidates
+    from polydl.schedules.cpu.candidates import candidates
     model = build_model(*builders.matmul(*shape))
     rows = {dict(s.tiles).get("i", shape[0]) for s in candidates(model, machine) if s.microkernel}
     assert (128 in rows) == offered

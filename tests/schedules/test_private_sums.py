@@ -13,8 +13,9 @@ from polydl.errors import ScheduleError
 from polydl.frontends import builders, conv_backward, load_spec
 from polydl.poly.model import build_model
 from polydl.schedules.apply import PRIVATE_SUM_MAX_BYTES, apply_schedule
+from polydl.schedules.cpu.candidates import private_sum_splits
 from polydl.schedules.cpu.epilogues import choose_fusion
-from polydl.schedules.cpu.rank import private_sum_splits, rank
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 from tests.kernels import run_and_check

@@ -10,7 +10,8 @@ import polydl
 from polydl.errors import ScheduleError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.cpu.rank import outer_tilings, rank, window_calls
+from polydl.schedules.cpu.candidates import outer_tilings, window_calls
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.cpu.register_blocking import VECTOR_UNITS, rows_step_cycles
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
@@ -169,7 +170,7 @@ def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
     assert best.tile_sizes["kb"] >= 2
     one = replace(best, microkernel=replace(best.microkernel, blocks=None))
     model = build_model(nest, params)
-    from polydl.schedules.cpu.rank import microkernel_efficiency
+    from polydl.schedules.cpu.cost import microkernel_efficiency
     assert microkernel_efficiency(best, model, SPR) > microkernel_efficiency(one, model, SPR)
 
 
@@ -178,7 +179,7 @@ def test_a_one_vector_register_tile_runs_over_several_blocks_on_avx512() -> None
     one 16-lane vector on AVX-512, a load of A for every FMA; the ranking takes calls over
     several blocks there (two cores or sixteen). On AVX2 a block is two vectors and each call
     keeps one. A stem's call, 7 taps a batch step, keeps one block on AVX-512 too."""
-    from polydl.schedules.cpu.rank import block_variants
+    from polydl.schedules.cpu.candidates import block_variants
 
     nest, params = builders.conv2d(N=2, C=256, K=1024, H=14, W=14, R=1, S=1, layout="nchw16c")
     model = build_model(nest, params)
@@ -305,7 +306,7 @@ def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks(
     its output-channel blocks reads MiBs of weights once per register tile of rows; tiled so
     that a call's weights take at most an eighth of L2; not a call whose rows are two register
     tiles. A 3 x 3 layer, whose call reuses its input window, keeps its batch whole."""
-    from polydl.schedules.cpu.rank import batch_tiled_call
+    from polydl.schedules.cpu.candidates import batch_tiled_call
 
     nest, params = builders.conv2d(N=2, C=2048, K=512, H=7, W=7, R=1, S=1, layout="nchw16c")
     best = rank(build_model(nest, params), AVX2)[0].schedule

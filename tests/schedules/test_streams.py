@@ -4,9 +4,10 @@ image."""
 
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.cpu.rank import rank, trip_count
-from polydl.schedules.schedule import MicrokernelBinding, Schedule
+from polydl.schedules.cpu.calls import trip_count
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.cpu.streams import FREE_STREAMS, dram_slowdown, open_streams
+from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 
 ZEN4 = CpuTarget(isa="avx512", cores=2)

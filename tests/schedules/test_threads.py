@@ -6,18 +6,18 @@ import pytest
 
 from polydl.frontends import builders, conv_backward
 from polydl.poly.model import build_model
-from polydl.schedules.cpu import rank as rank_module
+from polydl.schedules.cpu import candidates as candidates_module
 from polydl.schedules.cpu import threads
-from polydl.schedules.cpu.distribution import isolate_gemms
-from polydl.schedules.cpu.rank import (
+from polydl.schedules.cpu.cost import (
     copied_arrays,
     copied_elsewhere_bytes,
     evaluate,
     packed_elsewhere,
-    rank,
     shared_read_bytes,
     thread_balance,
 )
+from polydl.schedules.cpu.distribution import isolate_gemms
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget
 
@@ -88,9 +88,9 @@ def test_an_image_of_49_positions_splits_into_tiles_of_nearly_one_size() -> None
     """960 -> 160 channels at 7 x 7 (mobilenet_v2, one image): 10 output-channel blocks leave
     6 of 16 threads idle; tiles of 16 positions leave a call of 1. The ranking takes 3 tiles
     of 17 (16, 16 and 17 rows would be 48 + 1)."""
-    assert rank_module._m_tiles(49, tall=True)[:5] == [49, 32, 28, 16, 14]
-    assert set(rank_module._m_tiles(49, tall=True)[5:]) == {25, 17, 13}
-    assert rank_module._m_tiles(56, tall=True) == [56, 32, 28, 16, 14]  # 28 splits it
+    assert candidates_module._m_tiles(49, tall=True)[:5] == [49, 32, 28, 16, 14]
+    assert set(candidates_module._m_tiles(49, tall=True)[5:]) == {25, 17, 13}
+    assert candidates_module._m_tiles(56, tall=True) == [56, 32, 28, 16, 14]  # 28 splits it
     nest, params = builders.conv2d(N=1, C=960, K=160, H=7, W=7, R=1, S=1, layout="nchw16c")
     ranked = rank(build_model(nest, params), SOCKET)[0]
     assert ranked.schedule.tile_sizes.get("m") in (13, 17, 25), ranked.schedule.describe()

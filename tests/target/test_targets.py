@@ -22,7 +22,8 @@ from polydl.cli import main
 from polydl.errors import TargetError
 from polydl.frontends import builders
 from polydl.poly.model import build_model
-from polydl.schedules.cpu.rank import evaluate, rank
+from polydl.schedules.cpu.cost import evaluate
+from polydl.schedules.cpu.rank import rank
 from polydl.target import (
     CPU_PRESETS,
     CpuTarget,
@@ -32,6 +33,7 @@ from polydl.target import (
     resolve_target,
     target_from_dict,
 )
+from polydl.target.cpu import COST_FIELDS
 from polydl.target.host import cannot_run_here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +152,9 @@ def test_polydl_machine_prints_a_description_that_compile_takes(
         ({"isa": "neon"}, "unknown ISA"),
         ({"cores": 0}, "positive integer"),
         ({"l2_bytes": "1M"}, "positive integer"),
+        ({"fork_join_cycles": 0}, "positive number"),
+        ({"memory_bytes_per_cycle": "fast"}, "positive number"),
+        ({"l1_bytes_per_cycle": True}, "positive number"),
         ({"colour": "red"}, "unknown field"),
         ({"kind": "tpu"}, "unknown target kind"),
     ],
@@ -216,3 +221,20 @@ def test_nothing_below_the_api_asks_this_machine(monkeypatch: pytest.MonkeyPatch
         c = lower(nest, params, machine=CPU_PRESETS[preset])
         assert c.target is CPU_PRESETS[preset]
         assert f"target: {preset}" in c.code.source
+
+
+def test_a_description_may_set_the_cost_figures(tmp_path: Path) -> None:
+    """Bandwidths and fork and join come from the description, checked like the other fields;
+    at their defaults they stay out of the key, so the presets' and the host's keys (caches,
+    tuning databases) are those they had before the fields existed."""
+    preset = CPU_PRESETS["x86-64-v3"]
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps({**preset.to_dict(), "memory_bytes_per_cycle": 4,
+                                "fork_join_cycles": 26000}))
+    slow = load_target(path)
+    assert isinstance(slow, CpuTarget)
+    assert (slow.memory_bytes_per_cycle, slow.fork_join_cycles) == (4.0, 26000.0)
+    assert slow == replace(preset, memory_bytes_per_cycle=4.0, fork_join_cycles=26000.0)
+    assert all(f not in json.loads(t.key()) for t in (preset, host_target()) for f in COST_FIELDS)
+    assert json.loads(slow.key())["fork_join_cycles"] == 26000.0
+    assert slow.key() != preset.key() and slow.describe() == preset.describe()

@@ -33,13 +33,7 @@ from polydl.schedules.cpu.auto import auto_schedule
 from polydl.schedules.schedule import Schedule
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here, host_target
-from polydl.tuning import records
-from polydl.tuning.costmodel import CostModel
-from polydl.tuning.database import PerfDatabase
-from polydl.tuning.lookup import tuned_schedule
 from polydl.tuner.measure import Limits, Outcome, Request, measure, settled
-from polydl.tuning.records import Problem, Trial, schedule_key
-from polydl.tuning.space import search_space, tuning_model
 from polydl.tuner.search import (
     BATCH,
     LocalExecutor,
@@ -51,6 +45,12 @@ from polydl.tuner.search import (
     tune,
     tune_problems,
 )
+from polydl.tuning import records
+from polydl.tuning.costmodel import CostModel
+from polydl.tuning.database import PerfDatabase
+from polydl.tuning.lookup import tuned_schedule
+from polydl.tuning.records import Problem, Trial, schedule_key
+from polydl.tuning.space import search_space, tuning_model
 from tests.frontends.test_builders import conv2d_numpy
 from tests.kernels import run_and_check
 
@@ -1185,7 +1185,8 @@ def test_cli_tune_errors_are_one_line(
 def test_the_space_holds_calls_over_blocks_the_ranking_leaves_out() -> None:
     """A blocked 1 x 1 layer on AVX2: the ranking's rules offer no call over several output
     blocks there (a block is two vectors), but the search space measures them too."""
-    from polydl.schedules.cpu.rank import block_variants, rank
+    from polydl.schedules.cpu.candidates import block_variants
+    from polydl.schedules.cpu.rank import rank
     from polydl.target import CpuTarget
 
     nest, params = builders.conv2d(N=1, C=64, K=64, H=14, W=14, R=1, S=1, layout="nchw16c")

@@ -10,24 +10,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from polydl.codegen.c.accumulators import AccumulatorPrinter
 from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
-from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
+from polydl.codegen.c.accumulators import AccumulatorPrinter
 from polydl.codegen.c.line_copies import line_copies
 from polydl.codegen.c.loops import LoopPrinter
 from polydl.codegen.c.microkernel_call import CallPrinter, kept_flag, pairs_copy_lines
 from polydl.codegen.c.register_tiles import RowTilePrinter
 from polydl.codegen.c.scratch_clearing import clearing
-from polydl.codegen.templating import render
 from polydl.codegen.c.thread_scratch import THREAD_HELPERS, per_thread_arrays
+from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
+from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
+from polydl.schedules.cpu.amx_pairs import pairs_b
+from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.fusion import vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
-from polydl.schedules.cpu.rank import pairs_b
-from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.start import start_statement
 from polydl.target.cpu import CpuTarget
 from polydl.version import __version__
@@ -212,7 +212,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
 
     kept = [kept_copy(call.pack.name, call.b.array, call.pack.elements)
             for call in kept_calls if call.pack is not None]
-    # kept inputs the AMX calls read in k pairs (`rank.pairs_b`): copied at the first call
+    # kept inputs the AMX calls read in k pairs (`amx_pairs.pairs_b`): copied at the first call
     pairs_first: list[str] = []
     for pairs in calls.paired.values():
         kept.append(kept_copy(pairs.name, pairs.array, pairs.elements))

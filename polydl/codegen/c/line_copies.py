@@ -27,14 +27,15 @@ from polydl.target.cpu import CpuTarget
 
 LINE_BYTES = 64  # a cache line, and an AVX-512 vector
 COPY_SHARE = 0.02  # the most of a kernel's time a copy may take
-# The copy's estimate. Copies from PARALLEL_COPY_BYTES on are made by all the threads (after a
-# fork and join), but what a copy added to a kernel on the 16-core host came to 5.5-9.7 GB/s
-# all the same (the kernel over copied weights against the same kernel over weights on a line:
-# forward res4_1x1b and res4_3x3, weight gradients of res4_3x3 and res5_1x1c at N=32): the
-# other cores then read the copy from the caches of the cores that wrote it.
+# The copy's estimate, at the target's `socket_copy_bytes_per_s`. Copies from
+# PARALLEL_COPY_BYTES on are made by all the threads (after a fork and join), but what a copy
+# added to a kernel on the 16-core host was the same rate (the kernel over copied weights against
+# the same kernel over weights on a line: forward res4_1x1b and res4_3x3, weight gradients of
+# res4_3x3 and res5_1x1c at N=32): the other cores then read the copy from the caches of the
+# cores that wrote it.
 PARALLEL_COPY_BYTES = 512 << 10
-COPY_BYTES_PER_S = 8e9
-FORK_JOIN_S = 5e-6
+# The clock the target's fork and join cycles are counted at (13000 cycles: 5 us).
+FORK_JOIN_HZ = 2.6e9
 # The kernel's estimate: 60% of two FMA pipes' peak at 2.5 GHz on every core.
 CORE_HZ, KERNEL_EFFICIENCY = 2.5e9, 0.6
 
@@ -79,7 +80,8 @@ def _pays(model: PolyModel, target: CpuTarget, array: str) -> bool:
     nbytes = math.prod(a.concrete_shape(model.params)) * DTYPES[a.dtype].bytes
     cores = max(target.cores, 1)
     forks = nbytes >= PARALLEL_COPY_BYTES and cores > 1
-    copy_s = FORK_JOIN_S * forks + nbytes / COPY_BYTES_PER_S
+    fork_join_s = target.fork_join_cycles / FORK_JOIN_HZ
+    copy_s = fork_join_s * forks + nbytes / target.socket_copy_bytes_per_s
     core_flops = 2 * 2 * target.vector_lanes(a.dtype) * CORE_HZ * KERNEL_EFFICIENCY
     return copy_s <= COPY_SHARE * model.flops / (cores * core_flops)
 

@@ -11,9 +11,8 @@ in a copy of B's size; a call whose first row is even finds its B at its own off
 o % L, and strides along k (L per row), along rows in steps of two, and along the outer
 dimensions are B's own.
 
-This module says where the copy can be made (`pairable_b`); `rank.pairs_b` where it is made
-(a B the caller keeps between calls, copied at the first call only), and code generation
-makes it.
+This module says where the copy can be made (`pairable_b`) and where it is made (`pairs_b`: a B
+the caller keeps between calls, copied at the first call only); code generation makes it.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from polydl.poly.model import PolyModel
 from polydl.schedules.microkernel import bound_statement, gemm_operands
 from polydl.schedules.schedule import Schedule
 from polydl.schedules.strides import element_stride, linear_coefficient
+from polydl.target.cpu import CpuTarget
 
 
 @dataclass(frozen=True)
@@ -92,3 +92,14 @@ def pairable_b(model: PolyModel, schedule: Schedule) -> PairedB | None:
     if k_first % 2 or k_extent % 2 or (tile is not None and tile < k_extent and tile % 2):
         return None
     return PairedB(b.array, row, math.prod(shape), array.kept)
+
+
+def pairs_b(model: PolyModel, target: CpuTarget, schedule: Schedule) -> PairedB | None:
+    """The copy of B in k pairs that the schedule's AMX calls read: where the caller keeps B
+    between calls, so that it is copied at the first call only. The ranking still charges the
+    calls' own copies (`cost.amx_repacked_bytes`).
+    see decisions: A kept bf16 B copied in k pairs once"""
+    if target.isa != "avx512amx":
+        return None
+    paired = pairable_b(model, schedule)
+    return paired if paired is not None and paired.kept else None

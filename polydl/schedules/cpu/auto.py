@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import apply_schedule
+from polydl.schedules.cpu.cost import RankedSchedule
 from polydl.schedules.cpu.epilogues import choose_fusion
-from polydl.schedules.fusion import FusionDecision
 from polydl.schedules.cpu.nests import main_is_general
-from polydl.schedules.cpu.rank import RankedSchedule, rank
+from polydl.schedules.cpu.rank import rank
 from polydl.schedules.cpu.register_tiles import register_tiled
+from polydl.schedules.fusion import FusionDecision
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.target.cpu import CpuTarget
 

@@ -20,12 +20,6 @@ from polydl.errors import ScheduleError
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.sums import addend_of, reads_own_cell
-from polydl.schedules.cpu.affine import (
-    ISL_ORIGIN,
-    AffineSchedule,
-    affine_schedule,
-    written_order_schedule,
-)
 from polydl.schedules.apply import (
     GroupPlan,
     apply_schedule,
@@ -33,6 +27,12 @@ from polydl.schedules.apply import (
     band_of,
     group_statements,
     main_group,
+)
+from polydl.schedules.cpu.affine import (
+    ISL_ORIGIN,
+    AffineSchedule,
+    affine_schedule,
+    written_order_schedule,
 )
 from polydl.schedules.cpu.rank import rank
 from polydl.schedules.schedule import Schedule

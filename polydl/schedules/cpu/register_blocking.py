@@ -91,8 +91,8 @@ def offsets_per_set(offsets_bytes: Iterable[int]) -> int:
     return max(Counter(line % sets for line in lines).values(), default=0)
 
 
-# The most ways of an L1 on which `rank.batch_tiled_call` tiles a call's batch so that A's rows
-# over it fit the sets; on more ways the batch stays whole (see there).
+# The most ways of an L1 on which `candidates.batch_tiled_call` tiles a call's batch so that
+# A's rows over it fit the sets; on more ways the batch stays whole (see there).
 BATCH_TILE_MAX_WAYS = 8
 # Cycles a register tile waits, beyond its FMAs, for each line of A that L1 no longer holds
 # when the tile reaches it, and for each line of its strip of B, where A's rows thrash L1's

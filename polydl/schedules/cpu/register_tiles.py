@@ -20,7 +20,7 @@ from polydl.errors import ScheduleError
 from polydl.ir import IntVar, int_vars
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import apply_schedule, group_statements, main_group
-from polydl.schedules.cpu.rank import loop_extent
+from polydl.schedules.cpu.calls import loop_extent
 from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.schedule import Schedule, is_tile_loop, tile_loop
 from polydl.target.cpu import CpuTarget
