@@ -20,8 +20,8 @@ from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError, SpecError
 from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
-from polydl.tuner.db_cli import add_db_command
 from polydl.tuner.cli import add_model_command, add_tune_options, network_only_flags
+from polydl.tuner.db_cli import add_db_command
 
 
 class UsageError(PolyDLError):
@@ -159,7 +159,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(compilation.code.source)
         return 0
-    from polydl.runtime.aot import write_artifacts
+    from polydl.driver.aot import write_artifacts
 
     paths = write_artifacts(compilation.code, Path(args.output))
     for kind, path in paths.items():
@@ -248,7 +248,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_machine(args: argparse.Namespace) -> int:
     import json
 
-    from polydl.target import resolve_target
+    from polydl.target import CpuTarget, resolve_target
 
     name = args.name or "native"
     kind = "c" if name not in ("hopper", "cdna") else ("cuda" if name == "hopper" else "hip")
@@ -257,8 +257,9 @@ def cmd_machine(args: argparse.Namespace) -> int:
         print(json.dumps(target.to_dict(), indent=2))
     else:
         print(target.describe())
-        if target.kind == "c":
-            print(f"compiler flags: {' '.join(target.compile_flags()) or '(none)'}")  # type: ignore[union-attr]
+        if isinstance(target, CpuTarget):
+            print(target.describe_costs())
+            print(f"compiler flags: {' '.join(target.compile_flags()) or '(none)'}")
     return 0
 
 

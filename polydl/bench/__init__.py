@@ -9,8 +9,9 @@ rounds, so machine noise hits every side alike; speeds are medians and are compa
 The machine's peak is measured in the same run by an FMA-throughput loop. Speed is reported
 here, never asserted in tests.
 
-The harness sits on top of the compiler: it imports polydl's public API, and nothing in the
-compiler imports it (only the `polydl bench` command does).
+The harness sits above the driver: it imports polydl's public API, and nothing at or below the
+driver imports it; above it, the `polydl bench` command and the tuner (`polydl tune --suite`,
+which reads the suites' cases) do.
 """
 
 from __future__ import annotations

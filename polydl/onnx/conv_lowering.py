@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from polydl.errors import UnsupportedOperator
 from polydl.frontends import builders
 from polydl.onnx import ctext, winograd
 from polydl.onnx.graph import Node
+from polydl.onnx.lowering_state import LoweringState
 from polydl.onnx.values import (
     BLOCK,
     BLOCKED,
@@ -28,9 +28,6 @@ from polydl.onnx.values import (
     ints,
     window_pads,
 )
-
-if TYPE_CHECKING:
-    from polydl.onnx.lowering import Lowering
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ class ConvGeometry:
         return ((H + pt + pb - dh * (R - 1) - 1) // sh + 1, (W + pl + pr - dw * (S - 1) - 1) // sw + 1)
 
 
-def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
+def _conv_chain(low: LoweringState, node: Node) -> tuple[list[Node], list[str]]:
     """The nodes a Conv/Gemm absorbs after it, and the epilogue of each ("bn", "residual",
     an activation): a BatchNormalization first, then at most one residual Add and one
     activation, each only where the value before it has no other reader."""
@@ -93,7 +90,7 @@ def _conv_chain(low: Lowering, node: Node) -> tuple[list[Node], list[str]]:
     return chain, kinds
 
 
-def lower_conv(low: Lowering, node: Node) -> None:
+def lower_conv(low: LoweringState, node: Node) -> None:
     x = low.input(node, 0)
     weights = low.const_of(node.inputs[1])
     if weights is None:
@@ -202,7 +199,7 @@ def lower_conv(low: Lowering, node: Node) -> None:
     low.values[current] = out
 
 
-def _dead_after(low: Lowering, conv: Node, add: Node, name: str, value: Value, x: Value) -> bool:
+def _dead_after(low: LoweringState, conv: Node, add: Node, name: str, value: Value, x: Value) -> bool:
     """Whether the memory of `value` (the residual `name` that `add` sums) may be overwritten
     by `conv`'s step, which reads `x`: an activation of the arena, not x's, no view aliases, no
     graph output, and every value held there read by nothing but `add` and nodes lowered before
@@ -218,7 +215,7 @@ def _dead_after(low: Lowering, conv: Node, add: Node, name: str, value: Value, x
         for n in sharing)
 
 
-def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: Value,
+def _conv_winograd(low: LoweringState, shape: winograd.WinogradShape, x: Value, out: Value,
                    weights: np.ndarray, bias: np.ndarray, residual: Value | None, in_place: bool,
                    activation: str, label: str) -> None:
     """A blocked 3 x 3 convolution by Winograd's F(m x m, 3 x 3) (`winograd`), `shape.images`
@@ -243,7 +240,7 @@ def _conv_winograd(low: Lowering, shape: winograd.WinogradShape, x: Value, out: 
                strides={buffer: size * shape.images for buffer, size in image.items()})
 
 
-def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
+def _conv_direct(low: LoweringState, x: Value, weights: np.ndarray, bias: np.ndarray,
                  geometry: ConvGeometry, groups: int, activation: str, current: str,
                  label: str) -> None:
     """A convolution with a stride or dilation of its own per axis, in NCHW
@@ -259,7 +256,7 @@ def _conv_direct(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
     low.values[current] = out
 
 
-def _stem(low: Lowering, x: Value, weights: np.ndarray, bias: np.ndarray,
+def _stem(low: LoweringState, x: Value, weights: np.ndarray, bias: np.ndarray,
           geometry: ConvGeometry, fuse: list[str], current: str, label: str) -> None:
     """A convolution of few input channels (a network's stem: 3 colours) from NCHW into the
     blocked layout (`builders.conv2d(out_layout="nchw16c")`: each tap of the padded input a
@@ -291,7 +288,7 @@ def _blockable(C: int, K: int, groups: int) -> bool:
     return layouts.grouped_form(C, K, groups) != "lanes"
 
 
-def lower_conv_transpose(low: Lowering, node: Node) -> None:
+def lower_conv_transpose(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     weights = low.const_of(node.inputs[1])
     if weights is None:

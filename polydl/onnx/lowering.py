@@ -20,12 +20,11 @@ import numpy as np
 
 from polydl import layouts
 from polydl.errors import ShapeError, UnsupportedOperator
-from polydl.frontends import builders
-from polydl.ir import LoopNest
-from polydl.network import Buffer, CopyStep, KernelStep, NetworkPlan
+from polydl.network import CopyStep, NetworkPlan
 from polydl.onnx import ctext
 from polydl.onnx.conv_lowering import lower_conv, lower_conv_transpose
-from polydl.onnx.graph import Graph, Node
+from polydl.onnx.graph import Node
+from polydl.onnx.lowering_state import LoweringState
 from polydl.onnx.values import (
     BLOCK,
     BLOCKED,
@@ -34,127 +33,17 @@ from polydl.onnx.values import (
     activation_text,
     bn_scale_shift,
     ints,
-    parse,
     window_pads,
 )
-from polydl.target.cpu import CpuTarget
 
 BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
 UNARY = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish")
 
 
-class Lowering:
-    """The state of one graph's lowering: the values met so far and the plan being built."""
+class Lowering(LoweringState):
+    """A graph's lowering: its state and the walk over its nodes, each by its operator's
+    handler (`HANDLERS`)."""
 
-    def __init__(self, graph: Graph, name: str, machine: CpuTarget | None = None,
-                 winograd: bool = True) -> None:
-        self.graph = graph
-        # 3 x 3 convolutions by Winograd's algorithm (`winograd.choose`), for this machine
-        self.winograd_machine = machine if winograd else None
-        # the builders' forms for this machine's vectors (`builders.target_options`)
-        self.conv_options = builders.target_options(
-            "conv2d", "c", machine.vector_lanes("float32") if machine is not None else None)
-        self.plan = NetworkPlan(name=name, buffers={}, steps=[], inputs=[], outputs=[])
-        self.values: dict[str, Value] = {}
-        self.converted: dict[tuple[str, str], Value] = {}
-        self.skip: set[str] = set()
-        self.counter = 0
-        for index, name_ in enumerate(graph.inputs):
-            shape = graph.shapes[name_]
-            buffer = self._buffer(f"in{index}", shape, "input", index=index)
-            self.plan.inputs.append(buffer)
-            self.values[name_] = Value(buffer, shape)
-
-    # ------------------------------------------------------------------ buffers and steps
-    def _buffer(self, hint: str, shape: Sequence[int], kind: str, index: int = 0, alias: str = "") -> str:
-        self.counter += 1
-        name = f"{hint}_{self.counter}" if kind in ("activation", "constant") else hint
-        self.plan.buffers[name] = Buffer(name, tuple(int(s) for s in shape), kind, index, alias=alias)
-        return name
-
-    def constant(self, data: np.ndarray, hint: str = "w") -> str:
-        data = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
-        name = self._buffer(hint, data.shape or (1,), "constant")
-        self.plan.weights[name] = data.reshape(data.shape or (1,))
-        return name
-
-    def activation(self, shape: Sequence[int], layout: str = PLAIN) -> Value:
-        value = Value("", tuple(shape), layout)
-        return Value(self._buffer("t", value.physical, "activation"), value.shape, layout)
-
-    def kernel(self, label: str, text: ctext.Text | tuple[LoopNest, dict[str, int]],
-               arguments: dict[str, str], zero: Sequence[str] = (), repeat: int = 1,
-               strides: dict[str, int] | None = None) -> None:
-        nest, params = (parse(text), {}) if isinstance(text, ctext.Text) else text
-        # the network's weights stay where they are for its life: a kernel that packs one
-        # packs it at the first call only
-        weights = [arg for arg, buffer in arguments.items()
-                   if self.plan.root(buffer).kind == "constant"]
-        nest = nest.keeping(a.name for a in nest.inputs if a.name in weights)
-        self.plan.steps.append(KernelStep(label, nest, arguments, tuple(zero), dict(params),
-                                          repeat, dict(strides or {})))
-
-    def const_of(self, name: str) -> np.ndarray | None:
-        return self.graph.constants.get(name)
-
-    def const_input(self, node: Node, position: int, what: str) -> np.ndarray | None:
-        """The constant at input `position` of `node`, None where that input is omitted;
-        `UnsupportedOperator` where it is computed at run time (`what` names it)."""
-        if len(node.inputs) <= position or not node.inputs[position]:
-            return None
-        data = self.const_of(node.inputs[position])
-        if data is None:
-            raise UnsupportedOperator(node.name, node.op, f"{what} must be a constant")
-        return data
-
-    def ints_input(self, node: Node, position: int, attribute: str, what: str) -> tuple[int, ...] | None:
-        """Integers a node takes as a constant input (newer opsets) or as an attribute (older
-        ones): the input where given, else the attribute, else None."""
-        data = self.const_input(node, position, what)
-        if data is not None:
-            return tuple(int(v) for v in data.reshape(-1))
-        value = node.attr(attribute)
-        return None if value is None else tuple(int(v) for v in value)
-
-    # ------------------------------------------------------------------ layouts
-    def as_layout(self, value: Value, layout: str) -> Value:
-        if value.layout == layout:
-            return value
-        key = (value.buffer, layout)
-        if key not in self.converted:
-            out = self.activation(value.shape, layout)
-            if layout == BLOCKED:
-                text = ctext.to_blocked("to_blocked", value.shape)
-            else:
-                text = ctext.from_blocked("from_blocked", value.shape)
-            self.kernel(f"layout {value.layout} -> {layout}", text,
-                        {"y": out.buffer, "x": value.buffer})
-            self.converted[key] = out
-        return self.converted[key]
-
-    def input(self, node: Node, position: int) -> Value:
-        name = node.inputs[position]
-        if name in self.values:
-            return self.values[name]
-        if name in self.graph.constants:  # a constant used as a runtime operand
-            data = self.graph.constants[name].astype(np.float32)
-            value = Value(self.constant(data, "c"), tuple(data.shape))
-            self.values[name] = value
-            return value
-        raise ShapeError(name, f"{node.describe()} reads '{name}', which no node computes",
-                         expected="a value of the graph", given=name)
-
-    def plain(self, node: Node, position: int) -> Value:
-        return self.as_layout(self.input(node, position), PLAIN)
-
-    def single_reader(self, value: str) -> Node | None:
-        """The only node that reads `value`, if it has exactly one and is not a graph output."""
-        if value in self.graph.outputs:
-            return None
-        readers = self.graph.consumers(value)
-        return readers[0] if len(readers) == 1 else None
-
-    # ------------------------------------------------------------------ the graph
     def lower(self) -> NetworkPlan:
         for node in self.graph.nodes:
             if node.name in self.skip:
@@ -173,11 +62,8 @@ class Lowering:
             self.plan.steps.append(CopyStep(f"output {name}", value.buffer, out))
         return self.plan
 
-    def bind(self, node: Node, value: Value, position: int = 0) -> None:
-        self.values[node.outputs[position]] = value
 
-
-def _gemm(low: Lowering, node: Node) -> None:
+def _gemm(low: LoweringState, node: Node) -> None:
     a = low.plain(node, 0)
     b_const = low.const_of(node.inputs[1])
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
@@ -196,7 +82,7 @@ def _gemm(low: Lowering, node: Node) -> None:
              beta=beta)
 
 
-def _matmul(low: Lowering, node: Node) -> None:
+def _matmul(low: LoweringState, node: Node) -> None:
     a = low.plain(node, 0)
     b_const = low.const_of(node.inputs[1])
     if b_const is not None:
@@ -212,7 +98,7 @@ def _matmul(low: Lowering, node: Node) -> None:
     _product(low, node, a, b_buffer, b_shape, out_shape, False, False, 1.0, bias_input="", beta=1.0)
 
 
-def _product(low: Lowering, node: Node, a: Value, b_buffer: str, b_shape: tuple[int, ...],
+def _product(low: LoweringState, node: Node, a: Value, b_buffer: str, b_shape: tuple[int, ...],
              out_shape: tuple[int, ...], trans_a: bool, trans_b: bool, alpha: float,
              bias_input: str, beta: float) -> None:
     rank = len(out_shape)
@@ -290,7 +176,7 @@ def _reduced(data: np.ndarray, out_shape: Sequence[int]) -> np.ndarray:
 # ----------------------------------------------------------------------------- element-wise
 
 
-def _elementwise(low: Lowering, node: Node, expression: str, positions: Sequence[int],
+def _elementwise(low: LoweringState, node: Node, expression: str, positions: Sequence[int],
                  divisor: int | None = None) -> None:
     """One element-wise kernel over the broadcast of the inputs at `positions`."""
     shapes = [low.graph.shapes.get(node.inputs[p]) or low.input(node, p).shape for p in positions]
@@ -342,18 +228,18 @@ def _block_broadcast(data: np.ndarray, fill: float) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(n, -1, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
 
 
-def _binary(low: Lowering, node: Node) -> None:
+def _binary(low: LoweringState, node: Node) -> None:
     _elementwise(low, node, BINARY[node.op].replace("{0}", "({0})").replace("{1}", "({1})"),
                  (0, 1), divisor=1 if node.op == "Div" else None)
 
 
-def _unary(low: Lowering, node: Node) -> None:
+def _unary(low: LoweringState, node: Node) -> None:
     text = activation_text(node, low.graph.constants)
     assert text is not None
     _elementwise(low, node, text, (0,))
 
 
-def _sum(low: Lowering, node: Node) -> None:
+def _sum(low: LoweringState, node: Node) -> None:
     if len(node.inputs) == 1:
         low.bind(node, low.input(node, 0))
         return
@@ -361,7 +247,7 @@ def _sum(low: Lowering, node: Node) -> None:
     _elementwise(low, node, expression, tuple(range(len(node.inputs))))
 
 
-def _batchnorm(low: Lowering, node: Node) -> None:
+def _batchnorm(low: LoweringState, node: Node) -> None:
     if not all(i in low.graph.constants for i in node.inputs[1:5]):
         raise UnsupportedOperator(node.name, node.op, "the scale, bias, mean and variance must "
                                   "be constants (inference)")
@@ -376,7 +262,7 @@ def _batchnorm(low: Lowering, node: Node) -> None:
     _elementwise(low, affine, "{0} * {1} + {2}", (0, 1, 2))
 
 
-def _identity(low: Lowering, node: Node) -> None:
+def _identity(low: LoweringState, node: Node) -> None:
     low.bind(node, low.input(node, 0))
 
 
@@ -405,7 +291,7 @@ def _pool_window(node: Node, shape: Sequence[int]) -> ctext.Window:
     return ctext.Window((R, S), stride, pads, (out[0], out[1]))  # type: ignore[arg-type]
 
 
-def _pool(low: Lowering, node: Node) -> None:
+def _pool(low: LoweringState, node: Node) -> None:
     x = low.input(node, 0)
     if x.layout == PLAIN and len(x.shape) != 4:
         raise UnsupportedOperator(node.name, node.op, "only 2-D pooling is supported")
@@ -438,7 +324,7 @@ def _pool(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _global_average(low: Lowering, node: Node) -> None:
+def _global_average(low: LoweringState, node: Node) -> None:
     x = low.input(node, 0)
     if len(x.shape) != 4:
         raise UnsupportedOperator(node.name, node.op, "only 2-D global pooling is supported")
@@ -448,7 +334,7 @@ def _global_average(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _reduce_mean(low: Lowering, node: Node) -> None:
+def _reduce_mean(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     axes = low.ints_input(node, 1, "axes", "the axes")
     rank = len(x.shape)
@@ -470,7 +356,7 @@ def _reduce_mean(low: Lowering, node: Node) -> None:
 # ----------------------------------------------------------------------------- data movement
 
 
-def _alias(low: Lowering, node: Node, shape: Sequence[int]) -> None:
+def _alias(low: LoweringState, node: Node, shape: Sequence[int]) -> None:
     x = low.plain(node, 0)
     if math.prod(shape) != math.prod(x.shape):
         raise ShapeError(node.outputs[0], f"{node.describe()} changes the element count",
@@ -479,13 +365,13 @@ def _alias(low: Lowering, node: Node, shape: Sequence[int]) -> None:
     low.bind(node, Value(buffer, tuple(shape)))
 
 
-def _flatten(low: Lowering, node: Node) -> None:
+def _flatten(low: LoweringState, node: Node) -> None:
     shape = low.input(node, 0).shape
     axis = int(node.attr("axis", 1)) % (len(shape) + 1) if shape else 0
     _alias(low, node, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 
-def _reshape(low: Lowering, node: Node) -> None:
+def _reshape(low: LoweringState, node: Node) -> None:
     shape = low.graph.shapes.get(node.outputs[0])
     if shape is None:
         target = low.const_of(node.inputs[1])
@@ -502,14 +388,14 @@ def _reshape(low: Lowering, node: Node) -> None:
     _alias(low, node, shape)
 
 
-def _squeeze_like(low: Lowering, node: Node) -> None:
+def _squeeze_like(low: LoweringState, node: Node) -> None:
     shape = low.graph.shapes.get(node.outputs[0])
     if shape is None:
         raise UnsupportedOperator(node.name, node.op, "the output shape must be known")
     _alias(low, node, shape)
 
 
-def _transpose(low: Lowering, node: Node) -> None:
+def _transpose(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     perm = node.attr("perm") or tuple(reversed(range(len(x.shape))))
     out_shape = tuple(x.shape[p] for p in perm)
@@ -522,7 +408,7 @@ def _transpose(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _concat(low: Lowering, node: Node) -> None:
+def _concat(low: LoweringState, node: Node) -> None:
     values = [low.plain(node, p) for p in range(len(node.inputs))]
     rank = len(values[0].shape)
     axis = int(node.attr("axis")) % rank
@@ -535,7 +421,7 @@ def _concat(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _split(low: Lowering, node: Node) -> None:
+def _split(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     axis = int(node.attr("axis", 0)) % len(x.shape)
     sizes = low.ints_input(node, 1, "split", "the split sizes")
@@ -555,7 +441,7 @@ def _split(low: Lowering, node: Node) -> None:
         low.bind(node, o, j)
 
 
-def _pad(low: Lowering, node: Node) -> None:
+def _pad(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     mode = node.attr("mode", "constant")
     if mode != "constant":
@@ -580,7 +466,7 @@ def _pad(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _softmax(low: Lowering, node: Node) -> None:
+def _softmax(low: LoweringState, node: Node) -> None:
     x = low.plain(node, 0)
     rank = len(x.shape)
     axis = int(node.attr("axis", -1 if low.graph.opset >= 13 else 1)) % rank
@@ -594,11 +480,11 @@ def _softmax(low: Lowering, node: Node) -> None:
     low.bind(node, out)
 
 
-def _constant(low: Lowering, node: Node) -> None:  # folded already unless its form is unknown
+def _constant(low: LoweringState, node: Node) -> None:  # folded already unless its form is unknown
     raise UnsupportedOperator(node.name, node.op, "a Constant without a tensor or float value")
 
 
-HANDLERS: dict[str, Callable[[Lowering, Node], None]] = {
+HANDLERS: dict[str, Callable[[LoweringState, Node], None]] = {
     "Conv": lower_conv,
     "ConvTranspose": lower_conv_transpose,
     "Gemm": _gemm,

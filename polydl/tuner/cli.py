@@ -12,11 +12,11 @@ from typing import Any
 from polydl import settings
 from polydl.errors import PolyDLError
 from polydl.target.cpu import CpuTarget
+from polydl.tuner.search import STRATEGIES, LocalExecutor, Progress, SearchSpaces, tune_problems
+from polydl.tuner.suites import SuiteProblem, suite_problems
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.records import OK, Trial, comparable_times
-from polydl.tuner.suites import SuiteProblem, suite_problems
-from polydl.tuner.search import STRATEGIES, LocalExecutor, Progress, SearchSpaces, tune_problems
 
 
 def add_tune_options(c: argparse.ArgumentParser) -> None:

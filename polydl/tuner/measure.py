@@ -39,13 +39,13 @@ from polydl.ir import LoopNest
 from polydl.names import spelling
 from polydl.poly.model import PolyModel, build_model
 from polydl.poly.reference import python_steps
+from polydl.runtime.c.toolchain import build_shared_library
 from polydl.runtime.inputs import random_inputs
 from polydl.runtime.kernel import NUMPY_DTYPES, Kernel, aligned_zeros
-from polydl.runtime.c.toolchain import build_shared_library
 from polydl.runtime.verify import compare
 from polydl.target.cpu import CpuTarget
-from polydl.tuning import records
 from polydl.tuner.processes import POOL
+from polydl.tuning import records
 
 # A problem whose numpy reference is cheap enough to run at full size (multiply-adds);
 # larger ones are checked against the analytic schedule's kernel, itself verified by `polydl run`.

@@ -40,11 +40,11 @@ from polydl.ir import LoopNest
 from polydl.poly.model import build_model
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here
+from polydl.tuner.measure import Limits, Outcome, Request, measure
+from polydl.tuner.processes import POOL
 from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel
 from polydl.tuning.database import PerfDatabase
-from polydl.tuner.measure import Limits, Outcome, Request, measure
-from polydl.tuner.processes import POOL
 from polydl.tuning.records import Problem, Trial
 from polydl.tuning.space import Candidate, search_space
 

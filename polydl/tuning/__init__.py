@@ -1,3 +1,5 @@
-"""Tuning that is remembered and predicted: the schedule search space, honest measurements in
-a child process, the performance database, the learned cost model, distributed tuning on Ray
-and the `schedule="tuned"` lookup."""
+"""The tuner's stored knowledge: the schedule search space, the performance database and its
+records, the features and learned cost model, and the `schedule="tuned"` lookup.
+
+It sits below the driver (the pipeline reads `lookup`) and imports nothing above it; measuring,
+the search, distributed tuning and the tuning CLI are `polydl.tuner`, above the driver."""

@@ -2,6 +2,10 @@
 
 Takes `GeneratedCode`; writes the source and the header and, for the C target, a shared library
 whose exported function has the spec's name and can be linked from plain C.
+
+It sits in the driver, above the runtime, because it picks the runtime backend by the code's kind
+(`runtime.c.toolchain`, `runtime.gpu.toolchain`); a stage's shared modules never reach into its
+backend folders.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ import shutil
 from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
-from polydl.runtime.cache import write_atomic
 from polydl.runtime.c.toolchain import build_shared_library
+from polydl.runtime.cache import write_atomic
 
 SOURCE_SUFFIX = {"c": ".c", "cuda": ".cu", "hip": ".hip.cpp"}
 
