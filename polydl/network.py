@@ -22,15 +22,13 @@ ALIGNMENT = 64  # bytes: a cache line and an AVX-512 vector
 # live at the same time start at different offsets within a 4 KiB page. ResNet's sizes are
 # multiples of large powers of two, so buffers packed end to end began at the same offset in
 # their pages, and a layer streaming from one into another had each load wait on a store to
-# an address equal in its low 12 bits (4K aliasing): resnet50 at batch 32 on two Zen 4 cores,
-# layer2.0's strided 3 x 3 ran 55.7 ms in the network against 41.3 alone, 41.8 skewed; its
-# Winograd layers 21 -> 14-16 ms.
+# an address equal in its low 12 bits (4K aliasing). See decisions: Activations skewed within
+# their pages.
 SKEW, SKEWS, PAGE = 4096 + 256, 16, 4096
 # A network run in passes ends with steps over small activations (a classifier after the global
 # pool) whose weights are large: run in the same loop as the layers, each pass read them again
-# from memory (mobilenet_v2's 5 MiB classifier at batch 32 in 16 passes of 2 images: 5.7 ms,
-# 0.08 ms a pass with its weights in cache). Such a tail runs after all the passes, pass by
-# pass, its weights read from the cache after the first (`tail_start`).
+# from memory. Such a tail runs after all the passes, pass by pass, its weights read from the
+# cache after the first (`tail_start`; see decisions: The classifier after the passes).
 TAIL_ACTIVATION_BYTES = 64 << 10  # a pass's activation at most, in every tail step
 TAIL_WEIGHT_BYTES = 256 << 10  # the tail's weights at least
 

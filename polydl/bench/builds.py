@@ -76,9 +76,8 @@ def verify(runner: Runner, expected: np.ndarray, dtype: str) -> tuple[bool, floa
 def variant_speeds(case: Case, builds: Sequence[PolydlBuild], repeat: int) -> dict[str, float]:
     """GFLOP/s of each built variant, timed interleaved (none when there is only one), by the
     median of its samples, the statistic the row then reports. By the fastest sample, a layout
-    whose calls vary more could win the choice and lose the row: on the 16-core host at N=32,
-    NCHW was kept for res3_1x1c and res4_3x3 and measured 0.79 of oneDNN in the row, where
-    their blocked kernels had measured 1.01 and 0.92 in another run."""
+    whose calls vary more could win the choice and lose the row (see decisions: Benchmark
+    layouts chosen by the median)."""
     if len(builds) < 2:
         return {}
     runners = [Runner(b.variant, b.runner.run, b.runner.fresh) for b in builds]

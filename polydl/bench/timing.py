@@ -20,8 +20,8 @@ QUIET_WINDOW_S = 0.005
 QUIET_MAX_S = 1.0
 # A reference this many times slower than the fastest reference, by its planning call and by its
 # first round alike, is timed in that first round only: it cannot be the one polydl is compared
-# with, and at N=32 the numpy convolution (30-100 GFLOP/s on 16 cores against oneDNN's 1000+)
-# took most of each round, leaving one round in the budget.
+# with, and it would take most of each round (see decisions: Slow references timed in the first
+# round only).
 SLOW_REFERENCE = 4.0
 
 
@@ -57,9 +57,9 @@ def quiesce() -> float:
 
     The sides of a case run different thread pools in one process: polydl's and PyTorch's
     OpenMP, numpy's OpenBLAS. A pool's workers spin for a while after a call before they sleep
-    (OpenBLAS's for about 0.1 s), on the cores the next side then runs on: measured on the
-    16-core host at 16 threads, whichever side followed numpy ran its round up to 100x slower.
-    The main thread sleeping, the process's CPU time shows whether any worker still spins."""
+    (OpenBLAS's for about 0.1 s), on the cores the next side then runs on (see decisions: A
+    benchmark turn waits for idle threads). The main thread sleeping, the process's CPU time
+    shows whether any worker still spins."""
     start = time.perf_counter()
     while True:
         cpu, wall = time.process_time(), time.perf_counter()

@@ -42,9 +42,8 @@ LAYOUTS = ("nchw", "nchw16c")
 CONV_LAYOUTS = (*LAYOUTS, "nhwc")
 # A blocked 1 x 1 stride-1 convolution over rows of fewer outputs than this runs an image's
 # positions as one loop (`[m / W][m % W]`): its calls then span the image, not one 7-wide row
-# (7 rows of C: 7 of 16 AMX tile rows, or 7 accumulators behind two FMA pipes). On the 16-core
-# Sapphire Rapids host ResNet-50's 7 x 7 1 x 1 layers ran 1.07-1.18x (fp32) and 1.10-1.71x
-# (bf16) as fast, but for bf16 res5_1x1b at N=2 (0.91x); 14 x 14 layers merged ran 0.80-0.91x.
+# (7 rows of C: 7 of 16 AMX tile rows, or 7 accumulators behind two FMA pipes). See decisions:
+# An image's positions as one loop for 7 x 7 layers.
 SHORT_ROW = 8
 
 
@@ -270,10 +269,9 @@ def conv2d(
             and grouped_form(sizes["C"], sizes["K"], groups) == "depthwise"):
         # A depthwise nest is a stream through memory (9 multiply-adds per output for 3 x 3):
         # the zero-padded copy of x costs as much as the convolution. The blocked one reads x
-        # itself and leaves the taps in the padding out of its domain (measured on 2 cores,
-        # 96 channels at 112 x 112: 1.3 ms against 2.4 ms with the copy; N=32, 144 at 56 x 56:
-        # 21 against 46 ms). In NCHW the bounds this puts on the row loop (the innermost) cost
-        # more than the copy at N=1 (2.2 against 1.8 ms), so it keeps the copy.
+        # itself and leaves the taps in the padding out of its domain; in NCHW the bounds this
+        # puts on the row loop (the innermost) cost more than the copy, so it keeps the copy.
+        # See decisions: Depthwise convolutions read their input unpadded.
         source = "x"
         row, col, guard = _unpadded_taps(row, col, (top, left, bottom, right))
     if layout == "nchw16c":
@@ -354,9 +352,8 @@ def conv2d(
         elif groups == 1 and merged_positions and plain_1x1(sizes, (top, left, bottom, right)):
             # the output positions one loop m: a GEMM of w by x per image, its columns an
             # image's positions (49 at 7 x 7). Read as rows, each call at stride 1 reduced one
-            # channel a batch step over a row (two Zen 5 cores: 105-304 GFLOP/s for ResNet-50's
-            # 1 x 1 layers at 56 x 56 to 7 x 7, against 248-414 blocked), and at a stride one tap
-            # over a row read at the stride (14-17 GFLOP/s, 254 with the positions copied)
+            # channel a batch step over a row, and at a stride one tap over a row read at the
+            # stride (see decisions: NCHW 1 x 1 layers as GEMMs over the positions)
             rows, cols = (sizes["H"] - 1) // stride + 1, (sizes["W"] - 1) // stride + 1
             read = f"x[n][c][m / {cols}][m % {cols}]"
             if stride > 1:
@@ -447,10 +444,11 @@ class ConvOptions(TypedDict, total=False):
 def target_options(primitive: str, kind: str | None, lanes: int | None = None) -> ConvOptions:
     """The builder options the kernels of a target kind ("c", "cuda", "hip"; None: not known)
     take unless a caller sets them: the C target's NCHW stems read their input's columns by
-    phase (CUDA's kernels ran that form at 0.83-0.95x of the one that reads x in place), and
+    phase (not CUDA's: see decisions: The NCHW stem's input columns split by phase), and
     1 x 1 layers without padding run their positions as one loop (`merged_positions`); where
     the C target's float32 vectors hold `lanes` < 16 (AVX2), narrow groups sum by half blocks
-    (a 16-lane vector's FMA costs what an 8-lane one does elsewhere)."""
+    (a 16-lane vector's FMA costs what an 8-lane one does elsewhere; see decisions: Narrow
+    groups by half blocks on 8-lane vectors)."""
     if primitive != "conv2d" or kind != "c":
         return {}
     options = ConvOptions(column_phases=True, merged_positions=True)
@@ -462,11 +460,9 @@ def target_options(primitive: str, kind: str | None, lanes: int | None = None) -
 def short_rows(sizes: dict[str, int], stride: int, dilation: int, padding: Padding) -> bool:
     """Whether an NCHW convolution at stride 1 runs its padded input's rows as one loop: rows
     of fewer than a block's outputs (ResNet's 14 x 14 and 7 x 7 3 x 3 layers), which as rows
-    leave a 16-lane vector part empty, over at least a block of input channels (two Zen 5
-    cores, ResNet-50's 3 x 3 layers at N=2 and 32: 7 x 7 2.0-2.1x, 14 x 14 1.03-1.23x; at
-    28 x 28 0.98-1.38x, at 224 x 224 0.86x, the wide sums copied out costing a pass over y;
-    3 input channels at 224 x 224 0.44x). Its start and epilogues run as loops after the
-    calls, not as their post-ops (bias and ReLU: 2.8% of a 7 x 7 layer's time)."""
+    leave a 16-lane vector part empty, over at least a block of input channels. Its start and
+    epilogues run as loops after the calls, not as their post-ops. See decisions: NCHW short
+    rows summed along the flat padded input."""
     return (stride == 1 and dilation == 1 and sizes["C"] >= BLOCK
             and output_size(sizes["W"], sizes["S"], 1, padding[1] + padding[3]) < BLOCK)
 
@@ -477,8 +473,8 @@ def phased_columns(sizes: dict[str, int], stride: int, dilation: int, groups: in
     stride 2). Read in place, its calls pack the strided inputs of each row of outputs first,
     which with so few channels costs a large share of the row's multiply-adds; split by
     phase, the window moves at unit stride through one copy per call (S rounded up to a
-    multiple of the stride: 8 taps for 7). ResNet's stem on the 16-core Sapphire Rapids host:
-    1.42x at N=32, 1.08x at N=2; on two of its cores 1.28x and 1.10x."""
+    multiple of the stride: 8 taps for 7). See decisions: The NCHW stem's input columns split
+    by phase."""
     return (stride > 1 and dilation == 1 and groups == 1 and sizes["C"] < BLOCK
             and sizes["S"] > 1)
 
@@ -561,8 +557,8 @@ def _blocked_conv(
         return loops, body, [str(kb), str(cbg), "R", "S", b, b]
     if form == "in_block" and halves and HALF % Cg == 0:
         # each half of a block's outputs reads that half of its inputs: two 8 x 8 products,
-        # one vector of 8 lanes wide each (2 AVX2 cores, resnext50's groups of 4 at 56 x 56,
-        # N=8: 7.8 -> 6.2 ms; of 8 at 28 x 28: 3.8-4.1 -> 2.2-2.8 ms)
+        # one vector of 8 lanes wide each (see decisions: Narrow groups by half blocks on
+        # 8-lane vectors)
         loops = out_loops[:2] + [("h", 2)] + out_loops[2:4] + [
             ("r", "R"), ("s", "S"), ("c", str(HALF)), ("k", str(HALF))]
         body = (f"y[n][kb][p][q][h * {HALF} + k] += {source}[n][kb][{row}][{col}][h * {HALF} + c] * "

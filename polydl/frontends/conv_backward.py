@@ -367,9 +367,7 @@ def _positions_backward_data(cs: ConvSizes) -> Built:
     read as one GEMM per image, the weights transposed by their subscripts, along dy's
     positions at unit stride. At a stride they go to `dxs[n][c][p * Q + q]` first and are then
     added into dx at the stride. Read as rows, each call reduced one output channel a batch
-    step over a row (two Zen 5 cores: 77-280 GFLOP/s for ResNet-50's 1 x 1 layers at 56 x 56
-    to 7 x 7, against 213-397 blocked); at a stride, one GEMM of a transposed copy of dy and
-    the weights gave every window's sums, added into dx after (101-207 GFLOP/s)."""
+    step over a row. See decisions: NCHW 1 x 1 layers as GEMMs over the positions."""
     s, ct, stride = cs.sizes, cs.ctype, cs.stride
     positions = cs.P * cs.Q
     arrays = [declaration(ct, "dx", cs.activation("C", "H", "W"), False)]
@@ -469,8 +467,8 @@ def _channels_last_backward_weights(cs: ConvSizes) -> Built:
     only the positions it reads), so that the calls run over the channels c at unit stride in
     both xt and the weights' cells, `dwt[k][r][s][c]`, which are then added into dw[k][c][r][s]
     (a 1 x 1 window without padding sums into dw itself). Read in place, a 1 x 1 layer had no
-    vector loop (c and k strided by the positions: 10-13 GFLOP/s on two Zen 5 cores, 175-225
-    so) and a 3 x 3 one at stride 2 reduced along a row read at the stride (53, 234 so)."""
+    vector loop (c and k strided by the positions) and a 3 x 3 one at stride 2 reduced along a
+    row read at the stride. See decisions: NCHW backward weights over a channels-last copy."""
     s, ct, stride = cs.sizes, cs.ctype, cs.stride
     # a 1 x 1 window without padding reads only the positions at the stride, and its cells
     # are dw's own

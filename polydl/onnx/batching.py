@@ -6,8 +6,7 @@ whole step list on a slice of the batch, then on the next: the batch loop moves 
 layers (the layers fused along the images). Each pass's activations are a few images' and stay
 in the last-level cache between layers, where a whole batch's go through memory; the price is
 reading the weights once per pass, so it pays where the weights fit the cache beside them
-(`images_per_pass`). Measured on two Zen 4 cores at batch 32: mobilenet_v2 (13 MiB of weights)
-1.17x in passes of 2 images; resnet18/50 and resnext50 (45-97 MiB) 0.84-0.99x in passes.
+(`images_per_pass`; see decisions: Passes of a few images).
 """
 
 from __future__ import annotations
@@ -154,9 +153,8 @@ def images_per_pass(graph: Graph, target: CpuTarget) -> int:
     """How many images one pass of the network takes: the whole batch, or (where the graph
     keeps its images apart, its weights fit half the last-level cache, to be read again each
     pass from there, and a pass's images still give every core one) the largest power of two
-    dividing the batch whose activations at the widest layer fit the other half. mobilenet_v2 at
-    batch 32 on two Zen 4 cores (32 MiB of L3; 13 MiB of weights, 5.7 MiB an image at its
-    widest layer): passes of 2 images 1.17x one pass, of 4 1.12x, of 8 1.05x."""
+    dividing the batch whose activations at the widest layer fit the other half (see
+    decisions: Passes of a few images)."""
     batch = batch_of(graph)
     half = target.l3_bytes // 2
     if batch < 2 or _weight_bytes(graph) > half or images_apart(graph) is not None:

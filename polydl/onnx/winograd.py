@@ -28,11 +28,10 @@ BLOCK = ctext.BLOCK
 # The transformed weights ((m+2)^2 / 9 times the direct ones) are read once per call, for T/2
 # flops per byte of them (T tiles). Below ~40 tiles that is under the machine's balance (~20
 # flops per byte of memory traffic) and the direct convolution, which reads fewer weight bytes,
-# is faster: 512 channels at 7 x 7, one image (16 tiles of F(2x2)): 0.78 ms against 0.57 in a
-# network, where the weights come from memory.
+# is faster (see decisions: Winograd on the CPU: where, which F(m), how many images).
 MIN_TILES = 40
-# A host's reported L3 can be its whole socket's, shared with other tenants (300 MiB on the
-# 16-core machine measured): at most this much of it counts for one call's scratch.
+# A host's reported L3 can be its whole socket's, shared with other tenants: at most this much
+# of it counts for one call's scratch.
 L3_COUNTED = 32 << 20
 
 
@@ -180,16 +179,12 @@ def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[i
            machine: CpuTarget) -> WinogradShape | None:
     """The Winograd form of a 3 x 3, stride-1 convolution where it pays, else None.
 
-    Measured on 2 Zen 5 cores against the direct blocked convolution (batch 1): F(4x4) 1.9-2.6x
-    at 56 x 56 and 28 x 28; at 14 x 14 (tiles cut at the edge: 16 x 16 computed for 14 x 14) and
-    7 x 7 F(4x4) is slower (0.8-0.96x) while F(2x2) is 2.0x and 1.45x. So F(4x4) where its
-    tiles divide the output, else F(2x2). Below 32 channels the products are too short to
-    outweigh the transforms. On a whole socket too (16 Sapphire Rapids cores, resnet18 and
-    resnet50 at batch 1, 8 and 32): every 3 x 3 layer 1.07-2.2x, the networks 1.13-1.47x.
-    Images go `images` per call: as many as keep one call's scratch
-    within the cores' L2s, or a quarter of the L3 (at most 32 MiB of it) where that is more
-    (the transformed weights are then read once for them all: for
-    512 channels at 7 x 7 eight images per call take F(4x4) from 0.8x to 1.44x)."""
+    F(4x4) where its tiles divide the output (cut at the edge, they compute 16 x 16 for
+    14 x 14), else F(2x2); below 32 channels the products are too short to outweigh the
+    transforms. Images go `images` per call: as many as keep one call's scratch within the
+    cores' L2s, or a quarter of the L3 (at most 32 MiB of it) where that is more (the
+    transformed weights are then read once for them all). See decisions: Winograd on the CPU:
+    where, which F(m), how many images."""
     if min(C, K) < 32 or min(P, Q) < 2:
         return None
     m = 4 if P % 4 == 0 and Q % 4 == 0 and min(P, Q) >= 8 else 2

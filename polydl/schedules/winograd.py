@@ -5,8 +5,7 @@ of inputs with (m+2)^2 multiplications per input/output channel pair instead of 
 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks"): F(2x2) does 2.25 times
 fewer, F(4x4) 4 times fewer. For weights g, an input tile d and the matrices (B^T, G, A^T):
 `Y = A^T [(G g G^T) * (B^T d B)] A`, the product element by element, summed over the input
-channels before A^T . A. Measured in float32 against float64 on random data (C = 64-512), the
-norm-wise relative error is 2-4e-7 for F(2x2) and 1.3-2.6e-6 for F(4x4).
+channels before A^T . A. Its rounding error: see decisions: Winograd's rounding error.
 """
 
 from __future__ import annotations

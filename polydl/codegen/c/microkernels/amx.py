@@ -14,8 +14,7 @@ one A tile per tile row and one B tile per tile column); ragged edges are tiles 
 configuration, and rows are split into blocks of one height where that costs no tile
 (`row_block`). A call in one tile configuration leaves it loaded for the thread's next call
 within the same call of the generated function; one in several releases the tiles at its
-end (16-core Sapphire Rapids host, bf16 blocked ResNet-50 layers, against loading and
-releasing in every call: 1.03-1.04x at 16 threads, 1.10-1.12x at 2).
+end (see decisions: AMX tile configuration kept between calls).
 """
 
 from __future__ import annotations
@@ -100,8 +99,7 @@ def row_block(m: int, rows: int) -> int:
     """Rows of C per block, at most `rows`: as many blocks and tiles as blocks of `rows` and a
     remainder take, but of one height where that allows (56 rows: 2 x 28, in tiles of 16 and
     12, not 48 and 8), so that a call has one tile configuration, kept loaded between calls
-    (see the template). On the 16-core Sapphire Rapids host the bf16 blocked conv1 and res2
-    layers ran 0.99-1.41x as fast as in 48 + 8 rows at 16 threads, 1.15-1.34x at 2."""
+    (see the template). See decisions: AMX rows in blocks of one height."""
     blocks = -(-m // rows)
     even = m // blocks
     if m % blocks == 0 and blocks * -(-even // TILE_ROWS) == -(-m // TILE_ROWS):

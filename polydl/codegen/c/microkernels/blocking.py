@@ -36,10 +36,8 @@ _ACCUMULATOR_CYCLES = 1.0
 _TILE_CYCLES = 8.0
 # One vector wide on 32 registers, gcc keeps every row's broadcast A element of the unrolled k
 # steps in a register of its own beside the accumulators: rows past this many spill, a store
-# and a load a k step each (a 7 x 7 stem's 28 x 1 tiles: 131 zmm stack moves, 16 x 1 52,
-# 8 x 1 none; Zen 4, two threads, 143 against 205 GFLOP/s). Priced so only where the call's B
-# stays in L1 across the extra tiles (the stem's 9 KiB): a 3 x 3 layer's 36 KiB of B read again
-# from L2 for each of 7 tiles of 8 rows ran 136 against 210 GFLOP/s in 2 tiles of 28.
+# and a load a k step each. Priced so only where the call's B stays in L1 across the extra
+# tiles. See decisions: One-vector-wide register tiles priced with gcc's spills.
 _SINGLE_VECTOR_ROWS = 8
 _SINGLE_VECTOR_B_BYTES = 16 << 10
 
@@ -99,10 +97,8 @@ def a_lines_missed(spec: BrgemmSpec, l1_bytes: int) -> int:
     layer's input-channel blocks a multiple of 4 KiB apart), so that a set holds none of them
     from one vector strip to the next; else none. Not where rows share lines across the batch
     (a 3 x 3 window's taps: a line serves several rows and taps, unmeasured), and only on L1s
-    of more than `BATCH_TILE_MAX_WAYS` ways: on fewer the ranking tiles such a batch to fit
-    the sets (`rank.batch_tiled_call`), and on two Zen 4 cores (8 ways) calls of 28 rows over
-    a whole batch of 16 such blocks ran 1.13-1.16x slower in tiles of 6 x 4 and 7 x 3 than of
-    14 x 2."""
+    of more than `BATCH_TILE_MAX_WAYS` ways: on fewer the CPU ranking (`schedules/cpu/`) tiles
+    such a batch to fit the sets. See decisions: A's rows beyond the L1's ways."""
     ways = l1_ways(l1_bytes)
     a_bytes = DTYPES[spec.dtype].bytes
     if (ways <= BATCH_TILE_MAX_WAYS or not spec.batch or spec.a_k * a_bytes >= L1_LINE_BYTES
@@ -124,8 +120,9 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
                          l1_bytes: int = DEFAULT_L1_BYTES) -> Blocking:
     """Rows of C times vectors along n. Accumulators + the B vectors of one k step + one
     register for the broadcast A element + one spare must fit the register file: on AVX2
-    (16 ymm) 6x2 (12 + 2 + 1 + 1) or 3x3 -- 4x3 (12 + 3 + 1) leaves none and ran at 0.7x of
-    6x2 on a 131-wide GEMM; on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3 or 14x2.
+    (16 ymm) 6x2 (12 + 2 + 1 + 1) or 3x3 -- 4x3 (12 + 3 + 1) leaves none (see decisions: A
+    spare vector register in AVX2 register tiles); on AVX-512 (32 zmm) 6x4 (24 + 4 + 1), 9x3
+    or 14x2.
     (LIBXSMM's 7x4 needs the A element as an embedded {1to16} memory operand; gcc keeps a
     broadcast used by several FMAs in a register and spills with 28 accumulators.)
     Where a line of A's rows serves several k steps, no more rows than an L1 of `l1_bytes`
@@ -164,8 +161,7 @@ def choose_outer_product(spec: BrgemmSpec, unit: VectorUnit,
 
 def _better(cand: Blocking, best: Blocking, spec: BrgemmSpec) -> bool:
     """Fewer cycles; among equals, more accumulators. Over n blocks, equals prefer tiles of
-    all rows: 7 rows x 4 blocks ran 6% faster as two 7 x 2 tiles than as 5 x 4 and a
-    latency-bound 2 x 4 (Zen 4), which the model prices alike."""
+    all rows (see decisions: Register tiles over n blocks take all rows)."""
     ragged = (spec.n_blocks > 1 and spec.m % cand.rows != 0, spec.n_blocks > 1 and spec.m % best.rows != 0)
     return (cand.cycles, ragged[0], -cand.accumulators) < (best.cycles, ragged[1], -best.accumulators)
 
