@@ -22,7 +22,9 @@ from polydl.frontends import builders  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.runtime.gpu.kernel import GpuKernel  # noqa: E402
 from polydl.runtime.gpu.toolchain import compile_gpu_library  # noqa: E402
-from polydl.schedules.gpu.planning import GemmTiling, GpuSchedule, gpu_schedule  # noqa: E402
+from polydl.schedules.gpu.planning import gpu_schedule  # noqa: E402
+from polydl.schedules.gpu.plans import GpuSchedule  # noqa: E402
+from polydl.schedules.gpu.variants import MmaTiling  # noqa: E402
 from polydl.target.gpu import DEFAULT_GPUS  # noqa: E402
 
 VARIANTS = [  # (BM, BN, BK, warps_m, warps_n, stages)
@@ -46,8 +48,8 @@ def main() -> int:
     def build(v: tuple[int, ...]) -> tuple[tuple[int, ...], GpuKernel]:
         bm, bn, bk, wm, wn, stages = v
         plan = base.kernels[0]
-        tiling = GemmTiling("mma", bm, bn, bk, warps_m=wm, warps_n=wn, stages=stages)
-        sched = GpuSchedule(base.device, (replace(plan, gemm=replace(plan.gemm, tiling=tiling)),))
+        tiling = MmaTiling(bm, bn, bk, warps_m=wm, warps_n=wn, stages=stages)
+        sched = GpuSchedule(base.target, (replace(plan, gemm=replace(plan.gemm, tiling=tiling)),))
         code = generate_gpu(model, sched)
         lib = compile_gpu_library(code, work / "_".join(map(str, v)))
         return v, GpuKernel(code, nest, params, sched, model.flops, lambda arrays: None, lib)

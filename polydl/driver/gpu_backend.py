@@ -20,7 +20,8 @@ from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
 from polydl.runtime.gpu.kernel import GpuKernel
 from polydl.runtime.gpu.toolchain import build_gpu_library
-from polydl.schedules.gpu.planning import GpuSchedule, StoredGpuSchedule, gpu_schedule
+from polydl.schedules.gpu.planning import gpu_schedule
+from polydl.schedules.gpu.plans import GpuSchedule, StoredGpuSchedule
 from polydl.target.gpu import GpuTarget
 
 
@@ -34,7 +35,7 @@ class GpuBackend:
     def plan(self, model: PolyModel, target: GpuTarget, schedule: Any) -> Plan:
         if not (isinstance(schedule, str) and schedule == "auto"):
             raise PolyDLError(f"target '{self.kind}' takes schedule='auto' only (the GPU schedule "
-                              f"is derived from the dependences and the device), not {schedule!r}")
+                              f"is derived from the dependences and the target), not {schedule!r}")
         scalars = [a.name for a in model.nest.parameters if a.is_input and not a.shape]
         if scalars:
             raise PolyDLError(f"target '{self.kind}' takes no scalar parameters yet "

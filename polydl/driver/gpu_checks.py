@@ -1,13 +1,11 @@
 """The GPU tile model checked by a few timed candidates.
 
-The tile score (`schedules.gpu.planning.scored_tilings`) orders a GEMM's tiles by intensity, waste and
-occupancy, which does not see everything that decides a tile's speed: on an H100 its pick for
-ResNet-50's fp32 layers at N=32 was up to 1.29x slower than another of its six best (a
-strided 1 x 1: 0.076 against 0.059 ms; a 14 x 14 Winograd product 1.10x). Where a CUDA device
-is present, a kernel being built has the best-ranked tiles of each GEMM statement (six;
-`POLYDL_GPU_TILES`) compiled in parallel, run interleaved on the same random inputs
-(`runtime.gpu.timing`) and the fastest kept; the stored lowering holds that choice, so it is
-timed once per problem and target. Without a device, or for source only (`lower`, `polydl
+The tile score (`schedules.gpu.tiling.scored_tilings`) orders a GEMM's tiles by intensity, waste
+and occupancy, which does not see everything that decides a tile's speed (see decisions: GPU
+tiles timed on the device). Where a CUDA device is present, a kernel being built has the
+best-ranked tiles of each GEMM statement (six; `POLYDL_GPU_TILES`) compiled in parallel, run
+interleaved on the same random inputs (`runtime.gpu.timing`) and the fastest kept; the stored
+lowering holds that choice, so it is timed once per problem and target. Without a device, or for source only (`lower`, `polydl
 compile`), the ranking's best stays. The decision's reason lists the times.
 """
 
@@ -25,7 +23,8 @@ from polydl.driver.compilation import Compilation
 from polydl.errors import PolyDLError
 from polydl.runtime.gpu.kernel import GpuKernel, loaded_libraries, unload
 from polydl.runtime.gpu.timing import device_seconds
-from polydl.schedules.gpu.planning import GpuSchedule, replanned, tile_counts
+from polydl.schedules.gpu.planning import replanned, tile_counts
+from polydl.schedules.gpu.plans import GpuSchedule
 
 MARGIN = 1.03  # another tile is kept where it runs at least this much faster
 

@@ -280,7 +280,7 @@ def bind_microkernel(
                 f"batch loop '{var}' of the microkernel is tiled by {tiles[var]}: a tile must "
                 f"divide its extent {extents[var]}, and a call over tiles of it packs no operand")
     # Inside one call, only the accumulation into C may depend on another instance.
-    if not _only_accumulation(s, loops):
+    if not only_accumulation(s, loops):
         raise ScheduleError(
             f"statement {s.name} has dependences inside the microkernel loops {loops}"
         )
@@ -417,7 +417,7 @@ def _pack_b(
     )
 
 
-def _only_accumulation(s: StatementModel, loops: tuple[str, ...]) -> bool:
+def only_accumulation(s: StatementModel, loops: tuple[str, ...]) -> bool:
     """True if instances that differ only in `loops` conflict only by accumulating into C."""
     fixed = [d for d, v in enumerate(s.iterators) if v not in loops]
     space = isl.Space.map_from_set(s.domain.get_space())

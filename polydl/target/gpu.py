@@ -1,14 +1,14 @@
 """A GPU target: what the GPU schedule sizes its tiles against and the compiler builds for.
 
 A `GpuTarget` holds the numbers the GPU schedule needs (warp width, shared memory per block,
-registers per thread, threads per block, multiprocessor count) and the architectures the
-compiler builds for. The presets describe the chips polydl targets: NVIDIA Hopper (CUDA, sm_90)
+registers per thread and per multiprocessor, threads per block, multiprocessor count, the
+operand bytes the L2 keeps between tiles) and the architectures the compiler builds for. The presets describe the chips polydl targets: NVIDIA Hopper (CUDA, sm_90)
 and AMD CDNA2/CDNA3 (HIP, gfx90a and gfx942). Tests build one by hand to pin a decision.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
 from polydl.errors import TargetError
@@ -26,6 +26,12 @@ class GpuTarget:
     max_threads_per_block: int
     multiprocessors: int
     tensor_cores: bool  # bf16/fp16 warp-level MMA reachable from the generated source
+    # 32-bit registers of a multiprocessor, shared by its resident blocks (65536 on every CUDA
+    # architecture since sm_50)
+    registers_per_multiprocessor: int = 65536
+    # operand bytes that stay in the L2 between the tiles re-reading them: a share of the
+    # L2 (Hopper's holds 50 MB) that other traffic leaves alone
+    l2_resident_bytes: int = 8 << 20
     warpgroup_mma: bool = False  # Hopper's wgmma (built for sm_90a)
     tensor_memory_accelerator: bool = False  # Hopper's TMA bulk tensor copies and mbarriers
     # float32 products may run as TF32 on the tensor cores (10-bit mantissas, float32 sums): an
@@ -45,6 +51,8 @@ class GpuTarget:
             f"{self.name}: {self.kind} {', '.join(self.architectures)}, {self.multiprocessors} "
             f"multiprocessors, warp {self.warp_size}, {self.shared_memory_bytes // 1024} KiB shared "
             f"memory per block ({self.shared_memory_optin_bytes // 1024} KiB opted in), "
+            f"{self.registers_per_multiprocessor // 1024} Ki registers a multiprocessor, "
+            f"{self.l2_resident_bytes / (1 << 20):g} MiB of operands L2-resident, "
             f"tensor cores {'yes' if self.tensor_cores else 'no'}"
             + (", wgmma" if self.warpgroup_mma else "")
             + (", TMA" if self.tensor_memory_accelerator else "")
@@ -60,8 +68,8 @@ class GpuTarget:
     def from_dict(cls, data: dict[str, Any], source: str = "") -> GpuTarget:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
-        missing = sorted(f.name for f in fields(cls) if f.name not in data
-                         and f.name not in ("warpgroup_mma", "tensor_memory_accelerator", "allow_tf32"))
+        # fields with a default may be absent (descriptions written before they existed)
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and f.default is MISSING)
         if unknown or missing:
             raise TargetError(f"unknown field(s) {unknown}, missing field(s) {missing}", source)
         values = dict(data)
@@ -85,6 +93,7 @@ class GpuTarget:
             f"smem={self.shared_memory_bytes}|regs={self.registers_per_thread}|"
             f"sm={self.multiprocessors}|mma={int(self.tensor_cores)}|wgmma={int(self.warpgroup_mma)}"
             f"|tma={int(self.tensor_memory_accelerator)}|tf32={int(self.allow_tf32)}"
+            f"|rf={self.registers_per_multiprocessor}|l2={self.l2_resident_bytes}"
         )
 
 
@@ -99,6 +108,8 @@ HOPPER = GpuTarget(
     max_threads_per_block=1024,
     multiprocessors=132,
     tensor_cores=True,
+    registers_per_multiprocessor=65536,
+    l2_resident_bytes=8 << 20,
     warpgroup_mma=True,
     tensor_memory_accelerator=True,
 )
@@ -114,6 +125,9 @@ CDNA = GpuTarget(
     max_threads_per_block=1024,
     multiprocessors=104,
     tensor_cores=False,  # MFMA needs rocWMMA or intrinsics; the HIP path uses FMA
+    # the schedule's numbers as for Hopper: the HIP kernels' choices do not depend on them yet
+    registers_per_multiprocessor=65536,
+    l2_resident_bytes=8 << 20,
 )
 
 # The description each GPU backend builds for when the caller names none.

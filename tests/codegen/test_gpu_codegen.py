@@ -16,7 +16,9 @@ from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
 from polydl.runtime.gpu.toolchain import compile_gpu_library
-from polydl.schedules.gpu.planning import GemmTiling, blocks_fit, gpu_schedule, ranked_tilings, tma_registers
+from polydl.schedules.gpu.planning import gpu_schedule
+from polydl.schedules.gpu.tiling import ranked_tilings
+from polydl.schedules.gpu.variants import FmaTiling, MmaTiling, TmaTiling, WgmmaTiling
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
@@ -41,7 +43,7 @@ def test_matmul_becomes_a_tiled_gemm() -> None:
     assert kernel.gemm is not None
     assert [d.var for d in kernel.gemm.m] == ["i"] and [d.var for d in kernel.gemm.k] == ["k"]
     t = kernel.gemm.tiling
-    assert t.kind == "fma" and (t.block_m, t.block_n) == (128, 128)
+    assert isinstance(t, FmaTiling) and (t.block_m, t.block_n) == (128, 128)
     # float4 operands and a grid of many blocks: warp tiles of 16 x 8 a thread in K steps of 16
     assert (t.thread_m, t.thread_n, t.block_k, t.threads) == (16, 8, 16, 128)
 
@@ -74,7 +76,7 @@ def test_8x8_tiles_of_256_threads_come_held_to_two_blocks_and_as_ptxas_chooses()
     (kernel,) = [k for k in gpu_schedule(model, DEFAULT_GPUS["cuda"]).kernels if k.gemm is not None]
     statement, plan = kernel.statement, kernel.gemm
     ranked = [t for _, t, _, _ in ranked_tilings(model, statement, plan, DEFAULT_GPUS["cuda"])]
-    big = [(t.blocks_per_sm, t.splits) for t in ranked if (t.kind, t.block_m, t.block_n) == ("fma", 128, 128)]
+    big = [(t.blocks_per_sm, t.splits) for t in ranked if isinstance(t, FmaTiling) and (t.block_m, t.block_n) == (128, 128)]
     assert [b for b, _ in big] == [2, 1] and big[0][1] == big[1][1]
     assert all(t.blocks_per_sm == 1 for t in ranked if t.threads != 256)
     # HIP's launch bound counts waves, not blocks: nothing to choose between there
@@ -100,21 +102,21 @@ def test_bf16_gemm_uses_tensor_cores_on_cuda_only() -> None:
     nest, params = builders.matmul(512, 512, 512)
     nest = _bf16(nest, {"A", "B"})
     cuda = lower(nest, params, "cuda")
-    assert cuda.schedule.kernels[0].gemm.tiling.kind == "tma"
+    assert isinstance(cuda.schedule.kernels[0].gemm.tiling, TmaTiling)
     assert "wgmma.mma_async" in cuda.code.source and "cp.async.bulk.tensor" in cuda.code.source
     assert cuda.code.compile_flags == ("-gencode=arch=compute_90a,code=sm_90a",)
     assert cuda.code.pointer_alignment == 16  # TMA addresses 16-byte units
     # without the tensor-memory accelerator: wgmma fed by cp.async
     no_tma = device_for("cuda", tensor_memory_accelerator=False)
     plan = gpu_schedule(build_model(nest, params), no_tma)
-    assert plan.kernels[0].gemm.tiling.kind == "wgmma"
+    assert isinstance(plan.kernels[0].gemm.tiling, WgmmaTiling)
     # rows of 36 elements are not 16-byte runs: warp-level mma.sync with scalar loads
     ragged, ragged_params = builders.matmul(64, 36, 64)
     mma = lower(_bf16(ragged, {"A", "B"}), ragged_params, "cuda")
-    assert mma.schedule.kernels[0].gemm.tiling.kind == "mma"
+    assert isinstance(mma.schedule.kernels[0].gemm.tiling, MmaTiling)
     assert "mma.sync.aligned.m16n8k16" in mma.code.source and "VEC_A = 8, VEC_B = 1" in mma.code.source
     hip = lower(nest, params, "hip")
-    assert hip.schedule.kernels[0].gemm.tiling.kind == "fma"
+    assert isinstance(hip.schedule.kernels[0].gemm.tiling, FmaTiling)
     assert "pd_mma_bf16(acc" not in hip.code.source and "hip/hip_runtime.h" in hip.code.source
 
 
@@ -138,7 +140,7 @@ def test_tma_tiles_of_a_short_reduction_run_two_blocks_a_multiprocessor() -> Non
     nest, params = builders.conv2d(32, 64, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16", accumulate=False)
     short = lower(nest, params, "cuda")
     t = short.schedule.kernels[0].gemm.tiling
-    assert (t.kind, t.block_m, t.blocks_per_sm) == ("tma", 64, 2)
+    assert isinstance(t, TmaTiling) and (t.block_m, t.blocks_per_sm) == (64, 2)
     assert "__launch_bounds__(256, 2)" in short.code.source
     # ptxas fits every thread in half the register file; the consumer may take 216 of it
     assert "setmaxnreg.dec.sync.aligned.u32 40" in short.code.source
@@ -149,7 +151,7 @@ def test_tma_tiles_of_a_short_reduction_run_two_blocks_a_multiprocessor() -> Non
     nest, params = builders.matmul(4096, 4096, 4096)
     long = lower(_bf16(nest, {"A", "B"}), params, "cuda")
     t = long.schedule.kernels[0].gemm.tiling
-    assert (t.kind, t.blocks_per_sm) == ("tma", 1) and t.block_m == 128
+    assert isinstance(t, TmaTiling) and t.blocks_per_sm == 1 and t.block_m == 128
     assert "__launch_bounds__(384, 1)" in long.code.source and "u32 232" in long.code.source
     assert "PreferredSharedMemoryCarveout" not in long.code.launcher
 
@@ -169,13 +171,13 @@ def test_an_operand_of_one_tile_is_counted_once() -> None:
 
 def test_two_blocks_a_multiprocessor_only_where_both_fit() -> None:
     hopper = DEFAULT_GPUS["cuda"]
-    assert blocks_fit(GemmTiling("tma", 64, 128, 64, stages=4, blocks_per_sm=2), hopper)
-    assert blocks_fit(GemmTiling("tma", 64, 64, 64, stages=6, blocks_per_sm=2), hopper)
+    assert TmaTiling(64, 128, 64, stages=4, blocks_per_sm=2).blocks_fit(hopper)
+    assert TmaTiling(64, 64, 64, stages=6, blocks_per_sm=2).blocks_fit(hopper)
     # 64 x 256: 160 registers a consumer thread, over the 128 of two 256-thread blocks
-    assert not blocks_fit(GemmTiling("tma", 64, 256, 64, stages=2, blocks_per_sm=2), hopper)
+    assert not TmaTiling(64, 256, 64, stages=2, blocks_per_sm=2).blocks_fit(hopper)
     # two 64 x 128 blocks of 8 stages: over the multiprocessor's 228 KiB of shared memory
-    assert not blocks_fit(GemmTiling("tma", 64, 128, 64, stages=8, blocks_per_sm=2), hopper)
-    assert tma_registers(GemmTiling("tma", 128, 128, 64, stages=6)) == (40, 232)
+    assert not TmaTiling(64, 128, 64, stages=8, blocks_per_sm=2).blocks_fit(hopper)
+    assert TmaTiling(128, 128, 64, stages=6).register_split(hopper) == (40, 232)
 
 
 def test_fp32_operands_contiguous_in_runs_of_4_load_as_float4() -> None:
@@ -258,7 +260,7 @@ def test_scratch_is_allocated_per_call_on_the_stream() -> None:
 
 def test_gpu_lowerings_are_stored_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from polydl.driver import pipeline
-    from polydl.schedules.gpu.planning import StoredGpuSchedule
+    from polydl.schedules.gpu.plans import StoredGpuSchedule
 
     monkeypatch.setenv("POLYDL_CACHE_DIR", str(tmp_path))
     nest, params = builders.conv2d(32, 64, 64, 28, 28, 1, 1, fuse=("bias", "relu"))
@@ -278,7 +280,7 @@ def test_gpu_lowerings_are_stored_and_read_back(monkeypatch: pytest.MonkeyPatch,
     record = read_lowering(key)
     write_lowering(key, {**record, "schedule": {**record["schedule"], "kernels": "S0"}})
     assert pipeline.stored_lowering(nest, params, target) is None
-    # another device is another key
+    # another target is another key
     other = device_for("cuda", multiprocessors=114)
     assert pipeline.lowering_key(nest, params, other, "auto") != pipeline.lowering_key(nest, params, target, "auto")
 
@@ -294,7 +296,7 @@ def test_conv_is_an_implicit_gemm_after_the_padding_copy() -> None:
     assert bias.gemm is None and relu.gemm is None
 
 
-def test_tiles_fit_the_shared_memory_of_the_device() -> None:
+def test_tiles_fit_the_shared_memory_of_the_target() -> None:
     nest, params = builders.matmul(4096, 4096, 4096)
     small = device_for("cuda", shared_memory_bytes=12 * 1024)
     t = gpu_schedule(build_model(nest, params), small).kernels[0].gemm.tiling

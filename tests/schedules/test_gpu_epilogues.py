@@ -9,8 +9,10 @@ from pathlib import Path
 from polydl.frontends import builders
 from polydl.frontends.c_loopnest import read_c
 from polydl.poly.model import build_model
-from polydl.schedules.gpu.planning import gpu_schedule, tma_operands, wgmma_b_major
-from polydl.schedules.gpu.windows import WindowMap
+from polydl.schedules.gpu.operands import tma_operands, wgmma_b_major
+from polydl.schedules.gpu.planning import gpu_schedule
+from polydl.schedules.gpu.plans import WindowMap
+from polydl.schedules.gpu.variants import FmaTiling, MmaTiling, TmaTiling, WgmmaTiling
 from polydl.target.gpu import DEFAULT_GPUS
 from tests.kernels import with_bf16 as _bf16
 
@@ -67,7 +69,7 @@ def test_row_major_bf16_operands_are_tensor_maps() -> None:
     nest, params = builders.matmul(1000, 2048, 520)
     (plan,) = _plans(_bf16(nest, {"A", "B"}), params)
     g = plan.gemm
-    assert g.tiling.kind == "tma" and g.tma is not None
+    assert isinstance(g.tiling, TmaTiling) and g.tma is not None
     # A K-major (k innermost, rows 520 elements = 1040 bytes apart); B N-major
     assert g.tma.a.extents == (520, 1000) and g.tma.a.strides == (1040,)
     assert g.tma.a.roles == ("k", "m") and g.tma.a.box == (64, g.tiling.block_m)
@@ -94,13 +96,13 @@ def test_batched_operands_gain_a_tensor_map_dimension() -> None:
 def test_operands_tma_cannot_address_fall_back() -> None:
     nest, params = builders.matmul(64, 36, 64)  # rows of B 72 bytes apart: not 16-byte aligned
     (plan,) = _plans(_bf16(nest, {"A", "B"}), params)
-    assert tma_operands(plan.gemm) is None and plan.gemm.tiling.kind == "mma"
+    assert tma_operands(plan.gemm) is None and isinstance(plan.gemm.tiling, MmaTiling)
     fp32, fp32_params = builders.matmul(256, 256, 256)
     (plan,) = _plans(fp32, fp32_params)
-    assert plan.gemm.tma is None and plan.gemm.tiling.kind == "fma"
+    assert plan.gemm.tma is None and isinstance(plan.gemm.tiling, FmaTiling)
     (plan,) = gpu_schedule(build_model(_bf16(fp32, {"A", "B"}), fp32_params),
                            replace(HOPPER, tensor_memory_accelerator=False)).kernels
-    assert plan.gemm.tiling.kind == "wgmma"
+    assert isinstance(plan.gemm.tiling, WgmmaTiling)
 
 
 def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
@@ -108,17 +110,17 @@ def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
     # K-major
     nest, params = builders.conv2d(32, 48, 64, 56, 56, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
     conv = next(p for p in _plans(nest, params) if p.gemm is not None)
-    assert conv.gemm.tiling.kind == "wgmma" and wgmma_b_major(conv.gemm) == "k"
+    assert isinstance(conv.gemm.tiling, WgmmaTiling) and wgmma_b_major(conv.gemm) == "k"
     assert [d.var for d in conv.gemm.k] == ["r", "s", "c"]
     # 1x1 at stride 1: (n, p, q) is one strided dimension of x, so the whole layer is a TMA GEMM
     nest, params = builders.conv2d(32, 256, 64, 56, 56, 1, 1, layout="nhwc", dtype="bfloat16")
     (conv,) = _plans(nest, params)
-    assert conv.gemm.tiling.kind == "tma" and conv.gemm.tma.a.extents == (256, 32 * 56 * 56)
+    assert isinstance(conv.gemm.tiling, TmaTiling) and conv.gemm.tma.a.extents == (256, 32 * 56 * 56)
     # 3x3 with whole 64-channel steps: x is a window TMA reads, a 2-D tile of output positions
     nest, params = builders.conv2d(32, 128, 128, 28, 28, 3, 3, 1, 1, layout="nhwc", dtype="bfloat16")
     (conv,) = _plans(nest, params)
     window = conv.gemm.tma.a
-    assert conv.gemm.tiling.kind == "tma" and isinstance(window, WindowMap)
+    assert isinstance(conv.gemm.tiling, TmaTiling) and isinstance(window, WindowMap)
     assert [(a.m, a.k) for a in window.axes] == [(None, "c"), ("q", "s"), ("p", "r"), ("n", None)]
     # x itself, not its zero-padded copy: the boxes start one row and column before the edge
     assert window.source == "x" and window.copy == "S0" and window.extents == (128, 28, 28, 32)
@@ -137,26 +139,26 @@ def test_channels_last_convolutions_feed_tensor_cores_in_16_byte_runs() -> None:
     # the staging (a device without wgmma) they are gathered element by element
     nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="bfloat16")
     conv = next(p for p in _plans(nest, params) if p.gemm is not None)
-    assert conv.gemm.tiling.kind == "tma" and [d.var for d in conv.gemm.k] == ["r", "s", "c"]
+    assert isinstance(conv.gemm.tiling, TmaTiling) and [d.var for d in conv.gemm.k] == ["r", "s", "c"]
     ampere = replace(HOPPER, warpgroup_mma=False, tensor_memory_accelerator=False)
     conv = next(p for p in gpu_schedule(build_model(nest, params), ampere).kernels if p.gemm is not None)
-    assert wgmma_b_major(conv.gemm) is None and conv.gemm.tiling.kind == "mma"
+    assert wgmma_b_major(conv.gemm) is None and isinstance(conv.gemm.tiling, MmaTiling)
 
 
 def test_tf32_is_an_opt_in_for_k_major_float32_operands() -> None:
     nest, params = builders.conv2d(32, 64, 64, 56, 56, 3, 3, 1, 1, layout="nhwc")
     plain = gpu_schedule(build_model(nest, params), HOPPER).kernels
-    assert next(p for p in plain if p.gemm is not None).gemm.tiling.kind == "fma"
+    assert isinstance(next(p for p in plain if p.gemm is not None).gemm.tiling, FmaTiling)
     tf32 = replace(HOPPER, allow_tf32=True)
     (conv,) = gpu_schedule(build_model(nest, params), tf32).kernels
     t = conv.gemm.tiling
-    assert t.kind == "tma" and t.operand_bytes == 4 and t.block_k == 32
+    assert isinstance(t, TmaTiling) and t.operand_bytes == 4 and t.block_k == 32
     assert conv.gemm.tma.a.box[0] == 32 and conv.gemm.tma.a.strides[0] == 64 * 4
     assert "float32 operands as TF32" in conv.describe()
     # TF32 wgmma reads B K-major only: a row-major B[K][N] keeps the FMA kernel
     mm, mm_params = builders.matmul(1024, 1024, 1024)
     (plan,) = gpu_schedule(build_model(mm, mm_params), tf32).kernels
-    assert plan.gemm.tiling.kind == "fma"
+    assert isinstance(plan.gemm.tiling, FmaTiling)
     assert tf32.key() != HOPPER.key()
 
 

@@ -56,7 +56,7 @@ def test_rows_of_7x7_positions_are_gathered_channels_last() -> None:
 
 @pytest.mark.parametrize("case", ["1x1", "float32", "nhwc", "stem", "grouped", "no_wgmma"])
 def test_nests_the_tensor_cores_read_in_runs_are_left_alone(case: str) -> None:
-    device = HOPPER
+    target = HOPPER
     if case == "1x1":  # rows of 256 positions: the input is B of a TMA GEMM as it is
         nest, params = builders.conv2d(2, 64, 32, 16, 16, 1, 1, dtype="bfloat16")
     elif case == "float32":
@@ -69,9 +69,9 @@ def test_nests_the_tensor_cores_read_in_runs_are_left_alone(case: str) -> None:
         nest, params = builders.conv2d(2, 32, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16", groups=4)
     else:
         nest, params = builders.conv2d(2, 64, 32, 14, 14, 3, 3, 1, 1, dtype="bfloat16")
-        device = device_for("cuda", warpgroup_mma=False, tensor_memory_accelerator=False)
-    assert stage_channels_last(nest, params, device) is nest
-    assert gpu_schedule(build_model(nest, params), device).model is None
+        target = device_for("cuda", warpgroup_mma=False, tensor_memory_accelerator=False)
+    assert stage_channels_last(nest, params, target) is nest
+    assert gpu_schedule(build_model(nest, params), target).model is None
 
 
 WRITTEN_AROUND = """

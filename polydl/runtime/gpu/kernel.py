@@ -218,8 +218,8 @@ def loaded_libraries() -> set[Path]:
 def unload(library_path: Path) -> None:
     """Close a launcher library no kernel uses any more (a timed candidate that lost): every
     library loaded keeps its kernels registered with the CUDA runtime, and with a thousand of
-    them each launch of the others cost the host more (the benchmark's eager calls at N=2
-    ran 0.97 -> 0.71 of cuDNN's with six candidates loaded a kernel)."""
+    them each launch of the others cost the host more (see decisions: Timed GPU candidates
+    unloaded)."""
     with _LOCK:
         loaded = _LOADED.pop(library_path, None)
     if loaded is not None:

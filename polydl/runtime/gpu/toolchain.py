@@ -25,18 +25,18 @@ from polydl.version import __version__
 COMPILERS = {"cuda": settings.VARIABLES["nvcc"], "hip": settings.VARIABLES["hipcc"]}
 
 
-def gpu_compiler(target: str) -> str:
-    return settings.gpu_compiler(target)
+def gpu_compiler(kind: str) -> str:
+    return settings.gpu_compiler(kind)
 
 
 def gpu_command(
-    target: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None,
+    kind: str, launcher: Path, output: Path, architectures: tuple[str, ...] | None = None,
     code_flags: tuple[str, ...] = (),
 ) -> list[str]:
     """The build command: for `architectures` where given, else the generated code's flags."""
-    compiler = gpu_compiler(target)
-    arch = list(architecture_flags(target, architectures) if architectures else code_flags)
-    if target == "cuda":
+    compiler = gpu_compiler(kind)
+    arch = list(architecture_flags(kind, architectures) if architectures else code_flags)
+    if kind == "cuda":
         return [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *arch,
                 str(launcher), "-o", str(output)]
     return [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", *arch, str(launcher),
@@ -57,13 +57,13 @@ def write_sources(code: GeneratedCode, directory: Path) -> dict[str, Path]:
     return paths
 
 
-def run_compiler(command: list[str], target: str) -> None:
+def run_compiler(command: list[str], kind: str) -> None:
     env = compiler_environment()
-    if target == "hip":
+    if kind == "hip":
         env.setdefault("HIP_PLATFORM", "amd")
     if shutil.which(command[0]) is None:
-        raise CompileError(command[0], command, f"{target} compiler '{command[0]}' not found on PATH "
-                           f"(set {COMPILERS[target]})")
+        raise CompileError(command[0], command, f"{kind} compiler '{command[0]}' not found on PATH "
+                           f"(set {COMPILERS[kind]})")
     # clang's HIP driver leaves two empty folders in TMPDIR per compile (its offload bundles'):
     # a folder of its own, removed after, keeps them out of the user's /tmp
     with tempfile.TemporaryDirectory(prefix="polydl-gpucc-") as scratch:

@@ -17,58 +17,21 @@ C through atomics) has no single place where a cell is final, and keeps its neig
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import islpy as isl
 
 from polydl.poly.model import PolyModel, StatementModel
+from polydl.schedules.gpu.plans import EpilogueOperand, GemmEpilogue, GpuKernelPlan
 from polydl.schedules.microkernel import multiply_accumulate
 from polydl.schedules.postops import (
     PostExpr,
     coefficient,
     elementwise_step,
-    expr_text,
     flat_offset,
     reads_acc,
     write_relation,
 )
-
-if TYPE_CHECKING:
-    from polydl.schedules.gpu.planning import GpuKernelPlan
-
-
-@dataclass(frozen=True)
-class EpilogueOperand:
-    """An array the epilogue reads at the C cell's position: element offset `base` plus
-    `strides` times each GEMM loop's index (relative to its lower bound)."""
-
-    array: str
-    base: int
-    strides: tuple[tuple[str, int], ...]  # (loop, element stride)
-
-    def stride(self, var: str) -> int:
-        return dict(self.strides).get(var, 0)
-
-
-@dataclass(frozen=True)
-class GemmEpilogue:
-    initial: PostExpr | None  # the cell's value before the reduction; None: C's stored value
-    steps: tuple[PostExpr, ...]  # then `acc = step(acc)`, in order
-    operands: tuple[EpilogueOperand, ...]
-    initializer: str | None  # the fused statement that set `initial`
-    statements: tuple[str, ...]  # the fused epilogue statements
-
-    def describe(self) -> str:
-        parts = []
-        if self.initializer is not None:
-            assert self.initial is not None
-            parts.append(f"C starts at {expr_text(self.initial)} ({self.initializer} fused)")
-        if self.steps:
-            ops = "; ".join(f"acc = {expr_text(s)}" for s in self.steps)
-            parts.append(f"epilogue {', '.join(self.statements)} in the kernel: {ops}")
-        arrays = ", ".join(f"e{i} = {o.array}" for i, o in enumerate(self.operands))
-        return "; ".join(parts) + (f" ({arrays})" if arrays else "")
 
 
 def _operand(model: PolyModel, producer: StatementModel, array: str,

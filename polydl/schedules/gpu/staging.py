@@ -3,16 +3,16 @@
 A bf16 convolution over NCHW arrays reads its windows (`x[n][c][p + r][q + s]`) along neither
 GEMM index in runs the tensor cores can take: the input runs along the output row and only
 three taps along K, the weights (`w[k][c][r][s]`) run along (c, r, s). The warp-level MMA
-kernel then gathers every element on its own (a 3 x 3 layer at 0.1-0.25 of cuDNN, which
-transposes too). Staged, the window reads a copy of its array with the channels last, the
+kernel then gathers every element on its own (see decisions: GPU convolutions staged
+channels-last). Staged, the window reads a copy of its array with the channels last, the
 weights a copy with the channels last, and the reduction runs with c innermost: a TMA-fed
 window GEMM, 16-byte runs along K in both operands. A zero-padded copy that only this GEMM
 reads is itself laid out channels-last instead of copied twice.
 
 A 1 x 1 whose rows of positions are no 16-byte runs (stride 2: `x[n][c][2p][2q]`; 14 x 14
 and 7 x 7 images) copies only the cells it reads, `x_cl[n][p][q][c]`; one with such rows
-reads x as it is (`gpu._gemm_dims` makes the images a batch of B). The copies are layout
-transposes (`transpose_loops`: 32 x 32 shared-memory tiles).
+reads x as it is (`planning._gemm_dims` makes the images a batch of B). The copies are layout
+transposes (`planning.transpose_loops`: 32 x 32 shared-memory tiles).
 
 The rewrite changes the order in which the products of one output are summed (c innermost);
 everything else is the same loop nest: the reference of the user's nest checks the kernels."""
@@ -187,10 +187,10 @@ def only_copy(nest: LoopNest, array: str, reader: str) -> int | None:
     return i if plain and perfect_nest(nest.body[i]) else None  # its loops may then run in any order
 
 
-def stage_channels_last(nest: LoopNest, params: dict[str, int], device: GpuTarget) -> LoopNest:
+def stage_channels_last(nest: LoopNest, params: dict[str, int], target: GpuTarget) -> LoopNest:
     """`nest` with every window GEMM reading channels-last copies of its operands (above), for
-    devices whose TMA kernels take such windows; otherwise `nest` itself."""
-    if not (device.tensor_memory_accelerator and device.warpgroup_mma):
+    targets whose TMA kernels take such windows; otherwise `nest` itself."""
+    if not (target.tensor_memory_accelerator and target.warpgroup_mma):
         return nest
     staged = False
     index = 0

@@ -12,65 +12,17 @@ and never stored); the K steps walk the taps, BK channels at a time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import islpy as isl
 
 from polydl.dtypes import DTYPES
 from polydl.ir import Load
 from polydl.poly.model import PolyModel, StatementModel
-
-if TYPE_CHECKING:
-    from polydl.schedules.gpu.planning import GemmPlan, GpuKernelPlan
+from polydl.schedules.gpu.plans import GemmPlan, GpuKernelPlan, WindowAxis, WindowMap
 
 WINDOW_MAX_RANK = 5
 MAX_STEP = 8  # TMA's largest element stride
-
-
-@dataclass(frozen=True)
-class WindowAxis:
-    """One dimension of A's array: its extent, and the M loop and K loop (either may be
-    absent) whose sum indexes it."""
-
-    extent: int
-    m: str | None
-    k: str | None
-    step: int = 1  # elements between consecutive M positions (a strided convolution's stride)
-
-
-@dataclass(frozen=True)
-class WindowMap:
-    axes: tuple[WindowAxis, ...]  # innermost (the contiguous K loop) first
-    strides: tuple[int, ...]  # bytes, of axes 1..
-    box: tuple[int, ...]  # elements one copy moves along each axis
-    tile_m: tuple[tuple[str, int], ...]  # (M loop, positions a block tile covers), outer first
-    # the array the copies read when not A's own: the source of a zero-padded copy A of it,
-    # read at A's coordinates plus `offsets` (per axis); cells outside it read as zero
-    source: str | None = None
-    offsets: tuple[int, ...] = ()
-    copy: str | None = None  # the statement making A, whose launch reading X replaces
-
-    @property
-    def extents(self) -> tuple[int, ...]:
-        return tuple(a.extent for a in self.axes)
-
-    @property
-    def rank(self) -> int:
-        return len(self.axes)
-
-    @property
-    def element_strides(self) -> tuple[int, ...]:
-        return tuple(a.step for a in self.axes)
-
-    def tile_counts(self, plan: GemmPlan) -> dict[str, int]:
-        """Block tiles along each M loop, outer first."""
-        return {d.var: math.ceil(d.extent / t) for d, (_, t) in zip(plan.m, self.tile_m, strict=True)}
-
-    def useful(self, plan: GemmPlan) -> float:
-        """The share of a block tile's rows that are output positions."""
-        counts = self.tile_counts(plan)
-        return math.prod(d.extent / (counts[d.var] * t) for d, (_, t) in zip(plan.m, self.tile_m, strict=True))
 
 
 def window_box(plan: GemmPlan, block_m: int) -> tuple[tuple[str, int], ...]:

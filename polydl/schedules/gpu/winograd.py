@@ -2,14 +2,14 @@
 
 A float32 window GEMM `y[n][k][p][q] += x[n][c][p + r][q + s] * w[k][c][r][s]` (its dimensions
 in any order: NCHW or channels-last) does 9 multiply-adds an output and input channel; the
-FMA kernels that read its windows ran ResNet-50's 3 x 3 layers at 18-21 TFLOP/s on an H100,
-0.34-0.82 of cuDNN, which runs Winograd there. The rewrite puts in its place, as loop nests
+FMA kernels that read its windows ran well behind cuDNN, which runs Winograd there (see
+decisions: Winograd on the GPU's FMA units). The rewrite puts in its place, as loop nests
 that the GPU schedule plans like any other:
 1. `U[xi][k][c] = (G w[k][c] G^T)[xi]` for every (k, c): the weights' transform, every call,
 2. `V[xi][c][t] = (B^T d B)[xi]` for every m x m tile t of every image and channel,
 3. `M[xi][k][t] = sum_c U[xi][k][c] V[xi][c][t]`: (m+2)^2 GEMMs, batched,
 4. `y = A^T M A` of every tile, cut at the output's edges.
-The (m+2)^2 statements of each transform share their loops, so `gpu.sibling_groups` runs them
+The (m+2)^2 statements of each transform share their loops, so `planning.sibling_groups` runs them
 as one kernel (a tile read once, the sums they share computed once). The statement that sets
 y before the sum (`y = 0`, `y = b[k]`) and the element-wise ones after it on the same cells
 (bias, ReLU, a residual add) are folded into the output transform's store, as the CPU
@@ -145,18 +145,16 @@ def window_3x3(nest: LoopNest, params: dict[str, int], index: int) -> Window3x3 
 
 def tile_size(P: int, Q: int) -> int:
     """F(4x4) (a quarter of the direct multiplications) from 12 outputs a side, its tiles cut
-    at the edge where they do not divide the output, else F(2x2). On an H100 (N=32, fp32):
-    14 x 14, 256 channels, F(4x4) over 16 x 16 ran 1.05x F(2x2); 7 x 7, 512 channels, F(2x2)
-    1.10x F(4x4) (one tile an image leaves the products too thin); at 56 x 56 and 28 x 28
-    F(4x4) 1.3x F(2x2)."""
+    at the edge where they do not divide the output, else F(2x2) (one tile an image leaves the
+    products too thin). See decisions: Winograd on the GPU's FMA units."""
     return 4 if min(P, Q) >= 12 else 2
 
 
-def winograd_convolutions(nest: LoopNest, params: dict[str, int], device: GpuTarget) -> LoopNest:
+def winograd_convolutions(nest: LoopNest, params: dict[str, int], target: GpuTarget) -> LoopNest:
     """`nest` with every 3 x 3 float32 correlation of stride 1 that pays computed by
     Winograd's F(m x m, 3 x 3) (above), for FMA kernels (not where TF32 is allowed: the tensor
     cores take those); otherwise `nest` itself."""
-    if device.allow_tf32:
+    if target.allow_tf32:
         return nest
     changed = False
     index = 0
