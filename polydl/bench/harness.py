@@ -42,11 +42,11 @@ def _progress(message: str) -> None:
 
 
 def run_suite(
-    machine: CpuTarget, suite: str, json_path: str | None, cases: list[str], repeat: int,
+    target: CpuTarget, suite: str, json_path: str | None, cases: list[str], repeat: int,
     budget_s: float | None, cold_cache: bool, layouts: Sequence[str], compare_layouts: bool,
     batch: int | None = None, schedule: str = "auto", kept_weights: bool = False,
 ) -> int:
-    """Run `cases` of `suite` on `machine` with the threads of `OMP_NUM_THREADS`: print the
+    """Run `cases` of `suite` on `target` with the threads of `OMP_NUM_THREADS`: print the
     table, write `json_path` if given; 0 when every case built and verified, else 1."""
     selected = select_cases(load_suite(suite, batch), cases)
     budget = DEFAULT_BUDGET_S[suite] if budget_s is None else budget_s
@@ -57,7 +57,7 @@ def run_suite(
     run_case = (partial(CASE_RUNNERS[suite], kept_weights=kept_weights) if suite in CASE_RUNNERS
                 else partial(bench_case, schedule=schedule, kept_weights=kept_weights))
     meter = CpuMeter()
-    peak = FmaPeak(machine.isa)
+    peak = FmaPeak(target.isa)
     try:
         peak_samples = peak.measure()
         rows = []
@@ -80,7 +80,7 @@ def run_suite(
     # The peak is what the machine can do: the best sample, not the typical one.
     peak_gflops = max(peak_samples)
     rows = [replace(row, peak_gflops=peak_gflops) for row in rows]
-    env = Environment(machine, threads, peak_gflops, peak_samples,
+    env = Environment(target, threads, peak_gflops, peak_samples,
                       torch.__version__ if torch is not None else None,
                       meter.other_share(), kept_weights=kept_weights)
     print(format_report(suite, env, rows), flush=True)

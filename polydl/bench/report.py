@@ -29,7 +29,7 @@ NOISY_SHARE = 0.10  # other processes' share of the CPU time above which the rep
 class Environment:
     """Where a run took place: the machine, its threads and peak, the reference libraries."""
 
-    machine: CpuTarget
+    target: CpuTarget
     threads: int
     peak_gflops: float
     peak_samples: list[float]
@@ -44,7 +44,7 @@ class Environment:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["machine"] = asdict(self.machine)
+        data["machine"] = asdict(self.target)
         return data
 
 
@@ -101,7 +101,7 @@ def _table(header: Sequence[str], lines: Sequence[Sequence[str]], left: int) -> 
 
 
 def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
-    m = env.machine
+    m = env.target
     out = [
         f"polydl {env.polydl_version} bench --suite {suite}",
         f"machine  {m.model}, {m.isa}, {m.cores} cores; {env.threads} threads for every side",

@@ -131,17 +131,17 @@ def _fusion(c: Compilation) -> list[str]:
 
 
 def _ranking(c: Compilation, top: int) -> list[str]:
-    machine = c.target
+    target = c.target
     ranked = c.decision.ranking
-    if not ranked or not isinstance(machine, CpuTarget):
+    if not ranked or not isinstance(target, CpuTarget):
         return []
-    caches = f"L1 {machine.l1_bytes // 1024} KiB, L2 {machine.l2_bytes // 1024} KiB, L3 {machine.l3_bytes // 1024} KiB"
-    lines = [f"ranking by the data-reuse model ({len(ranked)} legal candidates; {caches}; {machine.cores} cores):"]
+    caches = f"L1 {target.l1_bytes // 1024} KiB, L2 {target.l2_bytes // 1024} KiB, L3 {target.l3_bytes // 1024} KiB"
+    lines = [f"ranking by the data-reuse model ({len(ranked)} legal candidates; {caches}; {target.cores} cores):"]
     for i, r in enumerate(ranked[:top]):
         lines.append(f"  #{i + 1} cost {r.cost:.3e}  {r.schedule.describe()}")
         for w in r.working_sets:
-            size = w.bytes(machine.cache_line_bytes)
-            fits = "L1" if size <= machine.l1_bytes else "L2" if size <= machine.l2_bytes else "L3" if size <= machine.l3_bytes else "memory"
+            size = w.bytes(target.cache_line_bytes)
+            fits = "L1" if size <= target.l1_bytes else "L2" if size <= target.l2_bytes else "L3" if size <= target.l3_bytes else "memory"
             lines.append(
                 f"      level {w.level} {w.loop:>8s}: working set {_size(size):>10s} ({fits}), runs {w.executions}x"
             )

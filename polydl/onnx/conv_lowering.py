@@ -167,10 +167,10 @@ def lower_conv(low: LoweringState, node: Node) -> None:
         label[-1 if activation is None else -2] += " in place"
         residual = None
     if blocked and groups == 1 and (R, S, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) \
-            and low.winograd_machine is not None:
+            and low.winograd_target is not None:
         P, Q = out.shape[2:]
         shape = winograd.choose(N, C, K, H, W, P, Q, (geometry.pads[0], geometry.pads[1]),
-                                low.winograd_machine)
+                                low.winograd_target)
         if shape is not None:
             _conv_winograd(low, shape, x, out, weights, bias, residual, in_place, act, ", ".join(label))
             low.values[current] = out

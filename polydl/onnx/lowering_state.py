@@ -24,14 +24,14 @@ from polydl.target.cpu import CpuTarget
 class LoweringState:
     """The state of one graph's lowering: the values met so far and the plan being built."""
 
-    def __init__(self, graph: Graph, name: str, machine: CpuTarget | None = None,
+    def __init__(self, graph: Graph, name: str, target: CpuTarget | None = None,
                  winograd: bool = True) -> None:
         self.graph = graph
-        # 3 x 3 convolutions by Winograd's algorithm (`winograd.choose`), for this machine
-        self.winograd_machine = machine if winograd else None
-        # the builders' forms for this machine's vectors (`builders.target_options`)
+        # 3 x 3 convolutions by Winograd's algorithm (`winograd.choose`), for this target
+        self.winograd_target = target if winograd else None
+        # the builders' forms for this target's vectors (`builders.target_options`)
         self.conv_options = builders.target_options(
-            "conv2d", "c", machine.vector_lanes("float32") if machine is not None else None)
+            "conv2d", "c", target.vector_lanes("float32") if target is not None else None)
         self.plan = NetworkPlan(name=name, buffers={}, steps=[], inputs=[], outputs=[])
         self.values: dict[str, Value] = {}
         self.converted: dict[tuple[str, str], Value] = {}

@@ -176,7 +176,7 @@ def conv_winograd_blocked(name: str, shape: WinogradShape, residual: str | None,
 
 
 def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[int, int],
-           machine: CpuTarget) -> WinogradShape | None:
+           target: CpuTarget) -> WinogradShape | None:
     """The Winograd form of a 3 x 3, stride-1 convolution where it pays, else None.
 
     F(4x4) where its tiles divide the output (cut at the edge, they compute 16 x 16 for
@@ -189,7 +189,7 @@ def choose(N: int, C: int, K: int, H: int, W: int, P: int, Q: int, pads: tuple[i
         return None
     m = 4 if P % 4 == 0 and Q % 4 == 0 and min(P, Q) >= 8 else 2
     one = WinogradShape(1, C, K, H, W, P, Q, pads, m)
-    budget = max(machine.l2_bytes * machine.cores, min(machine.l3_bytes, L3_COUNTED) // 4)
+    budget = max(target.l2_bytes * target.cores, min(target.l3_bytes, L3_COUNTED) // 4)
     images = max([d for d in range(1, N + 1) if N % d == 0 and d * one.scratch_bytes() <= budget],
                  default=1)
     if images * one.T < MIN_TILES:

@@ -218,8 +218,8 @@ def vector_dims(model: PolyModel, schedule_map: isl.UnionMap) -> frozenset[int]:
     )
 
 
-def fits_cache(machine: CpuTarget, nbytes: int) -> bool:
-    return nbytes <= machine.l2_bytes * L2_SHARE
+def fits_cache(target: CpuTarget, nbytes: int) -> bool:
+    return nbytes <= target.l2_bytes * L2_SHARE
 
 
 # ----------------------------------------------------------------------------- isl helpers

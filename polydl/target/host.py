@@ -145,13 +145,13 @@ def _detected(compiler: str) -> CpuTarget:
 
 def host_target() -> CpuTarget:
     """This machine (detected once per compiler), with `POLYDL_ISA` applied."""
-    machine = _detected(settings.cc())
+    target = _detected(settings.cc())
     forced = settings.forced_isa()
-    if forced and forced != machine.isa:
+    if forced and forced != target.isa:
         if forced not in ISAS:  # settings validates its names; they must stay the same
             raise TargetError(f"POLYDL_ISA='{forced}' names no ISA of {', '.join(ISAS)}")
-        machine = replace(machine, isa=forced, march="")
-    return machine
+        target = replace(target, isa=forced, march="")
+    return target
 
 
 def cannot_run_here(target: CpuTarget) -> str:

@@ -290,8 +290,8 @@ def test_gemm_target_is_numpy_on_every_shape() -> None:
 
 
 def _environment(torch_version: str | None = "2.13.0+cpu") -> Environment:
-    machine = CpuTarget(isa="avx2", cores=2, model="Test CPU")
-    return Environment(machine, 2, 200.0, [199.0, 200.0, 201.0], torch_version)
+    target = CpuTarget(isa="avx2", cores=2, model="Test CPU")
+    return Environment(target, 2, 200.0, [199.0, 200.0, 201.0], torch_version)
 
 
 def test_report_table_and_json_fields(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ MAX_COUNTED_ACCESSES = 64  # consumers' accesses whose fused working set is coun
 
 
 def choose_fusion(
-    model: PolyModel, schedule: Schedule, machine: CpuTarget
+    model: PolyModel, schedule: Schedule, target: CpuTarget
 ) -> tuple[Schedule, tuple[FusionDecision, ...]]:
     unfused = replace(schedule, epilogues=())
     groups = consumer_groups(model)
@@ -76,7 +76,7 @@ def choose_fusion(
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
             continue
         loop = level_loop(plan.order, found.level)
-        refused, nbytes = _cache_refusal(model, machine, [*chain, *group], found, loop)
+        refused, nbytes = _cache_refusal(model, target, [*chain, *group], found, loop)
         if refused is not None:
             decisions.append(FusionDecision(names, False, found.level, loop, nbytes, refused))
             stopped = f"an earlier nest of the chain ({', '.join(names)}) stays separate"
@@ -86,7 +86,7 @@ def choose_fusion(
         deeper = f"; not deeper: {'; '.join(reasons)}" if reasons else ""
         fits = ("the whole nest is one tile, its epilogues the microkernel's post-ops"
                 if nbytes is None else
-                f"the fused tile's working set {nbytes} B fits {_l2_budget(machine)} B of L2")
+                f"the fused tile's working set {nbytes} B fits {_l2_budget(target)} B of L2")
         decisions.append(FusionDecision(names, True, found.level, loop, nbytes,
                                         f"legal by the dependence check; {fits}{deeper}"))
     if not chain:
@@ -104,11 +104,11 @@ def _names(group: tuple[StatementModel, ...]) -> tuple[str, ...]:
     return tuple(s.name for s in group)
 
 
-def _l2_budget(machine: CpuTarget) -> int:
-    return int(machine.l2_bytes * L2_SHARE)
+def _l2_budget(target: CpuTarget) -> int:
+    return int(target.l2_bytes * L2_SHARE)
 
 
-def _cache_refusal(model: PolyModel, machine: CpuTarget, consumers: list[StatementModel],
+def _cache_refusal(model: PolyModel, target: CpuTarget, consumers: list[StatementModel],
                    found: FusedMaps, loop: str) -> tuple[str | None, int | None]:
     """Why `consumers` may not fuse at `found.level` for the cache (None where they may), and
     the fused tile's working set in bytes where it was counted. At level 0 the one call is the
@@ -123,9 +123,9 @@ def _cache_refusal(model: PolyModel, machine: CpuTarget, consumers: list[Stateme
         return (f"the fused tile's working set, over {accesses} accesses, is not counted (the "
                 f"count grows with the union of their footprints: minutes for a Winograd "
                 f"output transform's 600)"), None
-    nbytes = fused_working_set(model, consumers, found, machine.cache_line_bytes)
-    if not fits_cache(machine, nbytes):
+    nbytes = fused_working_set(model, consumers, found, target.cache_line_bytes)
+    if not fits_cache(target, nbytes):
         return (f"the deepest legal level {found.level} (loop {loop}) has a fused working set of "
-                f"{nbytes} B, more than {_l2_budget(machine)} B of L2: the tile would leave the "
+                f"{nbytes} B, more than {_l2_budget(target)} B of L2: the tile would leave the "
                 "cache anyway"), nbytes
     return None, nbytes
