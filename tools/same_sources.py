@@ -3,7 +3,7 @@ the examples, for CPU presets and both GPU kinds, and writes each case's generat
 (source, header, launcher, flags) to a folder; `compare` reports the cases whose text differs.
 
     python tools/same_sources.py write DIR [--jobs 2] [--only SUBSTRING]
-    python tools/same_sources.py compare BEFORE AFTER
+    python tools/same_sources.py compare BEFORE AFTER [--renamed OLD=NEW ...]
 
 Run `write` on the tree before a refactoring and after it, then `compare`. Nothing is compiled
 or timed: kernels go through `polydl`'s public builders, with the native build replaced by
@@ -280,12 +280,25 @@ def write(folder: Path, jobs: int, only: list[str]) -> int:
     return 0
 
 
-def compare(before: Path, after: Path) -> int:
+def compare(before: Path, after: Path, renamed: list[str]) -> int:
+    """`renamed`: OLD=NEW texts replaced in the before side first (a module file that moved,
+    named in a comment the generated code carries)."""
     old = json.loads((before / "index.json").read_text())
     new = json.loads((after / "index.json").read_text())
     missing = sorted(set(old) - set(new))
     added = sorted(set(new) - set(old))
-    changed = sorted(n for n in set(old) & set(new) if old[n] != new[n])
+    pairs = [tuple(r.split("=", 1)) for r in renamed]
+
+    def same(name: str) -> bool:
+        if old[name] == new[name]:
+            return True
+        text = (before / _file_name(name)).read_text()
+        for was, now in pairs:
+            text = text.replace(was, now)
+        return text == (after / _file_name(name)).read_text()
+
+    changed = sorted(n for n in set(old) & set(new) if not same(n))
+    through_renames = sum(old[n] != new[n] for n in set(old) & set(new)) - len(changed)
     errors = sum((after / _file_name(n)).read_text().startswith("error:") for n in new)
     for name in changed:
         print(f"differs: {name}")
@@ -293,10 +306,12 @@ def compare(before: Path, after: Path) -> int:
         print(f"missing after: {name}")
     for name in added:
         print(f"new after: {name}")
-    same = len(set(old) & set(new)) - len(changed)
-    print(f"{same} of {len(old)} cases byte-identical; {len(changed)} differ, {len(missing)} "
-          f"missing, {len(added)} new ({errors} record a refusal, identically on both sides)"
-          if not changed else f"{same} of {len(old)} cases byte-identical; {len(changed)} differ")
+    same_count = len(set(old) & set(new)) - len(changed)
+    renames = f" ({through_renames} through the renamed paths)" if pairs else ""
+    print(f"{same_count} of {len(old)} cases byte-identical{renames}; {len(changed)} differ, "
+          f"{len(missing)} missing, {len(added)} new ({errors} record a refusal, identically on "
+          f"both sides)" if not changed else
+          f"{same_count} of {len(old)} cases byte-identical{renames}; {len(changed)} differ")
     return 1 if changed or missing else 0
 
 
@@ -310,10 +325,12 @@ def main() -> int:
     c = sub.add_parser("compare", help="the cases whose text differs between two folders")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--renamed", action="append", default=[], metavar="OLD=NEW",
+                   help="a path that moved, named in generated comments: OLD in BEFORE reads NEW")
     args = parser.parse_args()
     if args.command == "write":
         return write(args.dir, args.jobs, args.only)
-    return compare(args.before, args.after)
+    return compare(args.before, args.after, args.renamed)
 
 
 if __name__ == "__main__":

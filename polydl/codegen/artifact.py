@@ -46,7 +46,7 @@ class GeneratedCode:
     arguments: tuple[KernelArgument, ...]
     source: str
     header: str
-    target: str = "c"
+    kind: str = "c"  # the backend: "c" | "cuda" | "hip"
     compile_flags: tuple[str, ...] = ()  # what the code itself needs (libraries, GPU archs)
     launcher: str = ""  # GPU targets: the host function that launches the kernels of `source`
     target_flags: tuple[str, ...] = ()  # C: what makes the compiler build for the target
@@ -71,7 +71,7 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         ),
         source=data["source"],
         header=data["header"],
-        target=data["target"],
+        kind=data["kind"],
         compile_flags=tuple(data["compile_flags"]),
         launcher=data.get("launcher", ""),
         target_flags=tuple(data.get("target_flags", ())),

@@ -27,12 +27,12 @@ def write_artifacts(code: GeneratedCode, directory: Path) -> dict[str, Path]:
 
         return write_sources(code, directory)
     paths = {
-        "source": directory / f"{code.function}{SOURCE_SUFFIX.get(code.target, '.txt')}",
+        "source": directory / f"{code.function}{SOURCE_SUFFIX.get(code.kind, '.txt')}",
         "header": directory / f"{code.function}.h",
     }
     write_atomic(paths["source"], code.source.encode())
     write_atomic(paths["header"], code.header.encode())
-    if code.target == "c":
+    if code.kind == "c":
         library = directory / f"lib{code.function}.so"
         shutil.copyfile(build_shared_library(code), library)
         paths["library"] = library

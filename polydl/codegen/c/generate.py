@@ -260,7 +260,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         arguments=arguments,
         source=source,
         header=header,
-        target="c",
+        kind="c",
         compile_flags=tuple(
             sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
         ),

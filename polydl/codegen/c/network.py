@@ -51,7 +51,7 @@ def _prototype(code: GeneratedCode) -> str:
     return f"int {code.function}({', '.join(parameters)})"
 
 
-def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target: str,
+def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target_description: str,
                    embedded_weights: str = "") -> NetworkSource:
     """`embedded_weights`: the path of the weights file to assemble into the library (else the
     library reads NAME.weights beside itself, or takes `NAME_set_weights`)."""
@@ -89,7 +89,7 @@ def network_source(plan: NetworkPlan, codes: Mapping[str, GeneratedCode], target
     doc += [f"out{plan.buffers[n].index}: float32{list(plan.whole_shape(n))}" for n in plan.outputs]
     used = sorted({s.function for s in plan.steps if isinstance(s, KernelStep)})
     values = {
-        "name": plan.name, "version": __version__, "target": target, "steps": steps,
+        "name": plan.name, "version": __version__, "target": target_description, "steps": steps,
         "functions": used, "prototypes": [_prototype(codes[f]) for f in used],
         "kept_functions": [f for f in used if codes[f].kept],
         "alignment": ALIGNMENT, "arena_bytes": plan.arena_bytes,

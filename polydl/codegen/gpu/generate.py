@@ -129,7 +129,7 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         arguments=arguments,
         source=source,
         header=header,
-        target=kind,
+        kind=kind,
         # wgmma exists only in the architecture-specific sm_90a
         compile_flags=("-gencode=arch=compute_90a,code=sm_90a",) if any(t.warpgroup_mma for t in tilings)
         else architecture_flags(kind, target.architectures),

@@ -97,8 +97,8 @@ def compiler_identity(compiler: str) -> str:
 
 def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None) -> Path:
     """The cached shared library for `code`, compiling it if the cache has no complete entry."""
-    if code.target != "c":
-        raise CompileError("polydl", [], f"target '{code.target}' has no host shared library")
+    if code.kind != "c":
+        raise CompileError("polydl", [], f"target '{code.kind}' has no host shared library")
     toolchain = toolchain or current_toolchain()
     key = content_key(
         [__version__, toolchain.identity, " ".join(toolchain.flags), " ".join(code.compile_flags),

@@ -45,7 +45,7 @@ def gpu_command(
 
 def write_sources(code: GeneratedCode, directory: Path) -> dict[str, Path]:
     """The kernel source, the launcher (which includes it) and the header, in `directory`."""
-    suffix = SOURCE_SUFFIX[code.target]
+    suffix = SOURCE_SUFFIX[code.kind]
     paths = {
         "source": directory / f"{code.function}{suffix}",
         "launcher": directory / f"{code.function}_launch{suffix}",
@@ -86,10 +86,10 @@ def compile_gpu_library(
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{library.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
-    command = gpu_command(code.target, paths["launcher"], tmp, architectures, code.compile_flags)
+    command = gpu_command(code.kind, paths["launcher"], tmp, architectures, code.compile_flags)
     write_atomic(directory / "command.txt", (shlex.join(command) + "\n").encode())
     try:
-        run_compiler(command, code.target)
+        run_compiler(command, code.kind)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -99,9 +99,9 @@ def compile_gpu_library(
 
 def build_gpu_library(code: GeneratedCode) -> Path:
     """The cached launcher library for `code`, compiling it if the cache has none."""
-    compiler = gpu_compiler(code.target)
+    compiler = gpu_compiler(code.kind)
     key = content_key(
-        [__version__, code.target, shutil.which(compiler) or compiler, code.source, code.launcher,
+        [__version__, code.kind, shutil.which(compiler) or compiler, code.source, code.launcher,
          " ".join(code.compile_flags)]
     )
     entry = entry_dir(key)

@@ -32,7 +32,7 @@ class VectorUnit:
     # A and B, in the register tile code generation chooses (see `step_cycles`).
     chain_slack: int = 0
 
-    target: str = ""  # gcc target attribute that enables the intrinsics used
+    target_attribute: str = ""  # gcc target attribute that enables the intrinsics used
 
     def lanes(self, compute_dtype: str) -> int:
         return max(self.vector_bytes // DTYPES[compute_dtype].bytes, 1)
@@ -43,9 +43,9 @@ VECTOR_UNITS: dict[str, VectorUnit] = {
     # 0.88-0.94x the speed of 6 x 2 tiles on the same calls (1 x 1 layers over 56 columns, two
     # cores); a register-only loop of 8 chains reaches the peak, so it is the six loads of a
     # step that leave such a tile no slack.
-    "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, chain_slack=1, target="avx2,fma"),
+    "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, chain_slack=1, target_attribute="avx2,fma"),
     "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
-                         target="avx512f,avx512bw,avx512vl,avx512dq,fma"),
+                         target_attribute="avx512f,avx512bw,avx512vl,avx512dq,fma"),
 }
 VECTOR_UNITS["avx512bf16"] = VECTOR_UNITS["avx512amx"] = VECTOR_UNITS["avx512"]
 # No SIMD: what the ranking assumes of portable C (one lane, the registers of x86-64).

@@ -25,7 +25,7 @@ from polydl.codegen.c.microkernels.loops import BlockLoop, block_loops, spec_val
 from polydl.codegen.c.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
-TARGET = "amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"
+TARGET_ATTRIBUTE = "amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"
 TILE_ROWS = 16  # rows of a tile
 TILE_COLUMNS = 16  # fp32 columns of a C tile, bf16 pairs in a row of a B tile
 MAX_K_CHUNK = 32  # bf16 elements in a row of an A tile (64 bytes)
@@ -150,7 +150,7 @@ def render_amx_kernel(spec: BrgemmSpec, name: str, description: str, fallback_so
         **spec_values(spec),
         name=name,
         description=description,
-        target=TARGET,
+        target_attribute=TARGET_ATTRIBUTE,
         k=spec.k,
         kc=k_chunk(spec.k),
         pitch=pitch,

@@ -16,7 +16,7 @@ from polydl.codegen.c.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
 LANES = 16
-TARGET = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma"
+TARGET_ATTRIBUTE = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma"
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def render_dpbf16_kernel(spec: BrgemmSpec, blocking: Blocking, name: str, descri
         **spec_values(spec),
         name=name,
         description=description,
-        target=TARGET,
+        target_attribute=TARGET_ATTRIBUTE,
         tail=tail,
         tail_bits=hex((1 << tail) - 1),
         tiles=tiles,
