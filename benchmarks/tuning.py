@@ -77,16 +77,9 @@ from polydl.bench.timing import Runner, round_medians, time_runners  # noqa: E40
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.target.cpu import CpuTarget  # noqa: E402
 from polydl.target.host import host_target  # noqa: E402
-from polydl.tuning import records  # noqa: E402
-from polydl.tuner import search as tuner
-from polydl.tuning.costmodel import CostModel, analytic_index, evaluate, groups_of  # noqa: E402
-from polydl.tuning.database import PerfDatabase  # noqa: E402
+from polydl.tuner import search as tuner  # noqa: E402
 from polydl.tuner.distributed import worker_cpus  # noqa: E402
-from polydl.tuning.lookup import tuned_schedule  # noqa: E402
 from polydl.tuner.measure import Limits, Request, spread  # noqa: E402
-from polydl.tuning.records import Problem  # noqa: E402
-from polydl.tuning.space import search_space  # noqa: E402
-from polydl.tuner.suites import suite_layout, suite_problems  # noqa: E402
 from polydl.tuner.search import (  # noqa: E402
     PoolExecutor,
     SearchSpaces,
@@ -97,6 +90,13 @@ from polydl.tuner.search import (  # noqa: E402
     search_spaces,
     tune_problems,
 )
+from polydl.tuner.suites import suite_layout, suite_problems  # noqa: E402
+from polydl.tuning import records  # noqa: E402
+from polydl.tuning.costmodel import CostModel, analytic_index, evaluate, groups_of  # noqa: E402
+from polydl.tuning.database import PerfDatabase  # noqa: E402
+from polydl.tuning.lookup import tuned_schedule  # noqa: E402
+from polydl.tuning.records import Problem  # noqa: E402
+from polydl.tuning.space import search_space  # noqa: E402
 
 SUITES = ("gemm", "resnet50", "resnet50_bwd_data", "resnet50_bwd_weights")
 LIMITS = Limits(budget_s=0.3, max_rounds=9)

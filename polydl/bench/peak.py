@@ -9,8 +9,8 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from polydl.runtime.loading import load_for_life
 from polydl.runtime.c.toolchain import compile_library, current_toolchain
+from polydl.runtime.loading import load_for_life
 
 # Independent accumulators per thread: enough to cover FMA latency x FMA pipes (4 x 2 on current
 # x86 cores) with room to spare, and few enough to stay in registers (16 ymm, 32 zmm).

@@ -20,15 +20,15 @@ from polydl.driver.reference import LazyReference
 from polydl.errors import PolyDLError, ScheduleError
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
-from polydl.runtime.kernel import Kernel
 from polydl.runtime.c.toolchain import build_shared_library
+from polydl.runtime.kernel import Kernel
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.cpu.auto import auto_schedule, resolve
 from polydl.schedules.cpu.distribution import isolate_gemms
 from polydl.schedules.cpu.epilogues import choose_fusion
+from polydl.schedules.cpu.nests import plan_nests
 from polydl.schedules.feeds import fuse_feed
 from polydl.schedules.microkernel import multiply_accumulate
-from polydl.schedules.cpu.nests import plan_nests
 from polydl.schedules.schedule import AFFINE, Schedule
 from polydl.schedules.start import fuse_start
 from polydl.target.cpu import CpuTarget

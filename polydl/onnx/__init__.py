@@ -37,6 +37,8 @@ from polydl.onnx.constants import fold_constants
 from polydl.onnx.graph import Graph, load_model, read_graph
 from polydl.onnx.lowering import SUPPORTED, Lowering
 from polydl.poly.model import build_model
+from polydl.runtime.c.network import Network, cached_network_library, link_network
+from polydl.runtime.c.toolchain import current_toolchain
 from polydl.runtime.cache import (
     compiler_revision,
     content_key,
@@ -46,8 +48,6 @@ from polydl.runtime.cache import (
     write_atomic,
     write_manifest,
 )
-from polydl.runtime.c.network import Network, cached_network_library, link_network
-from polydl.runtime.c.toolchain import current_toolchain
 from polydl.target import Target
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import ANALYTIC, learned_schedule

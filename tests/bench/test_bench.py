@@ -639,9 +639,9 @@ def test_tuning_benchmark_times_the_tuned_kernel_against_the_analytic_one(
     (1.0, untimed); with a faster trial stored, the tuned kernel is built from it, verified
     and timed beside the analytic one."""
     from polydl.poly.model import build_model
+    from polydl.tuner.suites import suite_problems
     from polydl.tuning.database import PerfDatabase
     from polydl.tuning.space import search_space
-    from polydl.tuner.suites import suite_problems
 
     tuning = _load_benchmark("tuning")
     db = tmp_path / "perf.sqlite"

@@ -30,7 +30,11 @@ from polydl.codegen.c.microkernels import (
     libxsmm_available,
     portable,
 )
-from polydl.codegen.c.microkernels.blocking import VECTOR_UNITS, a_lines_missed, choose_outer_product
+from polydl.codegen.c.microkernels.blocking import (
+    VECTOR_UNITS,
+    a_lines_missed,
+    choose_outer_product,
+)
 from polydl.errors import ScheduleError
 from polydl.schedules.cpu.register_blocking import lines_per_set, step_cycles
 

@@ -7,8 +7,8 @@ import islpy as isl
 import numpy as np
 
 import polydl
-from polydl.codegen.c_expr import ArrayLayout
 from polydl.codegen.c.scratch_clearing import cells_read_unwritten, clearing
+from polydl.codegen.c_expr import ArrayLayout
 from polydl.frontends import builders
 from polydl.poly.counting import count_points
 from polydl.poly.model import build_model

@@ -21,9 +21,9 @@ from polydl.driver.pipeline import generated_code  # noqa: E402
 from polydl.errors import ShapeError  # noqa: E402
 from polydl.poly.model import build_model  # noqa: E402
 from polydl.target import host_target  # noqa: E402
+from polydl.tuner.measure import Limits  # noqa: E402
 from polydl.tuning import records  # noqa: E402
 from polydl.tuning.database import PerfDatabase  # noqa: E402
-from polydl.tuner.measure import Limits  # noqa: E402
 from polydl.tuning.records import Problem, Trial  # noqa: E402
 from polydl.tuning.space import search_space  # noqa: E402
 from tests.onnx.reference import random, run_onnxruntime  # noqa: E402

@@ -11,13 +11,13 @@ import polydl
 from polydl.api import lower
 from polydl.errors import CompileError
 from polydl.frontends import load_spec
-from polydl.runtime.cache import content_key, write_atomic
 from polydl.runtime.c.toolchain import (
     Toolchain,
     build_shared_library,
     compiler_identity,
     current_toolchain,
 )
+from polydl.runtime.cache import content_key, write_atomic
 
 SPEC = """
 void scale(int N, float y[N], const float x[N]) {

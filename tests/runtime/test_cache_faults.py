@@ -15,8 +15,8 @@ import pytest
 import polydl
 from polydl.errors import CacheWarning
 from polydl.frontends import load_spec
-from polydl.runtime.cache import MANIFEST, entry_is_complete, read_lowering, write_lowering
 from polydl.runtime.c.toolchain import build_shared_library
+from polydl.runtime.cache import MANIFEST, entry_is_complete, read_lowering, write_lowering
 from tests.kernels import run_and_check
 from tests.runtime.faults import fake_compiler
 

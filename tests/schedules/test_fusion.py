@@ -202,9 +202,9 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
 
 
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from polydl.tuning.database import PerfDatabase
     from polydl.tuner.measure import Limits
     from polydl.tuner.search import tune
+    from polydl.tuning.database import PerfDatabase
 
     nest, params = builders.conv2d(N=1, C=16, K=16, H=5, W=5, R=3, S=3, padding=1, fuse=("bias", "relu"))
     result = tune(nest, params, target=host_target(), trials=2,

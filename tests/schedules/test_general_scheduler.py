@@ -16,9 +16,9 @@ from polydl.driver.explain import explain
 from polydl.frontends.c_loopnest import parse_c
 from polydl.frontends.loading import load_spec
 from polydl.poly.model import build_model
+from polydl.schedules.apply import group_statements
 from polydl.schedules.cpu import affine
 from polydl.schedules.cpu.affine import affine_schedule, written_order_schedule
-from polydl.schedules.apply import group_statements
 from polydl.schedules.cpu.distribution import isolate_gemms
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
 from polydl.schedules.cpu.nests import _parallel_outermost, plan_nests

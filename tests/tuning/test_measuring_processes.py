@@ -14,12 +14,12 @@ import pytest
 from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.target.host import host_target
-from polydl.tuning import records
 from polydl.tuner import processes as measuring_processes
 from polydl.tuner.measure import Limits, Request, measure
 from polydl.tuner.processes import POOL
-from polydl.tuning.space import search_space
 from polydl.tuner.search import LocalExecutor, PoolExecutor
+from polydl.tuning import records
+from polydl.tuning.space import search_space
 
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)
 

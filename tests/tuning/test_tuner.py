@@ -22,14 +22,14 @@ from polydl.frontends import builders
 from polydl.poly.model import build_model
 from polydl.schedules.cpu.auto import auto_schedule
 from polydl.target.host import host_target
+from polydl.tuner.measure import Limits, Request, measure
+from polydl.tuner.search import LocalExecutor, guided_order, tune
 from polydl.tuning import records
 from polydl.tuning.costmodel import CostModel, evaluate, groups_of
 from polydl.tuning.database import PerfDatabase
 from polydl.tuning.lookup import tuned_schedule
-from polydl.tuner.measure import Limits, Request, measure
 from polydl.tuning.records import Problem, Trial, schedule_key
 from polydl.tuning.space import search_space, tuning_model
-from polydl.tuner.search import LocalExecutor, guided_order, tune
 
 # Tests run beside each other (xdist): the load check is off where a test expects `ok`.
 QUIET = Limits(max_other_load=math.inf, min_rounds=2, max_rounds=3, budget_s=0.05)

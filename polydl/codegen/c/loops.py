@@ -15,12 +15,12 @@ from collections.abc import Callable
 import islpy as isl
 
 from polydl.codegen.c.accumulators import AccumulatorPrinter, Instance
-from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
 from polydl.codegen.c.register_tiles import RowTilePrinter
+from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
 from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
-from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK
 from polydl.schedules.apply import GroupPlan
+from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
 InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from itertools import product
 
-from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.c.microkernels import BatchDim, BrgemmSpec, Microkernel, choose_microkernel
+from polydl.codegen.c_expr import StatementPrinter
 from polydl.codegen.postops import PostOpsUnsupported
 from polydl.errors import ScheduleError
 from polydl.schedules.cpu.amx_pairs import PairedB

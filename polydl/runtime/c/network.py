@@ -24,6 +24,7 @@ import numpy as np
 from polydl.codegen.artifact import GeneratedCode
 from polydl.codegen.c.network import NetworkSource
 from polydl.errors import CompileError, PolyDLError, ShapeError
+from polydl.runtime.c.toolchain import Toolchain, current_toolchain, run_compiler
 from polydl.runtime.cache import (
     content_key,
     entry_dir,
@@ -35,7 +36,6 @@ from polydl.runtime.cache import (
 from polydl.runtime.kernel import aligned_zeros
 from polydl.runtime.loading import load_for_life
 from polydl.runtime.sanitize import require_runtime
-from polydl.runtime.c.toolchain import Toolchain, current_toolchain, run_compiler
 from polydl.version import __version__
 
 SHARED = ("-fPIC", "-std=gnu11")

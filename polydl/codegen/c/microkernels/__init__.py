@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from polydl.codegen.c.microkernels import amx
-from polydl.codegen.c.microkernels import dpbf16
 from polydl.codegen import postops
+from polydl.codegen.c.microkernels import amx, dpbf16
 from polydl.codegen.c.microkernels.blocking import (
     DEFAULT_L1_BYTES,
     VECTOR_UNITS,

@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polydl.codegen.c.microkernels.blocking import Blocking
-from polydl.codegen.c.microkernels.loops import BlockLoop, Cell, block_loops, outer_cells, spec_values
+from polydl.codegen.c.microkernels.loops import (
+    BlockLoop,
+    Cell,
+    block_loops,
+    outer_cells,
+    spec_values,
+)
 from polydl.codegen.c.microkernels.spec import BrgemmSpec
 from polydl.codegen.templating import render
 
