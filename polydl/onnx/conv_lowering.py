@@ -155,7 +155,7 @@ def lower_conv(low: LoweringState, node: Node) -> None:
     out = low.activation((N, K, *geometry.out(H, W, R, S)), layout)
     # A residual read by nothing after the Add is summed into in place: the kernel adds the
     # convolution to it (the write of a fresh output would first read its lines in: a third
-    # stream of the output's size, 4.5 ms of a 56 x 56 x 256 layer at batch 32 on 2 cores).
+    # stream of the output's size). see decisions: A residual summed into in place
     in_place = (residual_add is not None and residual is not None and residual.layout == layout
                 and _dead_after(low, node, *residual_add, residual, x))
     if in_place:
@@ -264,10 +264,8 @@ def _stem(low: LoweringState, x: Value, weights: np.ndarray, bias: np.ndarray,
     fused Relu/Clip (`fuse`).
 
     A GEMM over gathered windows (C*R*S values under each output position copied out first)
-    was the other form; on a 16-core Sapphire Rapids host resnet18's 7 x 7 / 2 stem took 15.2
-    (gathered, an image a call) against 11.6 (padded, an image a call) and 10.0 ms (padded,
-    one call) at batch 32 and 16 threads, 0.44 against 0.35 ms at batch 1; on two Zen 4 cores
-    50.9, 53.5 and 51.4 ms at batch 32, 1.85 against 1.69 ms at batch 1."""
+    was the other form; the padded input read in place runs as fast or faster.
+    see decisions: The stem from its padded input in one call"""
     N, C, H, W = x.shape
     K, _, R, S = weights.shape
     out = low.activation((N, K, *geometry.out(H, W, R, S)), BLOCKED)

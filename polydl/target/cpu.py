@@ -47,10 +47,10 @@ _V3 = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "abm", "
 _V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 _ICELAKE = _V4 | {"avx512_vnni", "avx512vbmi", "avx512_vbmi2", "avx512ifma", "avx512_bitalg",
                   "avx512_vpopcntdq", "gfni", "vaes", "vpclmulqdq"}
-# CPUs whose own instruction-scheduling model makes gcc 13 take 10x as long on a generated
-# kernel (its second scheduling pass over the unrolled calls: 9.7 s against 0.9 for one of 38 KB)
-# are tuned for the core before them; the instructions are those of -march and the code runs
-# as fast (on a Sapphire Rapids host ten kernels took 0.77-1.05x the time, geometric mean 0.97).
+# CPUs whose own instruction-scheduling model makes gcc 13's second scheduling pass over the
+# unrolled calls of a generated kernel many times slower are tuned for the core before them;
+# the instructions are those of -march and the code runs as fast
+# (see decisions: Sapphire Rapids and later tuned as Ice Lake servers).
 MARCH_TUNE = {"sapphirerapids": "icelake-server", "emeraldrapids": "icelake-server",
               "graniterapids": "icelake-server", "graniterapids-d": "icelake-server"}
 MARCH_FEATURES: dict[str, frozenset[str]] = {
@@ -105,8 +105,8 @@ class CpuTarget:
     l2_bytes_per_cycle: float = 32.0
     memory_bytes_per_cycle: float = 8.0
     # Bytes per second the socket copies an input onto a cache line before a kernel, all threads
-    # together, the kernel's threads then reading the copy from the cores that wrote it (5.5-9.7
-    # GB/s measured on a 16-core Sapphire Rapids host: `codegen/c/line_copies.py`).
+    # together, the kernel's threads then reading the copy from the cores that wrote it
+    # (`codegen/c/line_copies.py`; see decisions: A socket's copy rate of 8 GB/s).
     socket_copy_bytes_per_s: float = 8e9
     # Cycles of one fork and join of a parallel region's OpenMP threads, barrier included (~5 us
     # at 2.6 GHz).

@@ -1,7 +1,8 @@
 """Measuring processes kept alive between requests.
 
-A measuring process starts an interpreter and imports polydl (1-1.5 s, as long as measuring
-a few small candidates), so one serves request after request: a pool keeps the idle ones,
+A measuring process starts an interpreter and imports polydl (as long as measuring a few
+small candidates; see decisions: Measuring processes kept between requests), so one serves
+request after request: a pool keeps the idle ones,
 keyed by what a process fixes at its first request and cannot change later: the cores it is
 pinned to, its OpenMP thread count (read once, when the first kernel loads the runtime), and
 the environment, working directory and interpreter it was started with. A process that dies

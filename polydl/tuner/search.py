@@ -363,8 +363,9 @@ class SharedWorkers:
     The next request is the longest expected: a problem's first requests (nothing known yet)
     in the order handed in, then by the seconds a candidate of that problem took so far times
     the request's candidates. Handed out in arrival order, the last batch of a slow problem
-    (the 7 x 7 stem's compiles take 3x the others') waited behind short ones and then ran
-    alone at the end while the other workers sat idle."""
+    (the 7 x 7 stem's compiles take several times the others') waited behind short ones and
+    then ran alone at the end while the other workers sat idle.
+    see decisions: Tuning requests longest first"""
 
     # candidates a request while a worker would otherwise wait (`requests_per_batch`)
     CHUNK = 4
@@ -396,9 +397,8 @@ class SharedWorkers:
         """How many requests a problem's next batch goes out as: one while every worker has a
         request waiting for it, else batches of `CHUNK` (at the start and the end, when some
         worker would wait). Each request also times the reference, so fewer, larger requests
-        do more work in all: on the 16-core host, 8 workers tuned 1.13x the candidates an hour
-        with requests of 8 than with requests of 4, whose smaller tail had kept the workers
-        busier (95% of the time against 87%)."""
+        do more work in all, though requests of 4 leave a smaller tail that keeps the workers
+        busier. see decisions: Tuning requests of 8 while the queue is full"""
         if self._requests.qsize() >= len(self._threads):
             return 1
         return max(1, BATCH // self.CHUNK)
@@ -489,9 +489,9 @@ def guided_order(costs: Sequence[float], scores: Sequence[float] | None = None,
     then the learned model's ranking (`scores`, lower is better) and the analytic model's
     (`costs`) in turn, each point once; the analytic ranking alone where no model is trained.
     In turn: the model learns what this machine's trials show and the analytic model cannot,
-    but on a family of problems it was not trained on it ranks worse (GEMMs held out of its
-    training: 27 measurements to a point within 5% of the best, the analytic order 1.4;
-    benchmarks/README.md, Tuning); in turn, a poor model costs at most every other measurement."""
+    but on a family of problems it was not trained on it can rank far worse than the analytic
+    model; in turn, a poor model costs at most every other measurement.
+    see decisions: The guided search takes both rankings in turn"""
     by_cost = sorted(range(len(costs)), key=costs.__getitem__)
     rankings = [by_cost] if scores is None else [sorted(range(len(scores)), key=scores.__getitem__), by_cost]
     order: list[int] = [] if first is None else [first]

@@ -356,9 +356,9 @@ def _fastest(trials: list[Trial]) -> Trial | None:
     Where some schedules were measured by more than one process (`polydl tune` measures its
     finalists again beside the analytic choice), only those count, each by its slowest
     measurement: a schedule is the best when it won every time it was timed. The fastest of
-    many noisy single measurements is fast partly by luck: on the 16-core host at N=32 the
-    search's winners measured 1.01-1.26x the analytic schedule and, timed again beside it,
-    0.99x and 1.01x on the suite's geometric mean."""
+    many noisy single measurements is fast partly by luck, and its gain over the analytic
+    schedule mostly goes when timed again beside it.
+    see decisions: Tuned bests confirmed beside the analytic choice"""
     mine = [t for t in trials if t.origin == USER and t.seconds is not None]
     pool = mine or [t for t in trials if t.seconds is not None]
     if not pool:

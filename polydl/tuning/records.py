@@ -165,9 +165,9 @@ def comparable_times(trials: Sequence[Trial]) -> list[float]:
 def pooled(measurements: Sequence[Trial]) -> Trial:
     """One schedule's measurements of one problem as one trial. Where each paired its rounds
     with the reference's, all their rounds together: their label is then the median of every
-    round's ratio. A request's rounds share the machine's slower and faster spells (on the
-    16-core host at 16 threads, 15 rounds of 0.3 ms calls gave ratios 0.98-1.12 from one
-    second to the next), so measurements taken apart in time average them out. Else the
+    round's ratio. A request's rounds share the machine's slower and faster spells, which
+    move the ratios from one second to the next, so measurements taken apart in time average
+    them out (see decisions: Tuning labels pooled over the rounds' ratios). Else the
     measurement of median time (of two, the faster)."""
     if len(measurements) == 1:
         return measurements[0]

@@ -34,11 +34,12 @@ from polydl.target.cpu import CpuTarget
 from polydl.tuning.features import features
 from polydl.tuning.records import schedule_key
 
-# Points evaluated at most per problem: the analytic evaluation takes ~20 ms each.
+# Points evaluated at most per problem, each by the analytic model
+# (see decisions: A tuning space's points and fusion time bounded).
 MAX_POINTS = 400
-# Seconds of fusion choices per space: ~5 ms a point for one statement and its epilogue, 3 s
-# for a Winograd layer's 59 (its transforms around 16-36 GEMMs), where 400 points would take
-# 20 minutes before anything is measured; past it the space keeps the best-ranked points.
+# Seconds of fusion choices per space: a point of a Winograd layer (its transforms around
+# 16-36 GEMMs) takes far longer than one of a statement and its epilogue; past this the space
+# keeps the best-ranked points (see decisions: A tuning space's points and fusion time bounded).
 FUSION_SECONDS = 30.0
 
 

@@ -83,8 +83,8 @@ def _n_tiles(extent: int, lanes: int, cores: int) -> list[int]:
 def _balanced_n_tile(extent: int, lanes: int, cores: int) -> int | None:
     """An n block of 2-4 vectors whose count is a multiple of the cores, on many cores: a
     packed B is then copied block by block by the threads that read it, each thread as many
-    blocks (n blocks outside m blocks; 16 Sapphire Rapids cores: copies per block ran ahead of
-    one copy of all of B before the nest, and 12 or 36 blocks left threads idle)."""
+    blocks (n blocks outside m blocks: a copy per block beats one copy of all of B before the
+    nest, and a count that is no multiple of the cores leaves threads idle)."""
     if cores <= 2:
         return None
     for units in (cores, 2 * cores, 3 * cores):
@@ -152,8 +152,9 @@ def packing_pays(model: PolyModel, target: CpuTarget, binding: MicrokernelBindin
 
 def _bf16_b(model: PolyModel, binding: MicrokernelBinding) -> bool:
     """Whether B is bfloat16. Its kernels need B unit-stride along n, so a strided B is copied;
-    but over a unit-stride B the AMX kernel copies each block into k pairs itself, and on Zen 4
-    the vdpbf16ps kernel ran GEMMs 0.89-1.09x as fast over a copy: long rows alone do not pay."""
+    but over a unit-stride B the AMX kernel copies each block into k pairs itself, and the
+    vdpbf16ps kernel gains nothing overall from a copy: long rows alone do not pay for one.
+    see decisions: A unit-stride bf16 B read in place"""
     operands = gemm_operands(model, binding)
     return operands is not None and model.nest.array(operands[2].array).dtype == "bfloat16"
 
@@ -210,8 +211,8 @@ def micro_panel_candidates(
     if (binding.batch or n_ext <= nr or m_ext < 4 * MICRO_ROWS or b_strides(model, binding) is None
             or _bf16_b(model, binding)):
         return []
-    # A stays in place: its packed panels (`pack_a`) measured 0-11% slower in these blockings
-    # on one and two threads (the copy costs more than the strided broadcasts it saves)
+    # A stays in place: the copy into packed panels (`pack_a`) costs more than the strided
+    # broadcasts it saves (see decisions: A left in place beside a packed B)
     packed = replace(binding, pack_b=True)
     cores = max(target.cores, 1)
     # whole register rows, A blocks of at most 16 register tiles, and sizes that split m
@@ -251,8 +252,8 @@ def _outer_orders(outer: list[str]) -> list[list[str]]:
 def loop_candidates(model: PolyModel, target: CpuTarget, band_vars: tuple[str, ...]) -> list[Schedule]:
     """Tiled schedules without a microkernel: square-ish tiles, the original point order, and
     where the innermost loop does not stream, the order with one that does innermost, tiled
-    only (the reuse model ranked syrk's untiled dot products first; they measured 226 ms
-    against 34 ms in tiles of 32)."""
+    only (the reuse model ranks untiled dot products such as syrk's first, and they run far
+    slower than tiles). see decisions: Plain loop nests with a streaming loop innermost"""
     orders = [band_vars]
     if band_vars and not streams_along(model, band_vars[-1]):
         orders += [tuple(v for v in band_vars if v != inner) + (inner,)
@@ -383,10 +384,8 @@ def call_loop_tiled(schedule: Schedule, var: str, size: int) -> Schedule:
 def k_tilings(model: PolyModel, target: CpuTarget, schedule: Schedule) -> list[Schedule]:
     """A GEMM call over all of a long k with k tiled right outside the call instead, each
     call's micro-panels of B (k tile x nr) an eighth of L2, read again by every register tile
-    of the call from there rather than from L3 or memory (128 x 128 x 32768 on two Zen 4
-    cores: 42 GFLOP/s over all of k, 136 in k blocks; 512 x 512 x 25088 on 16 Sapphire
-    Rapids cores, tuned: 2.1x in k blocks of 1930, panels of 247 KiB). The parallel loops
-    left to the model."""
+    of the call from there rather than from L3 or memory. The parallel loops left to the
+    model. see decisions: GEMM calls over a long k tiled in k"""
     mk = schedule.microkernel
     if mk is None or mk.batch or mk.k in schedule.tile_sizes:
         return []

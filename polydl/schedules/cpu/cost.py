@@ -79,13 +79,13 @@ def evaluate(
     """The model's cost of `schedule`; without parallel loops given, of the outermost free
     ones (`_with_parallel`), or, where those leave cores idle around microkernel calls, of
     the best legal choice (the stem's backward-data scatter: its images and input channel
-    blocks are 2 units for 16 cores; its filter rows 7 units, inside the output rows, ran
-    2.98x as fast on 16 cores)."""
+    blocks are 2 units for 16 cores, its filter rows 7 units inside the output rows).
+    see decisions: Parallel loops where the outermost leave cores idle"""
     memo = {} if memo is None else memo
     result = _evaluate(model, target, schedule, memo)
     if (schedule.parallel or result is None or not result.schedule.parallel
             or schedule.microkernel is None or target.cores < 2):
-        return result  # (plain loop nests: measured 0.67x with a point loop in parallel)
+        return result  # plain nests keep theirs (see decisions: Parallel loops where the outermost leave cores idle)
     units = math.prod(trip_count(model, result.schedule, loop) for loop in result.schedule.parallel)
     if units >= target.cores:
         return result
@@ -279,8 +279,8 @@ def _micro_panel_factor(schedule: Schedule, model: PolyModel, target: CpuTarget,
     Contiguous (packed one register tile wide, or B's rows already nr apart), it streams
     through few pages and every L1 set; rows further apart fall into fewer sets (a 512-byte
     stride into one set in eight) and pages; a panel larger than half of L1 is evicted
-    before the next register tile reads it. (Measured on a 2-core AVX2 machine: 0.93 and
-    0.75 of the contiguous panel's speed.)"""
+    before the next register tile reads it.
+    see decisions: Micro-panels of B priced by their rows' spread"""
     mk = schedule.microkernel
     assert mk is not None
     nr = accumulator_lanes(model, target, mk) * micro_vectors(target)
@@ -298,7 +298,7 @@ def _strided_b(model: PolyModel, mk: MicrokernelBinding) -> bool:
     """Whether a call's B rows fall into few L1 sets: not unit-stride along n, or rows whose
     byte stride is a multiple of 1 KiB (4 KiB apart: one set of 64; 3 KiB: 4 sets), which
     evict each other as a register tile walks k. Rows 4000 bytes apart spread over every
-    set: on a 2-core AVX2 target they ran as fast unpacked as packed, on 16 cores faster."""
+    set and need no copy. see decisions: Micro-panels of B priced by their rows' spread"""
     strides = b_strides(model, mk)
     operands = gemm_operands(model, mk)
     if strides is None or operands is None:
@@ -338,8 +338,7 @@ def _call_traffic(model: PolyModel, target: CpuTarget, schedule: Schedule,
     tiles stream (likewise A's rows over all of k, with k's tile loop between). And every
     register tile down m reads the strip's micro-panel of B (k x nr); one larger than half of
     L2 (or L3) is read again for each of them (a call over all of k = 32768: 8 MiB of B a
-    strip, read 11 times; two Zen 4 cores ran 128 x 128 x 32768 at 42 GFLOP/s so, 136 over k
-    blocks of 256)."""
+    strip, read 11 times). see decisions: GEMM calls over a long k tiled in k"""
     mk = schedule.microkernel
     assert mk is not None
     line = target.cache_line_bytes
@@ -406,9 +405,9 @@ def amx_repacked_bytes(model: PolyModel, target: CpuTarget, schedule: Schedule,
     """Bytes of B the AMX kernel copies into k pairs over the nest. It copies B at every call,
     except that a call over the same constant B of one block as the thread's previous call
     reuses its copy (`microkernels/amx.py`): then B is copied once per change of the loops
-    outside the call that move it. On the 16-core Sapphire Rapids host, bf16 1 x 1 layers
-    whose output-channel blocks were the innermost loop outside the calls ran 1.25-2.2x as long
-    as with the blocks outside the rows and images."""
+    outside the call that move it: output-channel blocks innermost outside the calls copy B at
+    every call, blocks outside the rows and images once a block.
+    see decisions: AMX copies of B kept for the next call"""
     mk = schedule.microkernel
     if mk is None or target.isa != "avx512amx":
         return 0
@@ -436,9 +435,8 @@ def amx_repacked_bytes(model: PolyModel, target: CpuTarget, schedule: Schedule,
 def packed_elsewhere(model: PolyModel, schedule: Schedule, cores: int) -> float:
     """The packed B's reads from a copy another thread wrote, as a fraction of its size: the
     copy's n blocks run on the threads in OpenMP's static split, and a block one thread wrote
-    and another reads comes from the writer's cache, a transfer on top of the shared read
-    (16 cores, GEMMs over all of k in 64 x 64 tiles: n blocks outside m blocks, each thread
-    reading the blocks it copied, ran 1.0-1.35x as fast as m blocks outside n blocks)."""
+    and another reads comes from the writer's cache, a transfer on top of the shared read.
+    see decisions: Reads of lines another core wrote"""
     mk = schedule.microkernel
     assert mk is not None
     operands = gemm_operands(model, mk)

@@ -74,8 +74,8 @@ def main_is_general(model: PolyModel) -> bool:
 def plan_nests(model: PolyModel, target: CpuTarget, *, with_main: bool) -> dict[int, GroupPlan]:
     """A plan per nest (the main one only `with_main`), keyed by group. Cached per model and
     target: every schedule of a model (the tuner plans dozens) gets the same plans for the
-    nests around its main one, and ranking them counts working sets (the stem's padding copy:
-    0.2 s a schedule)."""
+    nests around its main one, and ranking them counts working sets, which is slow (the
+    stem's padding copy). see decisions: Nest plans cached per model and target"""
     plans = _NEST_PLANS.setdefault(model, {})
     key = (target, with_main)
     if key not in plans:

@@ -58,8 +58,8 @@ def rank(model: PolyModel, target: CpuTarget, limit: int = MAX_CANDIDATES) -> li
                     ranked.append(result)
             ranked.sort(key=lambda r: r.cost)
     # below the model's view: every call's batch tiled where it overflows L1's sets or L2, in
-    # the order of the whole calls' costs (re-sorted by the tiled ones' costs, which add the
-    # partial sums' traffic and not what the tiles save, other schedules won that ran 0.93x)
+    # the order of the whole calls' costs (the tiled ones' costs add the partial sums' traffic
+    # and not what the tiles save; see decisions: Batch tiles after the ranking)
     return [_with_tiled_batch(model, target, result, memo) for result in ranked]
 
 

@@ -39,10 +39,9 @@ class VectorUnit:
 
 
 VECTOR_UNITS: dict[str, VectorUnit] = {
-    # On Zen 3 (4-cycle FMAs) tiles of 4 x 2, exactly ports x latency accumulators, ran
-    # 0.88-0.94x the speed of 6 x 2 tiles on the same calls (1 x 1 layers over 56 columns, two
-    # cores); a register-only loop of 8 chains reaches the peak, so it is the six loads of a
-    # step that leave such a tile no slack.
+    # Tiles of exactly ports x latency accumulators (4 x 2 on AVX2) fall behind larger ones: a
+    # register-only loop of 8 chains reaches the peak, so it is the six loads of a step that
+    # leave such a tile no slack (see decisions: One cycle of slack in AVX2 FMA chains).
     "avx2": VectorUnit("avx2", registers=16, vector_bytes=32, chain_slack=1, target_attribute="avx2,fma"),
     "avx512": VectorUnit("avx512", registers=32, vector_bytes=64,
                          target_attribute="avx512f,avx512bw,avx512vl,avx512dq,fma"),
@@ -96,12 +95,10 @@ def offsets_per_set(offsets_bytes: Iterable[int]) -> int:
 BATCH_TILE_MAX_WAYS = 8
 # Cycles a register tile waits, beyond its FMAs, for each line of A that L1 no longer holds
 # when the tile reaches it, and for each line of its strip of B, where A's rows thrash L1's
-# sets (`blocking.a_lines_missed`). Fitted on the 16-core Sapphire Rapids host (12 ways), whose
-# 1 x 1 layers from 256 channels at 56 x 56 read 16 input-channel blocks 49 pages apart: each
-# row's 16 lines share one set and every vector strip of B reads them from L2 again, with no
-# prefetch across pages, while B's strips stream in order. Calls of 28 rows x 8 blocks, same
-# schedules, 16 threads, N=32, time against tiles of 14 x 2: 7 x 3 0.87-0.93, 6 x 4 0.84-0.89,
-# 8 x 2 (calls of 16 rows) 0.98-1.05. So priced, 7 x 3 comes out 0.94 and 6 x 4 0.86.
+# sets (`blocking.a_lines_missed`). Fitted to register tiles of 1 x 1 layers from 256 channels
+# at 56 x 56 on a 12-way L1, which read 16 input-channel blocks 49 pages apart: each row's 16
+# lines share one set and every vector strip of B reads them from L2 again, with no prefetch
+# across pages, while B's strips stream in order (see decisions: A's rows beyond the L1's ways).
 A_LINE_MISS_CYCLES = 11.0
 B_LINE_CYCLES = 0.5
 
@@ -109,10 +106,9 @@ B_LINE_CYCLES = 0.5
 def alias_free_rows(row_bytes: int, most: int, l1_bytes: int) -> int:
     """Rows (at most `most`) of a register tile whose A lines stay in L1 from one k step to
     the next. A row's line serves the next k steps only while it stays cached: rows 4 KiB
-    apart (a K of 1024 floats) all fall in one set, and 28 of them evicted each other every
-    step (4096 x 16 x 1024 on two Zen 4 cores, 8 ways: 20 GFLOP/s in tiles of 28 rows, 131
-    in 12, 169 in 8, 180 in 6, 144 in 4). One way is left to B: a backward-data layer's 7
-    rows 8 KiB apart beside a B that walks one set ran 0.7x as fast in tiles of 4 and 3."""
+    apart (a K of 1024 floats) all fall in one set, and more of them than the set has ways
+    evict each other every step. One way is left to B, which may walk the same set.
+    see decisions: Register tile rows within the L1's ways"""
     ways = max(l1_ways(l1_bytes) - _OTHER_WAYS, 1)
     rows = most
     while rows > 1 and lines_per_set(row_bytes, rows) > ways:
@@ -129,8 +125,8 @@ def max_rows(unit: VectorUnit, vectors: int) -> int:
 def step_cycles(unit: VectorUnit, fmas: int, loads: int, *, slack: bool = False) -> float:
     """One k step: every accumulator takes one FMA, so the step lasts at least one latency;
     `slack`: and the unit's `chain_slack` more, as code generation prices a tile. (The ranking
-    prices without it: its choices of tiles and loops were measured so, and a 64-row GEMM
-    block, priced with it, lost to blocks of 96 that ran 0.88-0.95x as fast.)"""
+    prices without it: its choices of tiles and loops were measured so, and priced with it,
+    GEMMs moved to slower blocks.) see decisions: One cycle of slack in AVX2 FMA chains"""
     latency = unit.fma_latency + (unit.chain_slack if slack else 0)
     return max(fmas / unit.fma_ports, loads / unit.load_ports, float(latency))
 

@@ -2,10 +2,9 @@
 
 A hardware prefetcher follows a limited number of sequential streams. A loop order that walks
 a tensor row by row across many images (`p > n`: row p of image 0, of image 1, ...) interleaves
-one stream per image, where `n > p` walks each image's plane as one stream: measured on a
-1x1 convolution of 32 -> 16 channels at 112x112, NCHW16c, on two Zen 4 cores, the row-major
-order over 4, 8, 16, 32 images ran 1.37, 1.57, 1.7, 2.0 times slower once the tensors no longer
-fit the L3, with the same bytes moved.
+one stream per image, where `n > p` walks each image's plane as one stream: once the tensors
+no longer fit the L3, the more images the row-major order interleaves, the slower it runs,
+with the same bytes moved (see decisions: Memory streams priced beyond six a thread).
 
 An access's streams, walking the order from the innermost loop out: a loop that advances the
 access by no more than the run covered so far continues the run (the loops skipped in between
@@ -25,8 +24,8 @@ from polydl.schedules.schedule import Schedule, loop_var
 from polydl.schedules.strides import element_stride
 
 # streams up to this many per thread stream at full speed; each doubling beyond costs a quarter
-# of the DRAM bandwidth more. The measurements above, counted as below (N=4: 10 streams, N=8: 18,
-# N=32: 66), were 1.37, 1.57, 2.0 times slower; the curve says 1.18, 1.40, 1.86 (on the low side)
+# of the DRAM bandwidth more, on the low side of the measured slowdowns
+# (see decisions: Memory streams priced beyond six a thread)
 FREE_STREAMS = 6
 COST_PER_DOUBLING = 0.25
 
