@@ -85,7 +85,8 @@ def gemm_case(m: int, n: int, k: int, dtype: str, bf16_out: bool = False) -> dic
             nest = retype(nest, {"A": "bfloat16", "B": "bfloat16"})
     tag = "bf16out" if bf16_out else ("bf16" if dtype == "bfloat16" else "fp32")
     return {"name": f"gemm_{m}x{n}x{k}_{tag}", "kind": "gemm", "set": "gemm", "nest": nest, "params": params,
-            "overwrites": bf16_out, "dtype": dtype, "out_dtype": "bfloat16" if bf16_out else "float32", "flops": 2 * m * n * k}
+            "overwrites": bf16_out, "dtype": dtype, "out_dtype": "bfloat16" if bf16_out else "float32",
+            "flops": 2 * m * n * k}
 
 
 def bmm_case(b: int, m: int, n: int, k: int, dtype: str) -> dict[str, Any]:
@@ -350,8 +351,8 @@ def main() -> int:
         cases = [c for c in cases if c["name"] in args.only]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        kernels = list(pool.map(lambda c: build_kernel(c["nest"], c["params"], target=TF32 if c.get("tf32") else "cuda"),
-                                cases))
+        kernels = list(pool.map(
+            lambda c: build_kernel(c["nest"], c["params"], target=TF32 if c.get("tf32") else "cuda"), cases))
     print(f"built {len(kernels)} kernels in {time.time() - t0:.1f} s", flush=True)
     peaks = measured_peaks(torch, args.repeat)
     print("measured peak TFLOP/s (PyTorch 8192^3 matmul): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
@@ -361,7 +362,8 @@ def main() -> int:
         rows.append(row)
         print(f"{row['case']:30s} {'ok ' if row['ok'] else 'BAD'} err={row['rel_error']:.1e} "
               f"polydl {row['polydl_ms']:8.3f} ms {row['polydl_tflops']:7.2f} TF/s | torch {row['torch_ms']:8.3f} ms "
-              f"{row['torch_tflops']:7.2f} TF/s | ratio {row['ratio']:.2f} graph {row['graph_ratio'] or float('nan'):.2f}",
+              f"{row['torch_tflops']:7.2f} TF/s | ratio {row['ratio']:.2f} "
+              f"graph {row['graph_ratio'] or float('nan'):.2f}",
               flush=True)
     summary: dict[str, Any] = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -383,7 +385,8 @@ def main() -> int:
     for r in rows:
         print(f"| {r['case']} | {'yes' if r['ok'] else 'NO'} | {r['rel_error']:.1e} | "
               f"{r['polydl_ms']:.3f} | {r['torch_ms']:.3f} | {r['polydl_tflops']:.1f} | "
-              f"{r['torch_tflops']:.1f} | {r['peak_percent']:.0f} | {r['ratio']:.2f} | {_fmt(r['graph_ratio'], '.2f')} |")
+              f"{r['torch_tflops']:.1f} | {r['peak_percent']:.0f} | {r['ratio']:.2f} | "
+              f"{_fmt(r['graph_ratio'], '.2f')} |")
     print(json.dumps(summary, indent=1))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,14 +9,18 @@ unless a scoped `override` is in force, and checks what it reads: a bad value is
 |---|---|---|
 | `POLYDL_CACHE_DIR` | `cache_dir()` | compile cache root (default: the user cache dir) |
 | `POLYDL_TUNING_DB` | `tuning_db()` | tuning database (default: `tuning.sqlite` in the cache) |
-| `POLYDL_SYSTEM_DB` | `system_db()` | read-only tuning database shipped beside the user's (default: `tuning/system.sqlite` in the package if there is one; empty: none) |
-| `POLYDL_COST_MODEL` | `cost_model()` | learned cost model for `schedule="tuned"` (default: `costmodel.txt` in the cache) |
+| `POLYDL_SYSTEM_DB` | `system_db()` | read-only tuning database shipped beside the user's (default: see below) |
+| `POLYDL_COST_MODEL` | `cost_model()` | learned model for `schedule="tuned"` (default: `costmodel.txt` in the cache) |
 | `POLYDL_CC` | `cc()` | C compiler (default `cc`) |
 | `POLYDL_CFLAGS` | `cflags()` | its optimisation flags, None for the default |
 | `POLYDL_ISA` | `forced_isa()` | lower the native target's ISA |
 | `POLYDL_SANITIZE` | `sanitizers()` | ASan/UBSan for generated kernels |
 | `POLYDL_NVCC`, `POLYDL_HIPCC` | `gpu_compiler(kind)` | GPU compilers |
-| `POLYDL_GPU_TILES` | `gpu_timed_tiles()` | how many of each GEMM's best-ranked tiles a CUDA build times where a device is present (default 6; 1: the tile score's pick, nothing timed) |
+| `POLYDL_GPU_TILES` | `gpu_timed_tiles()` | how many of each GEMM's best-ranked tiles a CUDA build times (see below) |
+
+`POLYDL_SYSTEM_DB` defaults to `tuning/system.sqlite` in the package if there is one (empty: none).
+A CUDA build times `POLYDL_GPU_TILES` tiles where a device is present (default 6; 1: the tile
+score's pick, nothing timed).
 """
 
 from __future__ import annotations

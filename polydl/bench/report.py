@@ -127,7 +127,8 @@ def format_report(suite: str, env: Environment, rows: Sequence[Row]) -> str:
         lines.append([
             r.case, r.shape, r.variant or "-", num(r.polydl_gflops, ".1f"),
             num(best[1] if best else None, ".1f"), best[0] if best else "-",
-            num(r.ratio, ".2f"), spread(r.round_ratios()), num(r.peak_percent, ".0f"), num(r.compile_s, ".1f"), _check(r),
+            num(r.ratio, ".2f"), spread(r.round_ratios()), num(r.peak_percent, ".0f"), num(r.compile_s, ".1f"),
+            _check(r),
         ])
     out += _table(header, lines, left=3)
     out.append("(speeds in GFLOP/s, medians; ratio = polydl / best reference; rounds = the "

@@ -141,7 +141,8 @@ def _ranking(c: Compilation, top: int) -> list[str]:
         lines.append(f"  #{i + 1} cost {r.cost:.3e}  {r.schedule.describe()}")
         for w in r.working_sets:
             size = w.bytes(target.cache_line_bytes)
-            fits = "L1" if size <= target.l1_bytes else "L2" if size <= target.l2_bytes else "L3" if size <= target.l3_bytes else "memory"
+            fits = ("L1" if size <= target.l1_bytes else "L2" if size <= target.l2_bytes
+                    else "L3" if size <= target.l3_bytes else "memory")
             lines.append(
                 f"      level {w.level} {w.loop:>8s}: working set {_size(size):>10s} ({fits}), runs {w.executions}x"
             )

@@ -5,8 +5,9 @@ and occupancy, which does not see everything that decides a tile's speed (see de
 tiles timed on the device). Where a CUDA device is present, a kernel being built has the
 best-ranked tiles of each GEMM statement (six; `POLYDL_GPU_TILES`) compiled in parallel, run
 interleaved on the same random inputs (`runtime.gpu.timing`) and the fastest kept; the stored
-lowering holds that choice, so it is timed once per problem and target. Without a device, or for source only (`lower`, `polydl
-compile`), the ranking's best stays. The decision's reason lists the times.
+lowering holds that choice, so it is timed once per problem and target. Without a device, or for
+source only (`lower`, `polydl compile`), the ranking's best stays. The decision's reason lists
+the times.
 """
 
 from __future__ import annotations

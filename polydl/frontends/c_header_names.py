@@ -2,9 +2,9 @@
 immintrin.h, omp.h, libxsmm.h, with the macros gcc predefines in gnu11 mode), as listed by
 `cc -std=gnu11 -fopenmp -dM -E` and `cc -E` on glibc 2.36 / gcc 12 / LIBXSMM 1.17.
 
-Names with a leading `_`, those in `c_names.RESERVED`, and the `libxsmm_`, `LIBXSMM_`, `omp_`, `PRI*`, `SCN*` families are
-refused by prefix (see `c_names.py`) and are not repeated here. tests/frontends/test_names.py
-checks the list against the local toolchain.
+Names with a leading `_`, those in `c_names.RESERVED`, and the `libxsmm_`, `LIBXSMM_`, `omp_`,
+`PRI*`, `SCN*` families are refused by prefix (see `c_names.py`) and are not repeated here.
+tests/frontends/test_names.py checks the list against the local toolchain.
 """
 
 from __future__ import annotations

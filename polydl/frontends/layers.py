@@ -66,8 +66,9 @@ def _positive_real(name: str, value: object) -> float:
 
 def linear(N: int, C: int, K: int, dtype: str = "float32", fuse: Sequence[str] = ()) -> Built:
     """`y[n][k] += x[n][c] * w[k][c]`, then the `fuse` epilogues in order (bias b[K], relu,
-    residual shaped like y, scale_shift scale[K] and shift[K]); called as `k(x, w, *fused) -> y`. w is PyTorch's [out][in]
-    layout; it is transposed into a local wt[C][K] so the GEMM streams unit-stride rows."""
+    residual shaped like y, scale_shift scale[K] and shift[K]); called as `k(x, w, *fused) -> y`.
+    w is PyTorch's [out][in] layout; it is transposed into a local wt[C][K] so the GEMM streams
+    unit-stride rows."""
     sizes = {"N": integer_arg("N", N), "C": integer_arg("C", C), "K": integer_arg("K", K)}
     ctype, suffix = _dtype(dtype)
     epilogues = epilogue_names(fuse)

@@ -364,7 +364,8 @@ def elementwise_step(
             return Apply("select" + e.op, (a, b, t, f))  # type: ignore[arg-type]
         if isinstance(e, Call) and e.function in FMAX_FMIN and len(e.args) == 2:
             return _apply(FMAX_FMIN[e.function], [convert(e.args[0]), convert(e.args[1])])
-        return f"its expression uses {type(e).__name__.lower()} {getattr(e, 'op', '') or getattr(e, 'function', '')}".rstrip()
+        return (f"its expression uses {type(e).__name__.lower()} "
+                f"{getattr(e, 'op', '') or getattr(e, 'function', '')}").rstrip()
 
     value = convert(s.statement.value)
     if isinstance(value, str):

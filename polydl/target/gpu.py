@@ -2,8 +2,9 @@
 
 A `GpuTarget` holds the numbers the GPU schedule needs (warp width, shared memory per block,
 registers per thread and per multiprocessor, threads per block, multiprocessor count, the
-operand bytes the L2 keeps between tiles) and the architectures the compiler builds for. The presets describe the chips polydl targets: NVIDIA Hopper (CUDA, sm_90)
-and AMD CDNA2/CDNA3 (HIP, gfx90a and gfx942). Tests build one by hand to pin a decision.
+operand bytes the L2 keeps between tiles) and the architectures the compiler builds for. The
+presets describe the chips polydl targets: NVIDIA Hopper (CUDA, sm_90) and AMD CDNA2/CDNA3 (HIP,
+gfx90a and gfx942). Tests build one by hand to pin a decision.
 """
 
 from __future__ import annotations

@@ -80,7 +80,9 @@ def test_compile_to_stdout_prints_c(capsys: pytest.CaptureFixture[str]) -> None:
 def test_aot_library_is_callable_from_plain_c(tmp_path: Path) -> None:
     out = tmp_path / "out"
     m, n, k = 7, 5, 3
-    assert main(["compile", str(EXAMPLES / "matmul.c"), "-p", f"M={m}", "-p", f"N={n}", "-p", f"K={k}", "-o", str(out)]) == 0
+    assert main(
+        ["compile", str(EXAMPLES / "matmul.c"), "-p", f"M={m}", "-p", f"N={n}", "-p", f"K={k}", "-o", str(out)]
+    ) == 0
     assert {p.name for p in out.iterdir()} == {"matmul.c", "matmul.h", "libmatmul.so"}
     program = tmp_path / "main.c"
     program.write_text(

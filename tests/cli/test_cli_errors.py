@@ -91,7 +91,9 @@ def test_debug_shows_the_traceback_from_the_console(tmp_path: Path) -> None:
     assert loud.returncode == 1 and "Traceback" in loud.stderr and "SpecError" in loud.stderr
 
 
-def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cache_info_and_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "cache"
     monkeypatch.setenv("POLYDL_CACHE_DIR", str(root))
     assert main(["compile", MATMUL, *SIZES, "-o", str(tmp_path / "out")]) == 0

@@ -76,13 +76,15 @@ def test_8x8_tiles_of_256_threads_come_held_to_two_blocks_and_as_ptxas_chooses()
     (kernel,) = [k for k in gpu_schedule(model, DEFAULT_GPUS["cuda"]).kernels if k.gemm is not None]
     statement, plan = kernel.statement, kernel.gemm
     ranked = [t for _, t, _, _ in ranked_tilings(model, statement, plan, DEFAULT_GPUS["cuda"])]
-    big = [(t.blocks_per_sm, t.splits) for t in ranked if isinstance(t, FmaTiling) and (t.block_m, t.block_n) == (128, 128)]
+    big = [(t.blocks_per_sm, t.splits) for t in ranked
+           if isinstance(t, FmaTiling) and (t.block_m, t.block_n) == (128, 128)]
     assert [b for b, _ in big] == [2, 1] and big[0][1] == big[1][1]
     assert all(t.blocks_per_sm == 1 for t in ranked if t.threads != 256)
     # HIP's launch bound counts waves, not blocks: nothing to choose between there
     hip = ranked_tilings(model, statement, plan, DEFAULT_GPUS["hip"])
     assert all(t.blocks_per_sm == 1 for _, t, _, _ in hip)
-    assert "#define PD_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads)\n" in lower(nest, params, "hip").code.source
+    assert ("#define PD_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads)\n"
+            in lower(nest, params, "hip").code.source)
 
 
 def test_warp_tiles_step_k_by_8_where_16_would_copy_over_8_float4s_a_thread() -> None:

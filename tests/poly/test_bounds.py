@@ -16,7 +16,8 @@ REFUSED = [
     ("write-negative", "  for (int i = 0; i < N; i++)\n    $y[i - 1] = x[i];", "writes", "y"),
     ("inclusive-bound", "  for (int i = 0; i <= N; i++)\n    $y[i] = 1.0f;", "writes", "y"),
     ("stride-overshoot", "  for (int i = 0; i < N; i += 2)\n    y[i] = $x[i + 2];", "reads", "x"),
-    ("triangular", "  for (int i = 0; i < N; i++)\n    for (int j = 0; j <= i + 1; j++)\n      y[i] += $w[i][j];", "reads", "w"),
+    ("triangular", "  for (int i = 0; i < N; i++)\n    for (int j = 0; j <= i + 1; j++)\n"
+     "      y[i] += $w[i][j];", "reads", "w"),
     ("second-dimension", "  for (int i = 0; i < N; i++)\n    y[i] = $w[0][2 * i];", "reads", "w"),
     ("division", "  for (int i = 0; i < 2 * N; i++)\n    y[i / 2] += $x[(i + 2) / 2];", "reads", "x"),
     ("guard-too-weak", "  for (int i = 0; i < N; i++)\n    if (i >= 0)\n      y[i] = $x[i - 1];", "reads", "x"),
@@ -39,7 +40,8 @@ def test_out_of_bounds_is_refused_at_the_access(body: str, verb: str, array: str
 ACCEPTED = [
     ("guarded", "  for (int i = 0; i < N; i++)\n    if (i >= 1)\n      y[i] = x[i - 1];",
      lambda x, w: __import__("numpy").concatenate([[0], x[:-1]])),
-    ("clamped-bounds", "  for (int i = 0; i < N; i++)\n    for (int j = max(0, i - 1); j < min(N, i + 2); j++)\n      y[i] += x[j];",
+    ("clamped-bounds", "  for (int i = 0; i < N; i++)\n    for (int j = max(0, i - 1); j < min(N, i + 2); j++)\n"
+     "      y[i] += x[j];",
      None),
     ("modulo", "  for (int i = 0; i < N; i++)\n    y[i] = x[(i + 3) % 6];", None),
 ]

@@ -47,7 +47,10 @@ void st(int M, int N, int K, float C[M][N], float D[M][N], const float A[M][K], 
 STENCIL_I = STENCIL_J.replace(
     "for (int j = 1; j < N - 1; j++)\n      D[i][j] = C[i][j - 1] + C[i][j] + C[i][j + 1];",
     "for (int j = 0; j < N; j++)\n      D[i][j] = C[i - 1][j] + C[i + 1][j];",
-).replace("for (int i = 0; i < M; i++)\n    for (int j = 0; j < N; j++)\n      D", "for (int i = 1; i < M - 1; i++)\n    for (int j = 0; j < N; j++)\n      D")
+).replace(
+    "for (int i = 0; i < M; i++)\n    for (int j = 0; j < N; j++)\n      D",
+    "for (int i = 1; i < M - 1; i++)\n    for (int j = 0; j < N; j++)\n      D",
+)
 
 SIZES = {"M": 12, "N": 10, "K": 7}
 PLAIN = Schedule(order=("i", "j", "k"), parallel=("i",))

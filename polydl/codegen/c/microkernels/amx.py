@@ -10,11 +10,11 @@ rows then reads it (and, where B is a constant input, the thread's next calls on
 within one call of the generated function). Where the generated function copied all of B
 into that order before its calls (`BrgemmSpec.b_pairs`), the tiles load from B itself. A
 block of C is up to 3 x 1 or 2 x 2 tiles of 16 x 16 fp32 (the 8 tile registers also hold
-one A tile per tile row and one B tile per tile column); ragged edges are tiles with fewer rows or columns, under their own tile
-configuration, and rows are split into blocks of one height where that costs no tile
-(`row_block`). A call in one tile configuration leaves it loaded for the thread's next call
-within the same call of the generated function; one in several releases the tiles at its
-end (see decisions: AMX tile configuration kept between calls).
+one A tile per tile row and one B tile per tile column); ragged edges are tiles with fewer rows or
+columns, under their own tile configuration, and rows are split into blocks of one height where
+that costs no tile (`row_block`). A call in one tile configuration leaves it loaded for the
+thread's next call within the same call of the generated function; one in several releases the
+tiles at its end (see decisions: AMX tile configuration kept between calls).
 """
 
 from __future__ import annotations
