@@ -34,7 +34,8 @@ from polydl.errors import (
     ToolchainWarning,
     UnsupportedOperator,
 )
-from polydl.runtime.kernel import Kernel, aligned
+from polydl.runtime.c.kernel import Kernel
+from polydl.runtime.kernel import aligned
 from polydl.schedules.schedule import MicrokernelBinding, Schedule
 from polydl.target import CpuTarget, GpuTarget, Target
 from polydl.version import __version__

@@ -16,7 +16,7 @@ from polydl.driver.compilation import Compilation
 from polydl.errors import TargetError
 from polydl.frontends import builders, conv_backward, layers, load_spec
 from polydl.ir import LoopNest
-from polydl.runtime.kernel import Kernel
+from polydl.runtime.c.kernel import Kernel
 from polydl.schedules.schedule import Schedule
 from polydl.target import CpuTarget, GpuTarget, MachineArg, Target, resolve_target
 

@@ -20,7 +20,7 @@ def with_bf16(nest, names):  # type: ignore[no-untyped-def]
 
 
 def run_and_check(
-    kernel: polydl.runtime.kernel.Kernel,  # type: ignore[name-defined]
+    kernel: polydl.runtime.c.kernel.Kernel,  # type: ignore[name-defined]
     expected: Callable[..., object] | None = None,
     seed: int = 0,
 ) -> tuple[np.ndarray, ...]:
@@ -44,7 +44,7 @@ def run_and_check(
     return tuple(got)
 
 
-def compile_c(text: str, params: Mapping[str, int], **kw: object) -> polydl.runtime.kernel.Kernel:  # type: ignore[name-defined]
+def compile_c(text: str, params: Mapping[str, int], **kw: object) -> polydl.runtime.c.kernel.Kernel:  # type: ignore[name-defined]
     return polydl.compile(text, params, **kw)  # type: ignore[arg-type]
 
 

@@ -34,7 +34,7 @@ from polydl.bench.forward import expected as float64_result
 from polydl.bench.results import Row, error_row, one_line
 from polydl.bench.timing import Runner, Speeds, time_runners
 from polydl.frontends import builders
-from polydl.runtime.kernel import Kernel
+from polydl.runtime.c.kernel import Kernel
 from polydl.runtime.verify import relative_error
 
 FUSE = ("bias", "relu")

@@ -20,8 +20,8 @@ from polydl.driver.reference import LazyReference
 from polydl.errors import PolyDLError, ScheduleError
 from polydl.ir import LoopNest
 from polydl.poly.model import PolyModel
+from polydl.runtime.c.kernel import Kernel
 from polydl.runtime.c.toolchain import build_shared_library
-from polydl.runtime.kernel import Kernel
 from polydl.schedules.apply import apply_schedule
 from polydl.schedules.cpu.auto import auto_schedule, resolve
 from polydl.schedules.cpu.distribution import isolate_gemms

@@ -1,36 +1,29 @@
-"""`Kernel`: a compiled loop nest as a Python callable over numpy arrays.
+"""What every backend's kernel shares: `CompiledKernel` and the checks of a call.
 
-Takes the generated code, the loop nest and its compiled library; returns a callable that checks
-every argument (shape, dtype, C-contiguity, writability, aliasing) before any native code runs.
-Calling convention (docs/contract.md): `const` arrays are inputs, passed positionally in
-declaration order or by name; outputs may be passed by name and are then updated in place,
-otherwise they are allocated zero-filled. The call returns the output, or a tuple of outputs.
+Takes a kernel's arguments (`KernelArgument`) and the values a call gives; returns each
+argument as a numpy array checked before any native code runs (shape, dtype, C-contiguity,
+writability, aliasing) and the outputs to return. Calling convention (docs/contract.md): `const`
+arrays are inputs, passed positionally in declaration order or by name; outputs may be passed by
+name and are then updated in place, otherwise they are allocated zero-filled. The call returns
+the output, or a tuple of outputs. Each backend loads and launches its own kernel:
+`runtime/c/kernel.py`, `runtime/gpu/kernel.py`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-import sys
-import threading
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cffi
 import numpy as np
 
 from polydl.codegen.artifact import GeneratedCode, KernelArgument
-from polydl.codegen.c.generate import c_parameters
 from polydl.dtypes import DTYPES, f32_to_bf16
-from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
+from polydl.errors import ShapeError
 from polydl.ir import LoopNest
 from polydl.names import respell, spelling
-from polydl.runtime.loading import load_for_life
-from polydl.runtime.sanitize import require_runtime
-from polydl.schedules.schedule import Schedule
 
 # polydl dtype -> the numpy dtype of a kernel's arrays (bfloat16: raw bits; ml_dtypes.bfloat16
 # arrays are accepted and viewed as such)
@@ -41,7 +34,8 @@ ReferenceImpl = Callable[[dict[str, np.ndarray]], None]
 BoundCall = tuple[list[Any], list[np.ndarray]]
 
 
-def _is_bfloat16(dtype: np.dtype) -> bool:
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is ml_dtypes' bfloat16 (numpy has none of its own)."""
     return dtype.name == "bfloat16"
 
 
@@ -102,7 +96,7 @@ class CompiledKernel:
         not modified."""
         arrays, outputs = bind_host(self.arguments, self._gather(args, named), copy_outputs=True)
         self._reference_impl(arrays)
-        return _result(outputs)
+        return call_result(outputs)
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         raise NotImplementedError  # each target's kernel class launches its code
@@ -143,252 +137,9 @@ class CompiledKernel:
         return given
 
 
-class Kernel(CompiledKernel):
-    """A compiled CPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy.
-
-    `cannot_run` says why this CPU cannot execute the library (built for another target): the
-    library is then never loaded, and a call is a `TargetError` instead of an illegal
-    instruction."""
-
-    def __init__(
-        self,
-        code: GeneratedCode,
-        nest: LoopNest,
-        params: Mapping[str, int],
-        schedule: Schedule,
-        flops: int,
-        reference_impl: ReferenceImpl,
-        library_path: Path,
-        cannot_run: str = "",
-    ) -> None:
-        super().__init__(code, nest, params, schedule, flops, reference_impl, library_path)
-        self.cannot_run = cannot_run
-        self._kept = KeptInputs(code, self.arguments, library_path)
-        if not cannot_run:
-            self._ffi, self._function, changed = _load(library_path, code)
-            self._call_plan = CallPlan(self._ffi, code.arguments)
-            self._kept.changed = changed
-
-    def constants_changed(self) -> None:
-        """Say that an input kept between calls (`constant=` when built) was changed in place:
-        its packed copy is made again at the next call. (Another array, or one at another
-        address, is noticed without this.)"""
-        self._kept.bump()
-
-    def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        if self.cannot_run:
-            raise TargetError(self.cannot_run)
-        bound = self._call_plan.bind(args, named)
-        if bound is None:  # something is off or unusual: the full checks raise or accept it
-            bound = self._bind_checked(args, named)
-        if self._kept.names:
-            self._kept.note(args, named)
-        # the arrays stay alive through the call: held by `args`, `named` and `outputs`, and by
-        # the from_buffer cdata in c_values
-        c_values, outputs = bound
-        status = self._function(*c_values)
-        if status != 0:
-            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
-        return _result(outputs)
-
-    def _bind_checked(self, args: tuple[Any, ...], named: dict[str, Any]) -> BoundCall:
-        """The C arguments and the outputs of a call that passes every check, or the
-        ShapeError of the first check it fails."""
-        arrays, outputs = bind_host(self.arguments, self._gather(args, named))
-        c_values = [
-            self._ffi.cast(f"{a.c_type} *", arrays[a.name].ctypes.data) if a.shape
-            else arrays[a.name].item()  # a scalar parameter, by value
-            for a in self.arguments
-        ]
-        return c_values, outputs
-
-
-_MISSING = object()  # an argument the call did not give
-
-
-class KeptInputs:
-    """The inputs whose packed copies the library keeps between calls (`GeneratedCode.kept`),
-    and the arrays last passed for them. The library finds a copy by the input's address;
-    a different array at an address seen before (the first one freed, its memory reused)
-    would read the copy of the old one, so it moves the library's generation on first. The
-    addresses seen are the library's (kernels loaded from one library share its copies)."""
-
-    def __init__(self, code: GeneratedCode, arguments: tuple[KernelArgument, ...],
-                 library: Path) -> None:
-        self.names = code.kept
-        inputs = [a for a in arguments if a.is_input]
-        self._where = tuple((i, spelling(a.name)) for i, a in enumerate(inputs) if a.name in code.kept)
-        self._seen: dict[int, weakref.ref[Any] | None] = {}
-        if self.names:
-            with _LOCK:
-                self._seen = _KEPT_SEEN.setdefault(library, {})
-        self._lock = _KEPT_LOCK
-        self.changed: Callable[[], None] | None = None
-
-    def bump(self) -> None:
-        if self.changed is not None:
-            self.changed()
-
-    def note(self, args: tuple[Any, ...], named: dict[str, Any]) -> None:
-        """Before a call that passed every check: bump where a kept input is an array other
-        than the one last seen at its address."""
-        for position, keyword in self._where:
-            value = args[position] if position < len(args) else named.get(keyword)
-            if not isinstance(value, np.ndarray):
-                continue
-            owner = _owner(value)
-            address = value.__array_interface__["data"][0]
-            with self._lock:
-                known = address in self._seen
-                seen = self._seen.get(address)
-                if seen is None or seen() is not owner:
-                    if known:
-                        self.bump()
-                    try:
-                        self._seen[address] = weakref.ref(owner)
-                    except TypeError:  # an owner that takes no weak reference: always a new one
-                        self._seen[address] = None
-
-
-def _owner(array: np.ndarray) -> Any:
-    """The object that owns an array's memory (the end of its chain of bases)."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array.base if array.base is not None else array
-
-
-@dataclass(frozen=True, slots=True)
-class _Slot:
-    """What a call checks of one argument, and how it reaches C."""
-
-    argument: KernelArgument
-    spelling: str  # the keyword it is passed by
-    position: int  # where it may come positionally; outputs, by name only, lie past any call's
-    shape: tuple[int, ...]
-    dtype: np.dtype  # the numpy dtype of the array C reads
-    c_array: Any  # the cffi type `<c_type>[]` ffi.from_buffer gives it; None: a scalar input
-    is_output: bool
-    is_bfloat16: bool  # ml_dtypes.bfloat16 arrays are accepted and viewed as their bits
-
-
-class CallPlan:
-    """A kernel's arguments resolved once for all its calls. `bind` accepts the common call
-    (every array an ndarray of the right dtype, shape and layout, no output sharing memory)
-    with plain comparisons; anything else it answers None, and `bind_host`'s full checks then
-    raise the exact error (or accept what is unusual but right, an ndarray subclass say)."""
-
-    def __init__(self, ffi: cffi.FFI, arguments: tuple[KernelArgument, ...]) -> None:
-        self.ffi = ffi
-        position = {a.name: i for i, a in enumerate(a for a in arguments if a.is_input)}
-        self.input_count = len(position)
-        self.slots = tuple(
-            _Slot(a, spelling(a.name), position.get(a.name, sys.maxsize), a.shape,
-                  NUMPY_DTYPES[a.dtype], ffi.typeof(f"{a.c_type}[]") if a.shape else None,
-                  not a.is_input, a.dtype == "bfloat16")
-            for a in arguments
-        )
-        # the pairs of arrays (by slot) that may not share memory: those with an output
-        self.separate_pairs = tuple(
-            (i, j) for j, b in enumerate(self.slots) for i, a in enumerate(self.slots[:j])
-            if a.shape and b.shape and (a.is_output or b.is_output)
-        )
-
-    def bind(self, args: tuple[Any, ...], named: dict[str, Any]) -> BoundCall | None:
-        """The C arguments and the outputs of a call that passes every check; None if the call
-        may not (too many, unknown, repeated or missing arguments, a wrong or unusual value)."""
-        positional = len(args)
-        if positional > self.input_count:
-            return None
-        from_buffer = self.ffi.from_buffer
-        c_values: list[Any] = []  # its from_buffer cdata keep the arrays alive
-        arrays: list[np.ndarray | None] = []  # by slot; None for a scalar or an output not given
-        outputs: list[Any] = []  # None for an output not given
-        named_taken = missing_outputs = 0
-        for slot in self.slots:
-            if slot.position < positional:
-                value = args[slot.position]
-            else:
-                value = named.get(slot.spelling, _MISSING)
-                if value is _MISSING:
-                    if not slot.is_output:  # a missing input
-                        return None
-                    c_values.append(None)
-                    arrays.append(None)
-                    outputs.append(None)
-                    missing_outputs += 1
-                    continue
-                named_taken += 1
-            if slot.c_array is None:
-                number = _scalar_value(slot.argument, value)
-                if number is None:
-                    return None
-                c_values.append(number)
-                arrays.append(None)
-                continue
-            array = _checked_quickly(slot, value)
-            if array is None:
-                return None
-            c_values.append(from_buffer(slot.c_array, array))
-            arrays.append(array)
-            if slot.is_output:
-                outputs.append(value)  # as given: a bfloat16 array, not its bits
-        if named_taken != len(named):  # an unknown name, or an input given twice
-            return None
-        if self._any_overlap(arrays):
-            return None
-        if missing_outputs:
-            self._allocate_outputs(c_values, outputs)
-        return c_values, outputs
-
-    def _any_overlap(self, arrays: list[np.ndarray | None]) -> bool:
-        """Whether two of the arrays given that may not share memory may."""
-        for i, j in self.separate_pairs:
-            first, second = arrays[i], arrays[j]
-            if first is not None and second is not None and _may_share_memory(first, second):
-                return True
-        return False
-
-    def _allocate_outputs(self, c_values: list[Any], outputs: list[Any]) -> None:
-        """Zero-filled arrays for the outputs not given, in `outputs` and `c_values`."""
-        output = 0
-        for i, slot in enumerate(self.slots):
-            if not slot.is_output:
-                continue
-            if outputs[output] is None:
-                outputs[output] = _zero_output(slot.argument)
-                c_values[i] = self.ffi.from_buffer(slot.c_array, outputs[output])
-            output += 1
-
-
-def _checked_quickly(slot: _Slot, value: Any) -> np.ndarray | None:
-    """The array C reads for `value` (bfloat16 viewed as its bits) if it passes every check of
-    `_checked`; None if it may not."""
-    if type(value) is not np.ndarray:  # no array, or a subclass: checked in full
-        return None
-    array, dtype = value, value.dtype
-    if dtype is not slot.dtype and dtype != slot.dtype:  # (numpy's dtypes are mostly singletons)
-        if not (slot.is_bfloat16 and _is_bfloat16(dtype)):
-            return None
-        array = value.view(np.uint16)
-    if array.shape != slot.shape:
-        return None
-    flags = array.flags
-    if not flags.c_contiguous or (slot.is_output and not flags.writeable):
-        return None
-    return array
-
-
-def _scalar_value(arg: KernelArgument, value: Any) -> Any:
-    """A scalar parameter's C value, or None where `_scalar` refuses it."""
-    try:
-        return _scalar(arg, value).item()
-    except ShapeError:
-        return None
-
-
-# np.may_share_memory without its __array_function__ dispatch, which has nothing to do for the
-# exact ndarrays `_checked_quickly` lets through (half the time of a call through numpy's)
-_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
+def call_result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
+    """What a call returns: its one output, or the tuple of its outputs."""
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 OUTPUT_ALIGNMENT = 64  # one cache line and one AVX-512 vector
@@ -436,7 +187,7 @@ def bind_host(
             if copy_outputs and not arg.is_input:
                 array = array.copy()
         else:
-            array = _zero_output(arg)
+            array = zero_output(arg)
         arrays[arg.name] = array
         if not arg.is_input:
             outputs.append(given[arg.name] if arg.name in given and not copy_outputs else array)
@@ -444,7 +195,7 @@ def bind_host(
     return arrays, outputs
 
 
-def _zero_output(arg: KernelArgument) -> np.ndarray:
+def zero_output(arg: KernelArgument) -> np.ndarray:
     """A new zero-filled array for an output not given, or ShapeError if it cannot be had."""
     try:
         return aligned_zeros(arg.shape, NUMPY_DTYPES[arg.dtype])
@@ -455,45 +206,12 @@ def _zero_output(arg: KernelArgument) -> np.ndarray:
         ) from None
 
 
-# Loaded libraries stay loaded for the life of the process, the interpreter's exit included
-# (`load_for_life`): unloading one whose OpenMP runtime came in with it would unmap code that
-# OpenMP's idle worker threads still run, and LIBXSMM putenv()s strings that live inside the
-# library.
-_LOADED: dict[Path, tuple[cffi.FFI, Any, Any]] = {}
-_LOCK = threading.Lock()
-# per library with kept copies: the owner of the array last passed at each address
-_KEPT_SEEN: dict[Path, dict[int, weakref.ref[Any] | None]] = {}
-_KEPT_LOCK = threading.Lock()
-
-
-def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any, Any]:
-    """(ffi, the kernel's function, its `_constants_changed` function or None)."""
-    with _LOCK:
-        if library_path not in _LOADED:
-            ffi = cffi.FFI()
-            ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
-            if code.kept:
-                ffi.cdef(f"void {code.function}_constants_changed(void);")
-            require_runtime()
-            try:
-                lib = load_for_life(ffi, library_path)
-            except OSError as exc:  # a truncated file, a foreign compiler's output, ...
-                raise CompileError("dlopen", str(library_path), f"cannot load the kernel: {exc}") from None
-            _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
-        ffi, function, lib = _LOADED[library_path]
-        changed = getattr(lib, f"{code.function}_constants_changed") if code.kept else None
-        return ffi, function, changed
-
-
-def _result(outputs: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
 
 def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
     """The array to hand to C for `arg` (a bfloat16 array viewed as its bits), or ShapeError."""
     role = "input" if arg.is_input else "output"
     if not arg.shape:
-        return _scalar(arg, value)
+        return checked_scalar(arg, value)
     if not isinstance(value, np.ndarray):
         raise ShapeError(
             arg.name, f"{role} must be a numpy array",
@@ -501,7 +219,7 @@ def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
         )
     want = np.dtype(NUMPY_DTYPES[arg.dtype])
     array = value
-    if arg.dtype == "bfloat16" and _is_bfloat16(value.dtype):
+    if arg.dtype == "bfloat16" and is_bfloat16(value.dtype):
         array = value.view(np.uint16)
     if array.dtype != want:
         expected = "bfloat16 (ml_dtypes.bfloat16 or uint16 bits)" if arg.dtype == "bfloat16" else arg.dtype
@@ -520,13 +238,13 @@ def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
     return array
 
 
-def _scalar(arg: KernelArgument, value: Any) -> np.ndarray:
+def checked_scalar(arg: KernelArgument, value: Any) -> np.ndarray:
     """A scalar parameter as a 0-d array of its dtype: a number (not a bool), a numpy scalar or
     a 0-d array."""
     if isinstance(value, bool | np.bool_) or not (
         isinstance(value, int | float | np.integer | np.floating)
         or (isinstance(value, np.ndarray) and value.shape == ()
-            and (value.dtype.kind in "iuf" or _is_bfloat16(value.dtype)))
+            and (value.dtype.kind in "iuf" or is_bfloat16(value.dtype)))
     ):
         raise ShapeError(arg.name, "scalar input must be a number", expected=f"{arg.dtype} scalar",
                          given=type(value).__name__)

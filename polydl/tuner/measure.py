@@ -39,9 +39,10 @@ from polydl.ir import LoopNest
 from polydl.names import spelling
 from polydl.poly.model import PolyModel, build_model
 from polydl.poly.reference import python_steps
+from polydl.runtime.c.kernel import Kernel
 from polydl.runtime.c.toolchain import build_shared_library
 from polydl.runtime.inputs import random_inputs
-from polydl.runtime.kernel import NUMPY_DTYPES, Kernel, aligned_zeros
+from polydl.runtime.kernel import NUMPY_DTYPES, aligned_zeros
 from polydl.runtime.verify import compare
 from polydl.target.cpu import CpuTarget
 from polydl.tuner.processes import POOL

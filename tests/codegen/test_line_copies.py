@@ -56,10 +56,12 @@ def test_a_copy_made_by_every_thread_gives_the_same_numbers() -> None:
     x = rng.uniform(-1, 1, (N, C, H, H)).astype(np.float32)
     w = rng.uniform(-1, 1, (K, C, 1, 1)).astype(np.float32)
     y = kernel(_at(layouts.to_nchw16c(x), 16), _at(layouts.to_kcrs16c16k(w), 16))
-    np.testing.assert_allclose(layouts.from_nchw16c(y, K), numpy_conv2d(x.astype(np.float64), w.astype(np.float64), 1, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        layouts.from_nchw16c(y, K), numpy_conv2d(x.astype(np.float64), w.astype(np.float64), 1, 0), rtol=1e-4, atol=1e-4
+    )
 
 
-def _copies(kernel: polydl.runtime.kernel.Kernel) -> bool:  # type: ignore[name-defined]
+def _copies(kernel: polydl.runtime.c.kernel.Kernel) -> bool:  # type: ignore[name-defined]
     return "pd_on_line(_pd_given_" in kernel.source
 
 

@@ -17,7 +17,7 @@ from tests.frontends.test_builders import conv2d_numpy_padded
 from tests.kernels import run_and_check
 
 
-def stem(**changes: Any) -> polydl.runtime.kernel.Kernel:  # type: ignore[name-defined]
+def stem(**changes: Any) -> polydl.runtime.c.kernel.Kernel:  # type: ignore[name-defined]
     sizes = dict(N=2, C=3, K=24, H=30, W=34, R=7, S=7, stride=2, padding=3)
     return polydl.conv2d(**{**sizes, **changes}, machine=host_target())
 

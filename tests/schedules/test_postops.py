@@ -27,7 +27,7 @@ POSTOPS = "post-ops before the store"
 RELU_LOOP = "> 0.0f) ?"  # the fused loop's ReLU select, after the call
 
 
-def _uses_postops(kernel: polydl.runtime.kernel.Kernel) -> bool:  # type: ignore[name-defined]
+def _uses_postops(kernel: polydl.runtime.c.kernel.Kernel) -> bool:  # type: ignore[name-defined]
     body = kernel.source[kernel.source.index(f"int {kernel.code.function}("):]
     return POSTOPS in kernel.source and RELU_LOOP not in body and "#pragma omp simd\n" not in body
 

@@ -1,1 +1,2 @@
-"""C kernels at run time: the C compiler driver and compiled ONNX networks."""
+"""C kernels at run time: the cffi-loaded `Kernel`, the C compiler driver and compiled ONNX
+networks."""

@@ -89,7 +89,7 @@ def cached_network_library(network: NetworkSource, kernels: Sequence[GeneratedCo
     return library
 
 
-# Loaded libraries stay loaded for the life of the process (as kernels do, runtime/kernel.py):
+# Loaded libraries stay loaded for the life of the process (as kernels do, runtime/c/kernel.py):
 # unloading one would unmap the OpenMP runtime its idle worker threads still run. Networks of
 # the same structure share one library (its cache key is the code, not the weights), so each
 # call sets its own weights under the library's lock.

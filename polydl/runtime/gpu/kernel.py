@@ -27,7 +27,7 @@ from polydl.dtypes import DTYPES
 from polydl.errors import PolyDLError, ShapeError
 from polydl.ir import LoopNest
 from polydl.names import spelling
-from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, _result, bind_host
+from polydl.runtime.kernel import CompiledKernel, ReferenceImpl, bind_host, call_result
 from polydl.runtime.loading import load_for_life
 
 # DLPack device types (dlpack.h); the type codes are in the dtype table
@@ -317,7 +317,7 @@ class GpuKernel(CompiledKernel):
                 self._check(self._fn("_to_host")(self._ffi.cast("void *", host.ctypes.data),
                                                  self._ffi.cast("void *", addresses[arg.name]), host.nbytes),
                             f"copy of '{arg.name}' to the host")
-        return _result(outputs)
+        return call_result(outputs)
 
     def _call_device(self, given: dict[str, Any]) -> Any:
         views: dict[str, DeviceArray] = {}
@@ -336,7 +336,7 @@ class GpuKernel(CompiledKernel):
             outputs.append(given[arg.name])
         self._check_overlap(views)
         self._launch([views[a.name].pointer for a in self.arguments], _current_stream(given))
-        return _result(outputs)
+        return call_result(outputs)
 
     def _check_overlap(self, views: dict[str, DeviceArray]) -> None:
         shared = _overlap({a.name: views[a.name].pointer for a in self.arguments}, self._nbytes,
@@ -416,7 +416,7 @@ class _TorchCall:
         status = self.entry(*[pointers[name] for name in self.order], self.raw_stream(device))
         if status != 0:
             self.status(status, "launch")
-        return True, _result([values[name] for name in outputs])
+        return True, call_result([values[name] for name in outputs])
 
 
 def _current_stream(given: dict[str, Any]) -> int:
