@@ -355,6 +355,7 @@ def prepared_threads(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow
 def test_tiny_real_gemm_run(
     prepared_threads: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -380,6 +381,7 @@ def test_tiny_real_conv_case_compares_layouts(prepared_threads: None) -> None:
     assert row.relative_error is not None and row.relative_error < 1e-4
 
 
+@pytest.mark.slow
 def test_a_stem_case_also_compares_nchw_in_blocks_out(prepared_threads: None) -> None:
     """A layer of fewer than 16 input channels is built a third way, NCHW in and blocks out
     (`polydl.conv2d(out_layout="nchw16c")`), verified through the same conversion."""
@@ -461,6 +463,7 @@ def test_backward_suites_run_the_resnet50_layers() -> None:
 
 @pytest.mark.parametrize("primitive", ["conv2d_backward_data", "conv2d_backward_weights"])
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.slow
 def test_tiny_real_backward_case(prepared_threads: None, primitive: str, stride: int) -> None:
     case = Case("tiny", primitive, (("N", 1), ("C", 16), ("K", 20), ("H", 7), ("W", 6),
                                     ("R", 3), ("S", 3), ("stride", stride), ("padding", 1)))
@@ -531,6 +534,7 @@ def test_a_process_runs_on_its_cores_only_with_their_thread_settings(
     assert not threads.runs_on(available)
 
 
+@pytest.mark.slow
 def test_one_thread_run_at_batch_1_schedules_for_one_core(tmp_path: Path) -> None:
     """`threads` pins a child process to that many cores: polydl's target has that many cores,
     every side that many threads, and the layers run at `batch`."""
@@ -632,6 +636,7 @@ def test_tuning_benchmark_reports_how_noisy_the_labels_are() -> None:
     assert noise["problems_with_requests"] == 1
 
 
+@pytest.mark.slow
 def test_tuning_benchmark_times_the_tuned_kernel_against_the_analytic_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,6 +31,7 @@ def test_suites_are_registered_on_the_resnet50_layers() -> None:
     assert TARGETS["resnet50_bf16"].geomean_min == 1.6
 
 
+@pytest.mark.slow
 def test_fused_row_compares_with_the_unfused_kernel(prepared_threads: None) -> None:
     row = fused_case(TINY, None, repeat=1, budget_s=0.2, peak_gflops=100.0)
     assert row.status == "ok", row.message
@@ -41,6 +42,7 @@ def test_fused_row_compares_with_the_unfused_kernel(prepared_threads: None) -> N
     assert row.kept == ()
 
 
+@pytest.mark.slow
 def test_fused_and_bf16_rows_keep_the_weights_when_timing_inference(prepared_threads: None) -> None:
     """`kept_weights`: both polydl builds of a row keep w between calls, and still verify."""
     row = fused_case(TINY, None, repeat=1, budget_s=0.1, peak_gflops=100.0,

@@ -31,6 +31,7 @@ def test_every_kernel_file_has_sizes_and_every_size_a_file() -> None:
 
 
 @pytest.mark.parametrize("name", [n for n in general.SIZES if n not in SLOW_TO_SCHEDULE])
+@pytest.mark.slow
 def test_kernel_is_accepted_and_equals_gcc(name: str, tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")

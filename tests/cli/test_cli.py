@@ -30,6 +30,7 @@ def test_python_m_polydl_is_the_command_line() -> None:
     assert "cores" in done.stdout
 
 
+@pytest.mark.slow
 def test_run_verifies_at_reduced_sizes_where_the_reference_would_take_minutes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +58,7 @@ def test_run_verifies_at_reduced_sizes_where_the_reference_would_take_minutes(
         ("conv2d_bias_relu.toml", ["N=1", "H=9", "W=7", "C=3", "K=4"]),
     ],
 )
+@pytest.mark.slow
 def test_every_example_runs_and_verifies(example: str, params: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", str(EXAMPLES / example), "--repeat", "1"]
     for p in params:
@@ -134,6 +136,7 @@ def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no/such/spec.c" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_exit_status(tmp_path: Path) -> None:
     ok = subprocess.run(
         [sys.executable, "-m", "polydl.cli", "compile", str(EXAMPLES / "wavefront.c"), "-p", "N=8"],

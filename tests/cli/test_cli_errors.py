@@ -82,6 +82,7 @@ def test_debug_shows_the_traceback_in_process() -> None:
         main(["--debug", "compile", MATMUL, "-p", "M=0", "-p", "N=4", "-p", "K=4"])
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback_from_the_console(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "polydl.cli", "compile", str(tmp_path / "none.c")]

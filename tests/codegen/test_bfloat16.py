@@ -70,6 +70,7 @@ def test_c_spec_spellings_and_argument_checks() -> None:
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
+@pytest.mark.slow
 def test_conv2d_bf16_with_fused_epilogues(layout: str) -> None:
     n, c, k, h, w = 2, 16, 32, 9, 8
     kern = polydl.conv2d(N=n, C=c, K=k, H=h, W=w, R=3, S=3, padding=1, dtype="bfloat16",
@@ -126,6 +127,7 @@ def test_a_bf16_copy_moves_the_bits() -> None:
 
 
 @pytest.mark.parametrize("constant", [(), ("w",)])
+@pytest.mark.slow
 def test_amx_calls_read_kept_weights_from_one_copy_in_k_pairs(constant: tuple[str, ...]) -> None:
     """Built for Sapphire Rapids, weights the caller keeps between calls are copied in k pairs
     at the first call, on the function's threads, into a copy the library keeps; each call
@@ -143,6 +145,7 @@ def test_amx_calls_read_kept_weights_from_one_copy_in_k_pairs(constant: tuple[st
 
 
 @pytest.mark.skipif(host_target().isa != "avx512amx", reason="needs a CPU with AMX-BF16")
+@pytest.mark.slow
 def test_amx_convolution_on_kept_weights_in_k_pairs() -> None:
     """Kept weights read in k pairs give numpy's convolution; changed in place they are
     paired again after `constants_changed()`, a new array at once."""
@@ -167,6 +170,7 @@ def test_amx_convolution_on_kept_weights_in_k_pairs() -> None:
 
 @pytest.mark.skipif(host_target().isa != "avx512amx", reason="needs a CPU with AMX-BF16")
 @pytest.mark.parametrize("m, n, k", [(100, 48, 30), (2, 1000, 256)])
+@pytest.mark.slow
 def test_amx_matmul_on_a_kept_b_in_k_pairs(m: int, n: int, k: int) -> None:
     kern = polydl.matmul(M=m, N=n, K=k, dtype="bfloat16", constant=("B",))
     assert "_pd_pairs_B" in kern.source

@@ -392,6 +392,7 @@ COMPILE_CASES = {
                                   "wavefront", "dense_bf16_out",
                                   "linear_bf16", "conv_nhwc_bf16", "conv_nhwc_window", "conv_nchw_bf16_staged",
                                   "conv_nchw_bf16_1x1", "conv_nhwc_bf16_paired", "conv_split", "conv_winograd"])
+@pytest.mark.slow
 def test_nvcc_compiles_for_sm90(case: str, tmp_path: Path) -> None:
     nest, params = COMPILE_CASES[case]()
     code = lower(nest, params, "cuda").code
@@ -430,6 +431,7 @@ def _hipcc_knows(arch: str, tmp_path: Path) -> bool:
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 @pytest.mark.parametrize("case", ["matmul", "matmul_warp_tiles", "matmul_bf16", "conv", "wavefront",
                                   "conv_split", "conv_winograd"])
+@pytest.mark.slow
 def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     if not _hipcc_knows(arch, tmp_path):

@@ -18,6 +18,7 @@ def test_matmul_spec_matches_numpy(m: int, n: int, k: int) -> None:
 
 
 @pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.slow
 def test_matmul_builder_matches_numpy(m: int, n: int, k: int) -> None:
     kernel = polydl.matmul(M=m, N=n, K=k)
     run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
@@ -150,6 +151,7 @@ def test_fused_bias_relu_builder() -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.slow
 def test_blocked_1x1_calls_span_the_image_where_rows_are_short(dtype: str, stride: int) -> None:
     """A layer of 7 x 5 outputs runs its positions as one loop: the call spans them (35 rows of
     C, not 5), with the bias, residual and ReLU fused and y set, not added to; at stride 2

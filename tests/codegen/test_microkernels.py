@@ -406,6 +406,7 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> KernelLibrary:
 
 
 @pytest.mark.parametrize("case", LAYOUT_CASES)
+@pytest.mark.slow
 def test_layouts_and_odd_shapes(library: KernelLibrary, case: Case) -> None:
     check(library, case)
 
@@ -679,6 +680,7 @@ def test_blocking_for_the_conv_and_gemm_blocks() -> None:
 @pytest.mark.parametrize("lay, dtype", [("dense", "float32"), ("nt", "float32"),
                                         ("m-major", "float32"), ("dense", "bfloat16"),
                                         ("nt", "bfloat16"), ("dense", "float64")])
+@pytest.mark.slow
 def test_register_tile_does_not_spill(lay: str, dtype: str, isa: str, tmp_path: Path) -> None:
     """The accumulators stay in registers: no vector register goes to or from the stack."""
     mk = choose_microkernel(spec_for((64, 96, 64), lay, "one", dtype=dtype), isa, "_pd_spill")

@@ -58,6 +58,7 @@ def _depthwise(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int, 
     (1, 16, 5, 14, 1, (1, 0, 2, 1)),     # ragged padding: 13 outputs in tiles of 7
     (2, 16, 4, 3, 1, (1, 1, 1, 1)),      # a row narrower than a tile
 ])
+@pytest.mark.slow
 def test_a_blocked_depthwise_convolution_sums_each_row_in_registers(
     N: int, C: int, H: int, W: int, stride: int, pads: tuple[int, int, int, int],
 ) -> None:

@@ -228,6 +228,7 @@ def test_conv2d_blocked_numbers(n, c, k, h, w, r, s, stride, padding) -> None:  
 
 @pytest.mark.parametrize("halves", [False, True])
 @pytest.mark.parametrize(("c", "groups", "stride"), [(32, 8, 1), (48, 6, 2), (24, 12, 1)])
+@pytest.mark.slow
 def test_conv2d_blocked_narrow_groups_numbers(c: int, groups: int, stride: int, halves: bool) -> None:
     """Groups of 4, 8 and 2 channels in a block: the dense 16 x 16 product and the halves'
     two 8 x 8 products (`half_block_groups`) on the same weights, the nest's reference and
@@ -322,6 +323,7 @@ def test_strided_1x1_over_short_rows_reads_a_copy_of_the_positions_it_takes(dtyp
 
 
 @pytest.mark.parametrize(("stride", "H", "W"), [(2, 13, 11), (3, 9, 10), (1, 7, 9)])
+@pytest.mark.slow
 def test_an_nchw_1x1_runs_its_positions_as_one_loop(stride: int, H: int, W: int) -> None:
     """NCHW 1 x 1 without padding: the output positions are one loop m, and at a stride the
     positions read are copied into xs first (written in full); a call then reduces over the
@@ -436,6 +438,7 @@ def conv2d_numpy_padded(x: np.ndarray, w: np.ndarray, stride: int,
 
 
 @pytest.mark.parametrize("fuse, accumulate", [(("bias", "relu"), False), (("bias", "residual"), True)])
+@pytest.mark.slow
 def test_an_nchw_input_gives_a_blocked_output(fuse: tuple[str, ...], accumulate: bool) -> None:
     """`out_layout="nchw16c"` with an NCHW x (a stem: 3 channels, 7 x 7 at stride 2): y, the
     bias and the residual blocked, the weights w[KB][C][R][S][16]; the nest's numbers and the
@@ -488,6 +491,7 @@ SHORT_ROW_CASES = [
 
 
 @pytest.mark.parametrize("c, k, h, w, r, s, padding, accumulate", SHORT_ROW_CASES)
+@pytest.mark.slow
 def test_nchw_short_rows_run_the_padded_image_as_one_loop(c, k, h, w, r, s, padding, accumulate) -> None:  # type: ignore[no-untyped-def]
     """With `merged_positions`, an NCHW layer at stride 1 over rows of fewer than 16 outputs
     sums along its padded input's flat cells (`yw[n][k][m] += xf[n][c][m + r * width + s]`),

@@ -209,6 +209,7 @@ def _options(defines: dict[str, object]):  # type: ignore[no-untyped-def]
     ("#define A0 x x\n" + "".join(f"#define A{i + 1} A{i} A{i}\n" for i in range(40))
      + "void f(float y[1]) { y[0] = 1; A40 }", "after preprocessing"),
 ], ids=["endless-header", "macro-bomb"])
+@pytest.mark.slow
 def test_hostile_preprocessor_input_is_a_spec_error(text: str, says: str) -> None:
     """The preprocessor runs with bounded memory, output and time."""
     with pytest.raises(SpecError, match=says):

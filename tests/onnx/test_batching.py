@@ -51,6 +51,7 @@ def _graph(model: object) -> object:
     return fold_constants(read_graph(model, BATCH))
 
 
+@pytest.mark.slow
 def test_passes_of_a_few_images_match_onnxruntime_from_python_and_from_c(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model, x = _net()
     assert batching.images_apart(_graph(model)) is None
@@ -70,6 +71,7 @@ def test_passes_of_a_few_images_match_onnxruntime_from_python_and_from_c(tmp_pat
 
 
 
+@pytest.mark.slow
 def test_a_classifier_with_large_weights_runs_after_the_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # 16 -> 4096 logits (256 KiB of weights) and a ReLU on them, after layers of 128 KiB a pass:
     # in the passes' loop each pass would read the weights from memory again; after it, pass by
@@ -105,6 +107,7 @@ def test_a_classifier_with_large_weights_runs_after_the_passes(tmp_path) -> None
     ([helper.make_node("Add", ["logits", "rows"], ["y"], name="/rows")],
      {"rows": np.ones((BATCH, 10), np.float32)}, "/rows"),
 ])
+@pytest.mark.slow
 def test_a_graph_that_mixes_its_images_runs_whole(tail: list, inits: dict, culprit: str) -> None:
     model, x = _net(tail, inits)
     reason = batching.images_apart(_graph(model))
@@ -132,6 +135,7 @@ def test_a_value_without_a_static_shape_keeps_the_batch_whole() -> None:
     assert batching.images_apart(graph) == "Gemm '/fc' has a value without a static shape"
 
 
+@pytest.mark.slow
 def test_per_image_tails_keep_the_images_apart() -> None:
     tail = [helper.make_node("Softmax", ["logits"], ["sm"], name="/softmax", axis=1),
             helper.make_node("Unsqueeze", ["sm", "two"], ["u"], name="/unsqueeze"),
@@ -150,6 +154,7 @@ def test_the_command_line_asks_for_passes(tmp_path, capsys) -> None:  # type: ig
     assert "every step in 4 passes of 2 images" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_reshape_to_the_fixed_batch_keeps_the_batch_whole() -> None:
     # per image on the whole batch, but its shape constant names the batch: a pass of 2
     # images cannot take it

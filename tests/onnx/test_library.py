@@ -60,6 +60,7 @@ def _run(program: Path, x: np.ndarray, folder: Path, count: int) -> tuple[int, n
     return 0, np.frombuffer((folder / "y.bin").read_bytes(), dtype=np.float32)[:count]
 
 
+@pytest.mark.slow
 def test_resnet18_library_called_from_c(tmp_path: Path) -> None:
     model = zoo.resnet18(batch=1)
     paths = polydl.onnx.write_library(model, tmp_path, name="resnet18")

@@ -54,12 +54,14 @@ def test_zoo_model_is_valid_and_folding_keeps_its_function(name: str) -> None:
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
 
 
+@pytest.mark.slow
 def test_zoo_resnet18_reduced_symbolic_batch_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "resnet18.onnx"
     onnx.save(zoo.resnet18(batch=None, **REDUCED), path)
     check_classifier(str(path), random((2, 3, 64, 64)), batch=2)
 
 
+@pytest.mark.slow
 def test_zoo_mobilenet_v2_reduced_with_batchnorm_nodes() -> None:
     model = zoo.mobilenet_v2(batch=2, fold_batchnorm=False, **REDUCED)
     check_classifier(model, random((2, 3, 64, 64)))

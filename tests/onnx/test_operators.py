@@ -69,6 +69,7 @@ CONV_CASES = [
 
 @pytest.mark.parametrize("x_shape, w_shape, attributes, bias",
                          [c[1:] for c in CONV_CASES], ids=[c[0] for c in CONV_CASES])
+@pytest.mark.slow
 def test_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attributes: dict,
               bias: bool) -> None:
     weights = {"w": random(w_shape, 1)}
@@ -183,6 +184,7 @@ def test_batchnormalization_after_conv_is_folded_and_explained() -> None:
 
 
 @pytest.mark.parametrize("kernel", [3, 7])
+@pytest.mark.slow
 def test_a_stem_of_few_channels_into_the_blocked_layout(kernel: int) -> None:
     """Three colours into 16+ blocked channels: the stem reads its padded input under each
     window, both images in one call, with the bias and Relu fused."""

@@ -56,6 +56,7 @@ def block(late_reader: bool, flatten_first: bool, last: int = 1) -> tuple:
 
 
 @pytest.mark.parametrize("flatten_first", [False, True], ids=["blocked", "with_plain_copies"])
+@pytest.mark.slow
 def test_a_dead_residual_is_summed_into_in_place(flatten_first: bool) -> None:
     model, feeds = block(late_reader=False, flatten_first=flatten_first)
     compiled = check(model, feeds)
@@ -82,6 +83,7 @@ def test_a_graph_input_is_never_overwritten() -> None:
     np.testing.assert_array_equal(x, before)
 
 
+@pytest.mark.slow
 def test_a_winograd_convolution_sums_into_its_residual_in_place() -> None:
     model, feeds = block(late_reader=False, flatten_first=True, last=3)
     compiled = check(model, feeds, rtol=1e-4, atol=1e-4)

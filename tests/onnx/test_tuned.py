@@ -110,6 +110,7 @@ def test_an_unknown_schedule_request_is_refused() -> None:
         polydl.onnx.compile(_small_model(), schedule="fastest")
 
 
+@pytest.mark.slow
 def test_tune_a_network_then_run_and_compile_it_tuned(
     tuning_files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -118,6 +118,7 @@ CASES = [
 
 @pytest.mark.parametrize("x_shape, K, pads, residual, activation, m", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
+@pytest.mark.slow
 def test_winograd_convolution_matches_onnxruntime(x_shape: tuple[int, ...], K: int,
                                                   pads: list[int], residual: bool,
                                                   activation: str | None, m: int) -> None:
@@ -129,6 +130,7 @@ def test_winograd_convolution_matches_onnxruntime(x_shape: tuple[int, ...], K: i
     assert error <= TOLERANCE, error
 
 
+@pytest.mark.slow
 def test_several_images_per_call_match_onnxruntime() -> None:
     """A batch whose images go several to a call: the tile index runs over them."""
     model, feeds = _conv_model((8, 64, 7, 7), 64, [1, 1, 1, 1], residual=True, activation="Relu")

@@ -75,6 +75,7 @@ def check(kernel: polydl.Kernel, inputs: list[np.ndarray], got: np.ndarray, want
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.slow
 def test_backward_data_matches_numpy(shape: tuple[int, ...], layout: str) -> None:
     s = sizes(shape)
     x, w, dy = operands(shape)
@@ -88,6 +89,7 @@ def test_backward_data_matches_numpy(shape: tuple[int, ...], layout: str) -> Non
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.slow
 def test_backward_weights_matches_numpy(shape: tuple[int, ...], layout: str) -> None:
     s = sizes(shape)
     x, w, dy = operands(shape)
@@ -99,6 +101,7 @@ def test_backward_weights_matches_numpy(shape: tuple[int, ...], layout: str) -> 
     check(kernel, inputs, got, gradients_numpy(x, w, dy, s["stride"], s["padding"])[1])
 
 
+@pytest.mark.slow
 def test_a_stem_scatter_on_many_cores_runs_its_filter_rows_in_parallel() -> None:
     """A 7 x 7 stride-2 backward-data scatters rows 2p + r: the output rows and images carry
     its dependences or give 1 x 1 units (3 input channels: one block), so on 16 cores the
@@ -142,6 +145,7 @@ def test_backward_passes_match_torch_autograd(shape: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.slow
 def test_blocked_backward_passes_bind_a_microkernel(stride: int) -> None:
     s = sizes((2, 32, 32, 8, 8, 3, 3, stride, 1))
     for build in (polydl.conv2d_backward_data, polydl.conv2d_backward_weights):
@@ -157,6 +161,7 @@ CHANNELS_LAST = [(2, 16, 9, 9, 9, 1, 1, 2, 0), (1, 16, 5, 9, 8, 3, 3, 2, 1), (2,
 
 @pytest.mark.parametrize(("shape", "vector"), [*((shape, "c") for shape in CHANNELS_LAST),
                                                ((1, 3, 16, 20, 20, 7, 7, 2, 3), "s")])
+@pytest.mark.slow
 def test_nchw_backward_weights_run_their_calls_along_the_input_channels(
         shape: tuple[int, ...], vector: str) -> None:
     """x is copied channels-last first, so the calls' vectors run over c at unit stride (read
@@ -234,6 +239,7 @@ def test_bad_arguments_name_the_argument(argument: str, overrides: dict[str, obj
     padding=st.integers(0, 2),
     layout=st.sampled_from(LAYOUTS),
 )
+@pytest.mark.slow
 def test_any_stride_and_padding(data: st.DataObject, stride: int, padding: int, layout: str) -> None:
     r = data.draw(st.integers(1, 4), label="R")
     s = data.draw(st.integers(1, 4), label="S")

@@ -25,6 +25,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- linear
 @pytest.mark.parametrize("n, c, k", [(1, 1, 1), (5, 7, 3), (33, 40, 18), (64, 96, 80)])
+@pytest.mark.slow
 def test_linear_and_its_backward_passes_match_numpy(n: int, c: int, k: int) -> None:
     run_and_check(polydl.linear(N=n, C=c, K=k), lambda x, w: x.astype(np.float64) @ w.T)
     run_and_check(polydl.linear_backward_data(N=n, C=c, K=k),
@@ -78,6 +79,7 @@ POOLS = [(2, 3, 7, 7, 3, 3, 2, 1), (1, 18, 6, 5, 2, 2, 2, 0), (1, 2, 5, 6, 3, 2,
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("n, c, h, w, r, s, stride, padding", POOLS)
+@pytest.mark.slow
 def test_pool2d_matches_numpy(n: int, c: int, h: int, w: int, r: int, s: int, stride: int,
                               padding: int, kind: str) -> None:
     kernel = polydl.pool2d(N=n, C=c, H=h, W=w, R=r, S=s, stride=stride, padding=padding, kind=kind)
@@ -232,6 +234,7 @@ def test_bad_arguments_name_the_argument(build, arguments, name) -> None:  # typ
     assert info.value.argument == name
 
 
+@pytest.mark.slow
 def test_mlp_example_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
     import runpy
     from pathlib import Path

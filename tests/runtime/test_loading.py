@@ -30,6 +30,7 @@ CALLS = {
 
 
 @pytest.mark.parametrize("case", sorted(CALLS))
+@pytest.mark.slow
 def test_spinning_openmp_threads_outlive_the_interpreter(case: str) -> None:
     if case == "network":
         pytest.importorskip("onnx")

@@ -78,6 +78,7 @@ def test_compiler_that_writes_garbage(cache: Path, tmp_path: Path, monkeypatch: 
     assert "cannot load" in info.value.output
 
 
+@pytest.mark.slow
 def test_hanging_compiler_times_out(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, fake_compiler(tmp_path, "slowcc", "exec sleep 30"))
     monkeypatch.setattr(toolchain, "COMPILE_TIMEOUT_S", 1)

@@ -143,6 +143,7 @@ def _epilogue_numpy(y, extra, chain, blocked=False):  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize("chain", CHAINS)
+@pytest.mark.slow
 def test_conv_epilogue_chains_are_fused_and_correct(chain: tuple[str, ...]) -> None:
     sizes = dict(N=2, C=3, K=5, H=7, W=6, R=3, S=3, stride=1, padding=1)
     fused = polydl.conv2d(**sizes, fuse=chain)
@@ -204,6 +205,7 @@ def _conv_numpy(x, w, stride, padding):  # type: ignore[no-untyped-def]
     return conv2d_numpy(x, w, stride, padding)
 
 
+@pytest.mark.slow
 def test_tuned_candidates_run_with_their_epilogues_fused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from polydl.tuner.measure import Limits
     from polydl.tuner.search import tune

@@ -174,6 +174,7 @@ void sweep(int N, double A[N][N]) {
 }"""
 
 
+@pytest.mark.slow
 def test_no_parallel_loop_gives_a_wavefront_of_tiles() -> None:
     bands = affine_schedule(_model(RECURRENCE, N=700), TARGET).bands
     assert [b.parallel for b in bands] == ["wavefront"] and bands[0].tiles
@@ -208,6 +209,7 @@ void floyd(int N, double path[N][N]) {
 }"""
 
 
+@pytest.mark.slow
 def test_parallelism_too_fine_to_pay_falls_back_to_the_written_order() -> None:
     model = _model(FLOYD, N=40)
     plan = plan_nests(model, TARGET, with_main=True)[0]
@@ -356,6 +358,7 @@ void two(float y[4][64][512], float z[4][64][512], const float x[4][64][512]) {
 }"""
 
 
+@pytest.mark.slow
 def test_written_order_runs_two_dependence_free_loops_as_one() -> None:
     """The written order of a nest whose two outer loops carry no dependence runs both as one
     parallel loop (4 rows alone would leave cores idle), and still counts as parallel from its

@@ -79,6 +79,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_the_rewritten_nest_computes_the_convolution(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_winograd, "MIN_TILES", 1)
     sizes = dict(CASES[case])

@@ -68,6 +68,7 @@ def _check_conv(kernel, sizes, chain, blocked, seed=3):  # type: ignore[no-untyp
 
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
 @pytest.mark.parametrize("chain", CHAINS)
+@pytest.mark.slow
 def test_conv_epilogue_chains_run_as_postops(chain: tuple[str, ...], layout: str) -> None:
     # K=20: a ragged block of 16 channels; W=7, stride 2: ragged rows of the tile
     sizes = dict(N=2, C=5, K=20, H=9, W=7, R=3, S=3, stride=2, padding=1)
@@ -86,6 +87,7 @@ def _split_reduction(kernel):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
+@pytest.mark.slow
 def test_a_reduction_split_over_calls_applies_postops_on_the_last(layout: str) -> None:
     # NCHW rows of 16 outputs: shorter ones run as one flat loop, its epilogues loops after
     # the calls (`builders.short_rows`)
@@ -105,6 +107,7 @@ def test_a_reduction_split_over_calls_applies_postops_on_the_last(layout: str) -
     assert "on the last of the calls" in explain(compilation, ranking=0)
 
 
+@pytest.mark.slow
 def test_the_libxsmm_backend_keeps_the_epilogue_loop() -> None:
     from polydl.codegen.c.microkernels import libxsmm_available
 
@@ -133,6 +136,7 @@ def test_explain_says_the_epilogue_runs_as_postops() -> None:
 
 @pytest.mark.parametrize("chain", [("bias",), ("bias", "relu"), ("residual", "relu")])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.slow
 def test_linear_epilogues_run_as_postops(chain: tuple[str, ...], dtype: str) -> None:
     kernel = polydl.linear(N=13, C=19, K=37, dtype=dtype, fuse=chain)
     assert kernel.schedule.epilogues and POSTOPS in kernel.source, kernel.source
@@ -215,6 +219,7 @@ def _nest(text, sizes):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.slow
 def test_postop_kernels_compile_for_every_isa(isa: str, tmp_path: Path) -> None:
     """AVX-512 may not run here: its post-op kernels are compiled (for both forms)."""
     machine = replace(host_target(), isa=isa, march="")
@@ -262,6 +267,7 @@ def test_dot_product_kernels_apply_postops_to_summed_cells(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("H, W", [(6, 18), (5, 5)])
+@pytest.mark.slow
 def test_bfloat16_conv_applies_postops_in_fp32(H: int, W: int) -> None:
     """Rows of a vector or more: the post-ops in the microkernel, before the store (or in
     AVX-512 BF16's dot-product kernel). Shorter rows (`builders.short_rows`, an AVX2 machine's
@@ -327,6 +333,7 @@ def test_a_nest_that_is_one_call_fuses_its_epilogue_as_postops() -> None:
 
 
 @pytest.mark.parametrize("isa", ["native", "avx2", "scalar"])
+@pytest.mark.slow
 def test_fmaxf_consumers_run_as_postops_with_c_nan_rules(isa: str) -> None:
     """`fmaxf(y + b, 0)` is a post-op with C's semantics: a NaN argument gives the other one
     (the vector max instructions would give their second operand)."""

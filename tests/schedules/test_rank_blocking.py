@@ -115,6 +115,7 @@ def _blocks_schedule(tile: int, epilogues: tuple[str, ...] = (), statement: str 
                     microkernel=replace(BLOCKS, statement=statement), epilogues=epilogues)
 
 
+@pytest.mark.slow
 def test_a_call_over_output_channel_blocks_matches_numpy() -> None:
     """K = 80: 5 blocks in calls of 2 (a remainder call of one block), with bias, residual and
     ReLU applied in the kernel to the vectors of every block; 7 x 7 outputs."""
@@ -174,6 +175,7 @@ def test_seven_by_seven_layers_run_calls_over_several_blocks() -> None:
     assert microkernel_efficiency(best, model, SPR) > microkernel_efficiency(one, model, SPR)
 
 
+@pytest.mark.slow
 def test_a_one_vector_register_tile_runs_over_several_blocks_on_avx512() -> None:
     """res4's 1 x 1 layer from 256 to 1024 channels at 14 x 14: one block's call is 14 rows x
     one 16-lane vector on AVX-512, a load of A for every FMA; the ranking takes calls over
@@ -208,6 +210,7 @@ def _window_schedule(cb_tile: int, kb_tile: int = 2, epilogues: tuple[str, ...] 
 
 
 @pytest.mark.parametrize("cb_tile", [1, 2])
+@pytest.mark.slow
 def test_calls_over_a_tile_of_input_channel_blocks_match_numpy(cb_tile: int) -> None:
     """4 input-channel blocks reduced 1 or 2 at a time, the rows inside the tile loop: the
     bias, residual and ReLU apply once, after the last tile's call (K = 80: a call of one
@@ -260,6 +263,7 @@ def test_a_batch_tile_must_divide_its_loop_and_pack_nothing() -> None:
                       schedule=packed)
 
 
+@pytest.mark.slow
 def test_res5_3x3_calls_keep_one_window_of_weights_in_l1() -> None:
     """res5's 3 x 3 layer at N=32: a call over all 32 input-channel blocks of 4 output blocks
     streams 1.2 MiB of weights from L2 for 7 rows; the ranking takes calls over one block's
@@ -288,6 +292,7 @@ def _cb_tile(best: Schedule) -> int | None:
     return best.tile_sizes["cb"]
 
 
+@pytest.mark.slow
 def test_a_1x1_call_reads_no_more_input_blocks_than_an_l1_set_keeps() -> None:
     """At 56 x 56 one input-channel block is 49 pages: a row's lines of all 16 blocks of 256
     channels share one L1 set of 8 ways, so each call reduces 8 of them; 128 channels (8
@@ -301,6 +306,7 @@ def test_a_1x1_call_reads_no_more_input_blocks_than_an_l1_set_keeps() -> None:
     assert _cb_tile(best(128, 56)) is None and _cb_tile(best(256, 28)) is None
 
 
+@pytest.mark.slow
 def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks() -> None:
     """res5's 1 x 1 layer from 2048 channels: a call over all 128 input-channel blocks and
     its output-channel blocks reads MiBs of weights once per register tile of rows; tiled so
@@ -326,6 +332,7 @@ def test_a_1x1_call_over_more_weights_than_an_eighth_of_l2_reduces_fewer_blocks(
         assert batch_tiled_call(model3, AVX2, ranked.schedule) is ranked.schedule
 
 
+@pytest.mark.slow
 def test_a_1x1_call_over_a_tile_of_input_blocks_matches_numpy() -> None:
     """8 x 8 images: 16 input-channel blocks 4 KiB apart, reduced 8 at a time by the ranked
     schedule; the bias, residual and ReLU apply once, after the last tile's call."""

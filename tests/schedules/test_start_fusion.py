@@ -64,6 +64,7 @@ def _one_call_per_tile(schedule: Schedule) -> Schedule:
 
 @pytest.mark.parametrize("layout", ["nchw", "nchw16c"])
 @pytest.mark.parametrize("fuse", [(), ("bias", "relu")])
+@pytest.mark.slow
 def test_a_convolution_that_sets_its_output_overwrites_it_in_the_microkernel(
         layout: str, fuse: tuple[str, ...]) -> None:
     # NCHW rows of fewer than 16 outputs run as one flat loop whose start is a loop

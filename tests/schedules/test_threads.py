@@ -71,12 +71,14 @@ def test_shared_reads_of_splitting_output_blocks_over_threads() -> None:
     assert thread_balance(model, by_rows, 16) == pytest.approx(64 / 56)
 
 
+@pytest.mark.slow
 def test_a_socket_ranks_rows_of_both_images_over_splitting_their_blocks() -> None:
     best = rank(_conv(2, 256, 128, 56, 2), SOCKET)[0].schedule
     # 56 units of rows; the weights (128 KiB) are what the threads share, not the images
     assert set(best.parallel) == {"n", "p"}
 
 
+@pytest.mark.slow
 def test_a_stem_on_a_socket_runs_both_images_rows_in_parallel() -> None:
     nest, params = builders.conv2d(N=2, C=3, K=64, H=224, W=224, R=7, S=7, stride=2, padding=3,
                                    layout="nchw")
@@ -84,6 +86,7 @@ def test_a_stem_on_a_socket_runs_both_images_rows_in_parallel() -> None:
     assert best.parallel == ("n", "p")  # 2 x 112 units, not 2 images for 16 threads
 
 
+@pytest.mark.slow
 def test_an_image_of_49_positions_splits_into_tiles_of_nearly_one_size() -> None:
     """960 -> 160 channels at 7 x 7 (mobilenet_v2, one image): 10 output-channel blocks leave
     6 of 16 threads idle; tiles of 16 positions leave a call of 1. The ranking takes 3 tiles

@@ -72,6 +72,7 @@ print(before, len(os.sched_getaffinity(0)), usable_cpus())
 """
 
 
+@pytest.mark.slow
 def test_cores_survive_openmp_binding_the_main_thread(tmp_path: Path) -> None:
     """Under OMP_PROC_BIND the first parallel region binds the main thread to one core; the
     cores a later detection counts are still all the process's (its threads' union)."""

@@ -55,6 +55,7 @@ def _disassembly(library: Path) -> str:
         ("sapphirerapids", "tdpbf16ps", ()),
     ],
 )
+@pytest.mark.slow
 def test_a_preset_decides_the_instruction_set_not_this_machine(
     preset: str, present: str, absent: tuple[str, ...]
 ) -> None:
@@ -203,6 +204,7 @@ def test_an_unknown_march_falls_back_to_the_isa_level() -> None:
                                np.full((8, 8), 8.0))
 
 
+@pytest.mark.slow
 def test_nothing_below_the_api_asks_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lowering for a given target never detects the running machine: the ranking, the
     microkernels and the code generator read the target value alone."""

@@ -46,6 +46,7 @@ def _db(tmp_path: Path) -> PerfDatabase:
     return PerfDatabase(tmp_path / "perf.sqlite", system=False)
 
 
+@pytest.mark.slow
 def test_space_starts_with_the_analytic_choice_and_holds_more(small) -> None:  # type: ignore[no-untyped-def]
     nest, params = small
     target = host_target()
@@ -86,6 +87,7 @@ def _fault_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fault: str, sche
 
 
 @pytest.mark.parametrize("fault", ["crash", "hang"])
+@pytest.mark.slow
 def test_a_candidate_that_crashes_or_hangs_is_recorded_and_the_rest_measured(
     small, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -184,6 +186,7 @@ def test_cost_model_learns_saves_and_loads(tmp_path: Path) -> None:
         CostModel.train(trials[:3])
 
 
+@pytest.mark.slow
 def test_tuned_is_database_else_model_else_analytic(
     small, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -217,6 +220,7 @@ def test_tuned_is_database_else_model_else_analytic(
     assert "the database decided" in lower(nest, params, target, "tuned").decision.reason
 
 
+@pytest.mark.slow
 def test_cli_tune_suite_model_and_schedule_tuned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -275,6 +279,7 @@ def test_a_suite_without_ray_stops_its_search_spaces_and_says_why(
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_two_ray_workers_store_the_same_records_as_one(small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("ray")
     from polydl.tuner.distributed import local_executor

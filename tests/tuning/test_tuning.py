@@ -157,6 +157,7 @@ def test_thread_features_say_what_every_thread_reads_whole_and_how_often_they_fo
     assert all(c.features["loops"] == len(c.schedule.order) for c in space)
 
 
+@pytest.mark.slow
 def test_every_candidate_of_an_odd_matmul_computes_the_product() -> None:
     nest, params = builders.matmul(33, 17, 9)
     target = host_target()
@@ -165,6 +166,7 @@ def test_every_candidate_of_an_odd_matmul_computes_the_product() -> None:
         run_and_check(kernel, lambda a, b: a.astype(np.float64) @ b)
 
 
+@pytest.mark.slow
 def test_blocked_convolution_candidates_compute_the_convolution() -> None:
     nest, params = builders.conv2d(N=1, C=16, K=16, H=6, W=6, R=3, S=3, padding=1,
                                    layout="nchw16c")
@@ -1182,6 +1184,7 @@ def test_cli_tune_errors_are_one_line(
 
 
 
+@pytest.mark.slow
 def test_the_space_holds_calls_over_blocks_the_ranking_leaves_out() -> None:
     """A blocked 1 x 1 layer on AVX2: the ranking's rules offer no call over several output
     blocks there (a block is two vectors), but the search space measures them too."""
