@@ -296,8 +296,8 @@ class _Child:
             if i == self.request.reference or not self._slow(firsts[i], fastest):
                 continue
             # a first call may carry the process's one-time costs (its OpenMP threads started,
-            # pages first touched: a 32^3 GEMM's took 24 ms on a loaded machine, 306x the
-            # fastest): a second call confirms the candidate slow before it is set aside
+            # pages first touched), many times a call's time: a second call confirms the
+            # candidate slow before it is set aside
             kernel, inputs, outputs = ready[i]
             t0 = time.perf_counter()
             kernel(*inputs, **outputs)

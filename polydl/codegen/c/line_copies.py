@@ -4,14 +4,12 @@ A microkernel reads B (a convolution's weights) in whole vectors. Where every ve
 starts a whole number of cache lines from the array's first element, the vectors are on lines
 exactly when the array is; but a large numpy array starts 16 bytes past a line (glibc hands
 out its mapping after a 16-byte header), and then every 64-byte vector straddles two lines and
-costs two loads. On the 16-core Sapphire Rapids host, weights 16 bytes off a line ran ResNet-50
-layers 4-23% slower (1 x 1 layers the most: their calls issue a load of B per 7 to 28
-broadcasts). Such an input is copied, once per call, into scratch that starts on a line, and the
-kernel reads the copy; an input already on a line is read in place. The copy is made only where
-its estimated time is within 2% of the kernel's: on 16 cores, layers of 0.2-0.5 ms at N=2 ran
-3-16% slower with their weights copied (150-512 KiB), those of 2-8 ms at N=32 1.00-1.16x as
-fast (16-576 KiB), and copies of 1-6 MiB (weights, or a weight gradient's dy) gained nothing or
-lost up to 6%.
+costs two loads (1 x 1 layers suffer most: their calls issue a load of B per few broadcasts).
+Such an input is copied, once per call, into scratch that starts on a line, and the kernel
+reads the copy; an input already on a line is read in place. The copy is made only where its
+estimated time is within 2% of the kernel's: short layers lose more to the copy than the
+aligned loads give back, and copies of megabytes gain nothing (see decisions: Inputs copied
+onto cache lines).
 """
 
 from __future__ import annotations
