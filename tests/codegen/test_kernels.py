@@ -156,7 +156,7 @@ def test_blocked_1x1_calls_span_the_image_where_rows_are_short(dtype: str, strid
     """A layer of 7 x 5 outputs runs its positions as one loop: the call spans them (35 rows of
     C, not 5), with the bias, residual and ReLU fused and y set, not added to; at stride 2
     (13 x 9 inputs) over the copy of the positions it reads."""
-    from tests.codegen.test_bfloat16 import f32
+    from tests.codegen.c.test_bfloat16 import f32
     from tests.frontends.test_builders import conv2d_numpy
 
     n, c, k, h, w = 2, 32, 40, 7 * stride - stride + 1, 5 * stride - stride + 1

@@ -1,6 +1,6 @@
 """The GPU tile model checked by timed candidates: the fastest of the best-ranked tiles is
 kept and named; without a device nothing changes. (The device's timings are simulated here;
-`tests/runtime/test_gpu_kernel.py` runs the real ones on a GPU.)"""
+`tests/runtime/gpu/test_gpu_kernel.py` runs the real ones on a GPU.)"""
 
 from __future__ import annotations
 

@@ -311,7 +311,7 @@ def test_strided_1x1_over_short_rows_reads_a_copy_of_the_positions_it_takes(dtyp
     import ml_dtypes
 
     if dtype == "bfloat16":
-        from tests.codegen.test_bfloat16 import f32
+        from tests.codegen.c.test_bfloat16 import f32
 
         x, wt = f32(x.astype(ml_dtypes.bfloat16)), f32(wt.astype(ml_dtypes.bfloat16))
     inputs = {"x": layouts.to_nchw16c(x), "w": layouts.to_kcrs16c16k(wt), "b": b}

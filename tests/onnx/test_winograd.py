@@ -1,7 +1,7 @@
 """Winograd's F(m x m, 3 x 3) for a network's 3 x 3 convolutions: the transformed weights'
 layout, the choice of tile and images per call, and compiled convolutions (ragged tiles,
 channel padding, pads, residual, activations, several images per call) against onnxruntime.
-The transforms themselves are checked in tests/schedules/test_gpu_winograd.py."""
+The transforms themselves are checked in tests/schedules/gpu/test_gpu_winograd.py."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from polydl.runtime.inputs import random_inputs
 from polydl.runtime.verify import compare
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
-from tests.schedules.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
-from tests.schedules.test_gpu_epilogues import LINEAR
+from tests.schedules.gpu.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
+from tests.schedules.gpu.test_gpu_epilogues import LINEAR
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -36,7 +36,7 @@ def _has_gpu() -> bool:
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU")
 
-BATCHED = (Path(__file__).resolve().parents[2] / "examples" / "batched_matmul.c").read_text()
+BATCHED = (Path(__file__).resolve().parents[3] / "examples" / "batched_matmul.c").read_text()
 
 
 

@@ -1,5 +1,5 @@
 """Timing GPU kernels against one another: a kernel that does not run gets no time (inf)
-instead of failing the timing of the others. (Real timings: tests/runtime/test_gpu_kernel.py
+instead of failing the timing of the others. (Real timings: tests/runtime/gpu/test_gpu_kernel.py
 on a GPU.)"""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target import resolve_target
 from tests.kernels import compile_c, run_and_check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TARGET = resolve_target("c", "x86-64-v3")
 
 

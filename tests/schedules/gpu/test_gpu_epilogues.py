@@ -85,7 +85,7 @@ def test_weights_read_along_k_are_a_k_major_tensor_map() -> None:
 
 
 def test_batched_operands_gain_a_tensor_map_dimension() -> None:
-    text = (Path(__file__).resolve().parents[2] / "examples" / "batched_matmul.c").read_text()
+    text = (Path(__file__).resolve().parents[3] / "examples" / "batched_matmul.c").read_text()
     nest = _bf16(read_c(text).nest, {"X", "Y"})
     (plan,) = _plans(nest, {"B": 4, "M": 256, "N": 128, "K": 64})
     tma = plan.gemm.tma

@@ -35,7 +35,7 @@ void sum_scale(int N, const float A[N][N], float s[N], float B[N][N]) {
 """
 
 # Forward substitution: the addend reads other cells of x (j < i), never x[i].
-TRISOLV = (Path(__file__).resolve().parents[2] / "benchmarks" / "general" / "trisolv.c").read_text()
+TRISOLV = (Path(__file__).resolve().parents[3] / "benchmarks" / "general" / "trisolv.c").read_text()
 
 # The addend reads the cell it adds to: stays a store per iteration.
 OWN_CELL = """

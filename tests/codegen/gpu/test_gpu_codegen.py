@@ -22,8 +22,8 @@ from polydl.schedules.gpu.variants import FmaTiling, MmaTiling, TmaTiling, Wgmma
 from polydl.target.gpu import DEFAULT_GPUS, device_for
 from tests.kernels import ROWSUM, WAVEFRONT
 from tests.kernels import with_bf16 as _bf16
-from tests.schedules.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
-from tests.schedules.test_gpu_epilogues import LINEAR
+from tests.schedules.gpu.test_gpu_epilogues import INIT_BIAS_RELU as DENSE
+from tests.schedules.gpu.test_gpu_epilogues import LINEAR
 
 BACKWARD = """
 void back(int N, float a[N], float b[N]) {
@@ -346,7 +346,7 @@ def test_hip_runtime_calls_are_refused_with_a_clear_error() -> None:
 
 
 def test_cli_writes_kernels_launcher_and_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = Path(__file__).parents[2] / "examples" / "matmul.c"
+    spec = Path(__file__).parents[3] / "examples" / "matmul.c"
     for target, suffix in (("cuda", ".cu"), ("hip", ".hip.cpp")):
         out = tmp_path / target
         assert cli_main(["compile", str(spec), "-p", "M=32", "-p", "N=32", "-p", "K=32",

@@ -232,7 +232,7 @@ def test_calls_over_one_input_channel_block_overwrite_y(dtype: str) -> None:
     (bf16 inputs on one block's calls, as the AMX and vdpbf16ps kernels take them)."""
     import ml_dtypes
 
-    from tests.codegen.test_bfloat16 import f32
+    from tests.codegen.c.test_bfloat16 import f32
     from tests.frontends.test_builders import conv2d_numpy
 
     n, c, k, h = 2, 48, 32, 6
