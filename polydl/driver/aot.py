@@ -1,7 +1,8 @@
 """Ahead-of-time output: the files `polydl compile -o DIR` writes for use without Python.
 
 Takes `GeneratedCode`; writes the source and the header and, for the C target, a shared library
-whose exported function has the spec's name and can be linked from plain C.
+whose exported function has the spec's name and can be linked from plain C or C++. Files get
+the mode open() gives (0644 under the usual umask).
 
 It sits in the driver, above the runtime, because it picks the runtime backend by the code's kind
 (`runtime.c.toolchain`, `runtime.gpu.toolchain`); a stage's shared modules never reach into its
@@ -10,7 +11,6 @@ backend folders.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from polydl.codegen.artifact import GeneratedCode
@@ -34,6 +34,7 @@ def write_artifacts(code: GeneratedCode, directory: Path) -> dict[str, Path]:
     write_atomic(paths["header"], code.header.encode())
     if code.kind == "c":
         library = directory / f"lib{code.function}.so"
-        shutil.copyfile(build_shared_library(code), library)
+        # a copy of the cached library, written as the sources are (atomically, mode 0644)
+        write_atomic(library, build_shared_library(code).read_bytes())
         paths["library"] = library
     return paths

@@ -176,14 +176,24 @@ def entry_lock(entry: Path) -> Iterator[None]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary name beside `path` and rename it into place. The file gets
+    the mode open() gives (0666 less the umask, 0644 usually), not mkstemp's 0600: the
+    generated sources, headers and libraries are for other users and tools to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    while True:
+        tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

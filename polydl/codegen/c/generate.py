@@ -32,6 +32,10 @@ from polydl.schedules.start import start_statement
 from polydl.target.cpu import CpuTarget
 from polydl.version import __version__
 
+# the header's spelling of `restrict`: kernel.h.j2 defines it as `restrict` for C and `__restrict`
+# for C++, which has no `restrict`
+HEADER_RESTRICT = "POLYDL_RESTRICT"
+
 
 def comment_text(text: str) -> str:
     """`text` made safe inside a C block comment: one printable line that cannot end it (a
@@ -54,14 +58,16 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
     )
 
 
-def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None) -> list[str]:
+def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None,
+                 restrict: str = "restrict") -> list[str]:
     """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value.
     `renamed`: parameters the definition spells otherwise (the body reads a local by the
-    array's name: `line_copies`)."""
+    array's name: `line_copies`). `restrict`: how the qualifier is spelled (the header's
+    `POLYDL_RESTRICT`, which C++ callers read as `__restrict`)."""
     renamed = renamed or {}
     return [
         f"const {a.c_type} {a.name}" if not a.shape
-        else f"{'const ' if a.is_input else ''}{a.c_type} *restrict {renamed.get(a.name, a.name)}"
+        else f"{'const ' if a.is_input else ''}{a.c_type} *{restrict} {renamed.get(a.name, a.name)}"
         for a in arguments
     ]
 
@@ -254,7 +260,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     )
     kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
                                        *calls.paired]))
-    header = render("c/kernel.h.j2", **values, arguments=arguments, kept=kept_inputs)
+    header = render("c/kernel.h.j2", **{**values, "parameters": c_parameters(arguments, restrict=HEADER_RESTRICT)},
+                    restrict=HEADER_RESTRICT, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,
         arguments=arguments,

@@ -34,7 +34,7 @@ def test_blocked_weights_off_a_line_are_copied_and_the_results_do_not_change(R: 
                            layout="nchw16c", machine=TWO_CORES)
     body = kernel.source.split("int conv2d(")[1]
     assert "pd_on_line(_pd_given_w, " in body  # the definition reads `w` through the copy
-    assert "const float *restrict w)" in kernel.header  # callers see the array's name
+    assert "const float *POLYDL_RESTRICT w)" in kernel.header  # callers see the array's name
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (N, C, H, H)).astype(np.float32)
     w = rng.uniform(-1, 1, (K, C, R, R)).astype(np.float32)
