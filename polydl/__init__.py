@@ -4,7 +4,9 @@
     k = polydl.matmul(M=512, N=512, K=512)
     c = k(a, b)
 
-See `polydl.compile` for specs (C loop nests, TOML primitive specs) and docs/contract.md for the contract.
+Entry points: `compile` (a C loop nest or TOML spec), the builders (`matmul`, `conv2d`, ...) and
+`onnx.compile` (a network); each returns a callable (`Kernel`, `onnx.Network`), and `help()` of each
+lists its arguments and errors (all derive from `PolyDLError`). docs/contract.md is the contract.
 """
 
 from polydl.api import (

@@ -27,8 +27,18 @@ __all__ = ["Compilation", "build_kernel", "compile", "lower", "target_of"]
 
 
 def target_of(target: TargetArg = "c", machine: MachineArg = None) -> Target:
-    """The target value for `target` (a kind, "c" | "cuda" | "hip", or a target value) and
-    `machine` (what describes it; see `polydl.target.resolve_target`)."""
+    """The target value the pipeline is given for a `target=` and `machine=` pair.
+
+    Args:
+        target: the backend kind, "c", "cuda" or "hip", or a target value (then `machine` stays None).
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+
+    Returns:
+        The `CpuTarget` or `GpuTarget` (see `polydl.target.resolve_target`).
+
+    Raises:
+        TargetError: an unknown kind, preset or description file, or both a target value and a machine.
+    """
     if isinstance(target, CpuTarget | GpuTarget):
         if machine is not None:
             raise TargetError("give the target either as a value (target=) or by machine=, not both")
@@ -41,7 +51,25 @@ def lower(
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
     constant: Sequence[str] = (),
 ) -> Compilation:
-    """Run the compiler up to generated source (no native compile)."""
+    """Run the compiler up to generated source, without compiling it.
+
+    Args:
+        nest: the loop nest (`polydl.frontends.load_spec` or a builder of `polydl.frontends`).
+        params: the size parameters' values, such as {"M": 512}.
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        constant: names of inputs kept unchanged between calls, such as weights (see `build_kernel`).
+
+    Returns:
+        The `Compilation`: the polyhedral model, the schedule, the generated code and the decisions.
+
+    Raises:
+        SpecError: an access outside its array, or sizes no statement runs at.
+        ArgumentError: a `constant` name that is no input.
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+    """
     return pipeline.lower(nest.keeping(constant), params, target_of(target, machine), schedule)
 
 
@@ -51,9 +79,29 @@ def build_kernel(
     constant: Sequence[str] = (),
 ) -> Kernel:
     """Lower (or reuse the stored lowering of) a nest and return its compiled kernel.
+
     `constant` names inputs the caller keeps unchanged between calls (weights at inference):
     where the schedule packs one, the copy is made at the first call and kept for the next;
-    after changing one in place, call `kernel.constants_changed()`."""
+    after changing one in place, call `kernel.constants_changed()`.
+
+    Args:
+        nest: the loop nest (`polydl.frontends.load_spec` or a builder of `polydl.frontends`).
+        params: the size parameters' values, such as {"M": 512}.
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        constant: names of inputs kept unchanged between calls, such as ("B",).
+
+    Returns:
+        The compiled kernel: a `Kernel` for "c", a `GpuKernel` for "cuda" and "hip".
+
+    Raises:
+        SpecError: an access outside its array, or sizes no statement runs at.
+        ArgumentError: a `constant` name that is no input.
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C (or GPU) compiler failed, or the library cannot be loaded.
+    """
     return pipeline.build_kernel(nest.keeping(constant), params, target_of(target, machine),  # type: ignore[return-value]
                                  schedule)
 
@@ -70,12 +118,36 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     include_dirs: Sequence[str | os.PathLike[str]] | None = None,
     constant: Sequence[str] = (),
 ) -> Kernel:
-    """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel,
-    for `target` described by `machine` (default: this machine); `function` picks one function
-    of a C file that defines several. A C spec goes through the C preprocessor where it has
-    directives or `defines` are given (`{"N": 64}` is `-D N=64`, a None value `-D N`), with
-    `include_dirs` searched for its headers (`-I DIR`). `constant`: inputs kept between
-    calls, as `build_kernel` takes them."""
+    """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel.
+
+    The kernel is built for `target` as `machine` describes it (default: this machine). A C
+    spec goes through the C preprocessor where it has directives or `defines` are given.
+
+        k = polydl.compile("examples/matmul.c", params={"M": 512, "N": 512, "K": 512})
+        c = k(a, b)                      # inputs (the const arrays) in declaration order
+
+    Args:
+        spec: a `.c` or `.toml` path, or the spec's text.
+        params: the size parameters' values, such as {"M": 512} (`-p M=512`).
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        function: the function to compile, of a C file that defines several (`--function`).
+        defines: C preprocessor macros: {"N": 64} is `-D N=64`, a None value `-D N`.
+        include_dirs: folders searched for the spec's `#include "..."` headers (`-I DIR`).
+        constant: names of inputs kept unchanged between calls, such as weights (see `build_kernel`).
+
+    Returns:
+        The compiled kernel: a `Kernel` for "c", a `GpuKernel` for "cuda" and "hip".
+
+    Raises:
+        SpecError: the spec breaks a rule (with file:line:col and a caret), a size is missing,
+            or an access falls outside its array.
+        ArgumentError: a `constant` name that is no input.
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C (or GPU) compiler failed, or the library cannot be loaded.
+    """
     resolved = target_of(target, machine)
     nest, bound = load_spec(spec, params, function, defines, include_dirs, target_kind=resolved.kind)
     return build_kernel(nest, bound, resolved, schedule, constant=constant)
@@ -104,8 +176,27 @@ def matmul(
     schedule: ScheduleArg = "auto",
     constant: Sequence[str] = (),
 ) -> Kernel:
-    """`C[M][N] += A[M][K] * B[K][N]`; call as `k(A, B)`. `constant=("B",)`: B stays the same
-    between calls (see `build_kernel`)."""
+    """A GEMM, `C[M][N] += A[M][K] * B[K][N]`; call it as `k(A, B) -> C`.
+
+    Args:
+        M: rows of A and C.
+        N: columns of B and C.
+        K: the reduction: columns of A, rows of B.
+        dtype: "float32", "float64" or "bfloat16" (bf16 A and B, an fp32 C).
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        constant: names of inputs kept unchanged between calls: ("B",) (see `build_kernel`).
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _build("matmul", target, machine, schedule, constant, M=M, N=N, K=K, dtype=dtype)
 
 
@@ -133,15 +224,46 @@ def conv2d(
     schedule: ScheduleArg = "auto",
     constant: Sequence[str] = (),
 ) -> Kernel:
-    """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call as
-    `k(x, w, *fused)`. `padding` is an int or (top, left, bottom, right); blocked weights as
-    `polydl.layouts.to_conv_weights` gives them. `layout="nhwc"` (groups=1) takes x[N,H,W,C]
-    and w[K,R,S,C] and gives y[N,P,Q,K]. `accumulate=False` overwrites a `y` passed in
-    (`y = conv`) instead of adding to it; `out_dtype="bfloat16"` gives a bf16 y from bf16
-    inputs (float32 by default). `out_layout="nchw16c"` with layout "nchw" (groups=1) gives a
-    blocked y from an NCHW x, weights as `polydl.layouts.to_kcrs16k` gives them
-    (w[KB,C,R,S,16]): the fast form of a layer of few input channels (a network's stem).
-    `constant=("w",)`: the weights stay the same between calls (see `build_kernel`)."""
+    """2-D convolution `y[N,K,P,Q] = sum x[N,C,H,W] * w[K,C/groups,R,S]`; call it as `k(x, w, *fused)`.
+
+    Blocked weights as `polydl.layouts.to_conv_weights` gives them. `layout="nhwc"` (groups=1)
+    takes x[N,H,W,C] and w[K,R,S,C] and gives y[N,P,Q,K]. `out_layout="nchw16c"` with layout
+    "nchw" (groups=1) gives a blocked y from an NCHW x, weights as `polydl.layouts.to_kcrs16k`
+    gives them (w[KB,C,R,S,16]): the fast form of a layer of few input channels (a stem).
+
+    Args:
+        N: images.
+        C: input channels.
+        K: output channels.
+        H: input rows.
+        W: input columns.
+        R: filter rows.
+        S: filter columns.
+        stride: the step between windows, in both directions.
+        padding: zeros around the input: an int, or (top, left, bottom, right) as ONNX's `pads`.
+        dtype: "float32", "float64" or "bfloat16" (bf16 x and w, an fp32 y).
+        layout: "nchw", "nchw16c" (channels blocked by 16) or "nhwc".
+        fuse: epilogues in order, each adding its inputs after w: "bias", "scale_shift", "residual",
+            "relu", "clip(LO,HI)".
+        groups: PyTorch's groups, dividing C and K (depthwise: groups == C == K).
+        dilation: the spacing of the filter's taps.
+        accumulate: False sets a `y` passed in (`y = conv`) instead of adding to it.
+        out_dtype: "bfloat16" gives a bf16 y from bf16 inputs; None: float32.
+        out_layout: "nchw16c" with layout "nchw" (a blocked y); None: `layout`.
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        constant: names of inputs kept unchanged between calls: ("w",) (see `build_kernel`).
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _build(
         "conv2d",
         target,
@@ -186,7 +308,34 @@ def conv2d_backward_data(
     groups: int = 1, *, target: TargetArg = "c", machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """The input gradient of `conv2d` with the same sizes: `k(dy, w) -> dx`."""
+    """The input gradient of `conv2d` with the same sizes; call it as `k(dy, w) -> dx`.
+
+    Args:
+        N: images.
+        C: input channels.
+        K: output channels.
+        H: input rows.
+        W: input columns.
+        R: filter rows.
+        S: filter columns.
+        stride: the step between windows, in both directions.
+        padding: zeros around the input: an int, or (top, left, bottom, right).
+        dtype: "float32" or "float64".
+        layout: "nchw" or "nchw16c" (channels blocked by 16).
+        groups: PyTorch's groups, dividing C and K.
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(conv_backward.conv2d_backward_data(
         N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
@@ -197,7 +346,34 @@ def conv2d_backward_weights(
     groups: int = 1, *, target: TargetArg = "c", machine: MachineArg = None,
     schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """The weight gradient of `conv2d` with the same sizes: `k(x, dy) -> dw`."""
+    """The weight gradient of `conv2d` with the same sizes; call it as `k(x, dy) -> dw`.
+
+    Args:
+        N: images.
+        C: input channels.
+        K: output channels.
+        H: input rows.
+        W: input columns.
+        R: filter rows.
+        S: filter columns.
+        stride: the step between windows, in both directions.
+        padding: zeros around the input: an int, or (top, left, bottom, right).
+        dtype: "float32" or "float64".
+        layout: "nchw" or "nchw16c" (channels blocked by 16).
+        groups: PyTorch's groups, dividing C and K.
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(conv_backward.conv2d_backward_weights(
         N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
@@ -207,8 +383,29 @@ def linear(
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
     constant: Sequence[str] = (),
 ) -> Kernel:
-    """Fully-connected `y[N,K] = x[N,C] w[K,C]^T`, then `fuse`; call as `k(x, w, *fused)`.
-    `constant=("w",)`: the weights stay the same between calls (see `build_kernel`)."""
+    """Fully-connected `y[N,K] = x[N,C] w[K,C]^T`, then `fuse`; call it as `k(x, w, *fused) -> y`.
+
+    Args:
+        N: rows of x (the batch).
+        C: input features.
+        K: output features.
+        dtype: "float32" or "float64".
+        fuse: epilogues in order, each adding its inputs after w: "bias", "scale_shift", "residual",
+            "relu", "clip(LO,HI)".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        constant: names of inputs kept unchanged between calls: ("w",) (see `build_kernel`).
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.linear(N, C, K, dtype, tuple(fuse)), target, machine, schedule,
                   constant)
 
@@ -217,7 +414,26 @@ def linear_backward_data(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """`dx[N,C] = dy[N,K] w[K,C]`; call as `k(dy, w)`."""
+    """The input gradient of `linear`, `dx[N,C] = dy[N,K] w[K,C]`; call it as `k(dy, w) -> dx`.
+
+    Args:
+        N: rows of x (the batch).
+        C: input features.
+        K: output features.
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.linear_backward_data(N, C, K, dtype), target, machine, schedule)
 
 
@@ -225,7 +441,26 @@ def linear_backward_weights(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """`dw[K,C] = dy[N,K]^T x[N,C]`; call as `k(x, dy)`."""
+    """The weight gradient of `linear`, `dw[K,C] = dy[N,K]^T x[N,C]`; call it as `k(x, dy) -> dw`.
+
+    Args:
+        N: rows of x (the batch).
+        C: input features.
+        K: output features.
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.linear_backward_weights(N, C, K, dtype), target, machine, schedule)
 
 
@@ -234,7 +469,33 @@ def pool2d(
     kind: str = "max", dtype: str = "float32", layout: str = "nchw", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """Max or average pooling of R x S windows; call as `k(x) -> y`."""
+    """Max or average pooling of R x S windows; call it as `k(x) -> y`.
+
+    Args:
+        N: images.
+        C: channels.
+        H: input rows.
+        W: input columns.
+        R: window rows.
+        S: window columns.
+        stride: the step between windows, in both directions.
+        padding: cells added on every side: skipped by "max", zeros for "avg".
+        kind: "max" or "avg".
+        dtype: "float32" or "float64".
+        layout: "nchw" or "nchw16c" (channels blocked by 16).
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.pool2d(N, C, H, W, R, S, stride, padding, kind, dtype, layout),
                   target, machine, schedule)
 
@@ -243,7 +504,28 @@ def eltwise(
     N: int, C: int, H: int = 1, W: int = 1, kind: str = "relu", dtype: str = "float32", *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """Element-wise "relu" `k(x)`, "add" `k(a, b)` or "scale_shift" `k(x, scale, shift)`."""
+    """Element-wise "relu" `k(x)`, "add" `k(a, b)` or "scale_shift" `k(x, scale[C], shift[C])`.
+
+    Args:
+        N: images.
+        C: channels.
+        H: rows.
+        W: columns.
+        kind: "relu", "add" or "scale_shift".
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.eltwise(N, C, H, W, kind, dtype), target, machine, schedule)
 
 
@@ -251,7 +533,28 @@ def batchnorm_inference(
     N: int, C: int, H: int, W: int, eps: float = 1e-5, dtype: str = "float32", *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """Batch-norm with given statistics; call as `k(x, gamma, beta, mean, var) -> y`."""
+    """Batch-norm with given statistics; call it as `k(x, gamma, beta, mean, var) -> y`.
+
+    Args:
+        N: images.
+        C: channels.
+        H: rows.
+        W: columns.
+        eps: added to the variance before its square root.
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.batchnorm_inference(N, C, H, W, eps, dtype), target, machine, schedule)
 
 
@@ -259,7 +562,27 @@ def batchnorm_statistics(
     N: int, C: int, H: int, W: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """Per-channel batch mean and (biased) variance; call as `k(x) -> (mean, var)`."""
+    """Per-channel batch mean and (biased) variance; call it as `k(x) -> (mean, var)`.
+
+    Args:
+        N: images.
+        C: channels.
+        H: rows.
+        W: columns.
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.batchnorm_statistics(N, C, H, W, dtype), target, machine, schedule)
 
 
@@ -267,5 +590,24 @@ def lstm_cell(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
 ) -> Kernel:
-    """One LSTM step; call as `k(x, h_prev, c_prev, w[4][C+K][K], b[4][K]) -> (c, h)`."""
+    """One LSTM step; call it as `k(x, h_prev, c_prev, w[4][C+K][K], b[4][K]) -> (c, h)`.
+
+    Args:
+        N: rows of x (the batch).
+        C: input features.
+        K: hidden features.
+        dtype: "float32" or "float64".
+        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+
+    Returns:
+        The compiled `Kernel`.
+
+    Raises:
+        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
+        TargetError: an unknown target kind or machine description.
+        ScheduleError: a given schedule that is malformed or breaks a dependence.
+        CompileError: the C compiler failed or could not be run.
+    """
     return _layer(layers.lstm_cell(N, C, K, dtype), target, machine, schedule)

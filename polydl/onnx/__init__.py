@@ -240,9 +240,25 @@ def _lowered(model: Any, batch: int | None, name: str | None, target: Target,
 def network_problems(model: Any, *, target: TargetArg = "c", machine: MachineArg = None,
                      batch: int | None = None, winograd: bool = True,
                      images_per_pass: int | None = None) -> list[tuple[str, LoopNest, dict[str, int]]]:
-    """(name, nest, sizes) of each distinct kernel the network compiles to with these options,
-    as `polydl tune` measures them and `schedule="tuned"` looks them up: a step's label (its
-    node) names it."""
+    """The distinct kernels a network compiles to, as `polydl tune` measures them.
+
+    Args:
+        model: a path to an .onnx file, its bytes or an `onnx.ModelProto`.
+        target: "c" (networks run on the CPU) or a CPU target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        batch: the value of a symbolic batch dimension.
+        winograd: False keeps every 3 x 3 convolution direct.
+        images_per_pass: images each layer runs on before the next layer (as `compile`'s).
+
+    Returns:
+        A list of (name, nest, sizes), one per distinct kernel: a step's label (its node) names it,
+        as `schedule="tuned"` looks it up.
+
+    Raises:
+        ShapeError: an unreadable model, a missing or bad batch, or a bad `images_per_pass`.
+        UnsupportedOperator: a node polydl cannot compile.
+        TargetError: a target other than the CPU's, or an unknown machine.
+    """
     resolved = _target(target, machine)
     plan, _ = _planned(load_model(model), batch, None, resolved, winograd, images_per_pass)
     kernels = _kernel_problems(plan)
@@ -289,17 +305,34 @@ def compile(  # noqa: A001 - the public name the contract gives
     name: str | None = None, jobs: int | None = None, progress: bool | None = None,
     winograd: bool = True, images_per_pass: int | None = None, schedule: str = "auto",
 ) -> Network:
-    """Compile an ONNX model (a path, bytes or an `onnx.ModelProto`) into a callable network.
-    `batch` fixes a symbolic batch dimension; `name` is the C name of the network's function;
-    `jobs` processes lower the layers' kernels (default: the CPU count); `progress` shows a
-    progress bar (default: when stderr is a terminal); `winograd=False` keeps every 3 x 3
-    convolution direct (Winograd's F(m x m, 3 x 3) rounds differently: ~1e-5 relative);
-    `images_per_pass` runs every layer on that many images, then on the next ones (a divisor
-    of the batch, for a network that keeps its images apart; default: chosen from the cache
-    sizes and the weights' size, `onnx.batching`); `schedule="tuned"` takes each layer's
-    schedule from the performance database where `polydl tune` measured that layer on this
-    target, else the cost model's pick where one is trained, else the analytic ranking's (the
-    default, `"auto"`)."""
+    """Compile an ONNX model into a callable network.
+
+        net = polydl.onnx.compile("resnet18.onnx", batch=1)
+        logits = net(x)                  # numpy float32, inputs in the graph's order
+
+    Args:
+        model: a path to an .onnx file, its bytes or an `onnx.ModelProto`.
+        target: "c" (networks run on the CPU) or a CPU target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        batch: the value of a symbolic batch dimension.
+        name: the C name of the network's function (default: from the graph's name).
+        jobs: processes that lower the layers' kernels (default: the CPU count).
+        progress: show a progress bar (default: when stderr is a terminal).
+        winograd: False keeps every 3 x 3 convolution direct (Winograd rounds differently: ~1e-5 relative).
+        images_per_pass: run every layer on this many images, then the next ones (a divisor of the
+            batch; default: chosen from the caches and the weights' size, `onnx.batching`).
+        schedule: "auto" (the analytic ranking) or "tuned" (the performance database where
+            `polydl tune` measured the layer, else the cost model's pick, else the ranking's).
+
+    Returns:
+        The `Network`: `net(*inputs)` returns the graph's outputs, `net.explain()` says what each step is.
+
+    Raises:
+        ShapeError: an unreadable model, a missing or bad batch, name, `images_per_pass` or `schedule`.
+        UnsupportedOperator: a node polydl cannot compile.
+        TargetError: a target other than the CPU's, or an unknown machine.
+        CompileError: the C compiler failed.
+    """
     resolved = _target(target, machine)
     schedule = _schedule_arg(schedule)
     proto = load_model(model)
@@ -345,9 +378,34 @@ def write_library(model: Any, directory: str | os.PathLike[str], *, target: Targ
                   embed_weights: bool = False, jobs: int | None = None,
                   winograd: bool = True, images_per_pass: int | None = None,
                   schedule: str = "auto") -> dict[str, Path]:
-    """Write the network as an ahead-of-time library into `directory`: NAME.c (and one source
-    per kernel), NAME.h, libNAME.so exporting `int NAME(const float *in0, ..., float *out0,
-    ...)`, and NAME.weights beside it unless `embed_weights`; the options as `compile`'s."""
+    """Write the network as an ahead-of-time library for use from C (or C++) without Python.
+
+    The library exports `int NAME(const float *in0, ..., float *out0, ...)`, declared in NAME.h.
+
+    Args:
+        model: a path to an .onnx file, its bytes or an `onnx.ModelProto`.
+        directory: the folder to write into (created if missing).
+        target: "c" (networks run on the CPU) or a CPU target value.
+        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
+        batch: the value of a symbolic batch dimension.
+        name: the C name of the network's function (default: from the graph's name).
+        embed_weights: put the weights inside the library instead of NAME.weights beside it.
+        jobs: processes that lower the layers' kernels (default: the CPU count).
+        winograd: False keeps every 3 x 3 convolution direct.
+        images_per_pass: run every layer on this many images, then the next ones (as `compile`'s).
+        schedule: "auto" or "tuned" (as `compile`'s).
+
+    Returns:
+        The paths written, by role: "source" (NAME.c), "header" (NAME.h), "library" (libNAME.so) and,
+        unless `embed_weights`, "weights" (NAME.weights).
+
+    Raises:
+        ShapeError: an unreadable model, a missing or bad batch, name, `images_per_pass` or `schedule`,
+            or weights to embed from a path with quotes.
+        UnsupportedOperator: a node polydl cannot compile.
+        TargetError: a target other than the CPU's, or an unknown machine.
+        CompileError: the C compiler failed.
+    """
     resolved = _target(target, machine)
     folder = Path(directory)
     plan, codes, _, _, _ = _lowered(load_model(model), batch, name, resolved,

@@ -92,13 +92,32 @@ class CompiledKernel:
 
     # ------------------------------------------------------------------ checking a call
     def reference(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        """The plain numpy evaluation of the same loop nest; outputs passed by name are copied,
-        not modified."""
+        """The plain numpy evaluation of the same loop nest, for checking the kernel.
+
+        Args:
+            *args: the inputs in declaration order, as the kernel takes them.
+            **named: inputs and outputs by name; outputs are copied, not modified.
+
+        Returns:
+            The output array, or a tuple of the outputs in declaration order, as the kernel's call.
+
+        Raises:
+            ShapeError: an argument the kernel's call would refuse.
+        """
         arrays, outputs = bind_host(self.arguments, self._gather(args, named), copy_outputs=True)
         self._reference_impl(arrays)
         return call_result(outputs)
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run the kernel: each target's kernel class launches its code (see `polydl.Kernel`).
+
+        Args:
+            *args: the inputs in declaration order.
+            **named: inputs and outputs by name.
+
+        Returns:
+            The output array, or a tuple of the outputs in declaration order.
+        """
         raise NotImplementedError  # each target's kernel class launches its code
 
     def _gather(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
@@ -156,10 +175,18 @@ def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def aligned(array: Any) -> np.ndarray:
-    """`array` as a C-contiguous numpy array whose data starts on a 64-byte cache line: the
-    array itself where it is one, else a copy. Weights held this way spare a kernel its copy
-    onto a line per call, or the split vector loads where the copy does not pay
-    (`codegen/c/line_copies.py`): a large numpy array starts 16 bytes past a line."""
+    """`array` as a C-contiguous numpy array whose data starts on a 64-byte cache line.
+
+    Weights held this way spare a kernel its copy onto a line per call, or the split vector
+    loads where the copy does not pay (`codegen/c/line_copies.py`): a large numpy array starts
+    16 bytes past a line.
+
+    Args:
+        array: a numpy array or anything `np.asarray` takes.
+
+    Returns:
+        The array itself where it is C-contiguous and on a line, else a copy that is.
+    """
     array = np.asarray(array)
     if array.flags.c_contiguous and array.ctypes.data % OUTPUT_ALIGNMENT == 0:
         return array

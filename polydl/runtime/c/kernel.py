@@ -44,6 +44,10 @@ from polydl.schedules.schedule import Schedule
 class Kernel(CompiledKernel):
     """A compiled CPU kernel. `k(*inputs, **named)` runs it; `k.reference(...)` runs numpy.
 
+    What it is: `k.source` (the generated C), `k.header`, `k.schedule` (`describe()` says the
+    loop order, tiles, parallel loops and microkernel), `k.flops` (of one call), `k.inputs` and
+    `k.outputs` (the arguments, in declaration order), `k.params` (the sizes it was built for).
+
     `cannot_run` says why this CPU cannot execute the library (built for another target): the
     library is then never loaded, and a call is a `TargetError` instead of an illegal
     instruction."""
@@ -68,12 +72,36 @@ class Kernel(CompiledKernel):
             self._kept.changed = changed
 
     def constants_changed(self) -> None:
-        """Say that an input kept between calls (`constant=` when built) was changed in place:
-        its packed copy is made again at the next call. (Another array, or one at another
-        address, is noticed without this.)"""
+        """Say that an input kept between calls (`constant=` when built) was changed in place.
+
+        Its packed copy is made again at the next call, in every kernel of this library. Another
+        array, or one at another address, is noticed without this. C callers have
+        `void NAME_constants_changed(void)` in the header.
+        """
         self._kept.bump()
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run the kernel on numpy arrays; every argument is checked before native code runs.
+
+            c = k(a, b)                  # outputs not given are allocated zero-filled
+            k(a, b, C=c)                 # an output given by name is updated in place (+= adds)
+
+        Args:
+            *args: the inputs (the spec's `const` arrays and its scalar parameters), in
+                declaration order: C-contiguous arrays of the kernel's shape and dtype
+                (bfloat16: `ml_dtypes.bfloat16` arrays or their `uint16` bits).
+            **named: any input by name, and outputs by name (used and modified as they are).
+
+        Returns:
+            The output array, or a tuple of the outputs in declaration order.
+
+        Raises:
+            ShapeError: a missing, unknown or repeated argument, a wrong shape or dtype, an array
+                that is not C-contiguous, a read-only output, or an output sharing memory with
+                another argument (`array`, `expected` and `given` say which and what).
+            TargetError: the kernel was built for a CPU this one cannot run.
+            PolyDLError: the kernel could not allocate its scratch memory.
+        """
         if self.cannot_run:
             raise TargetError(self.cannot_run)
         bound = self._call_plan.bind(args, named)
