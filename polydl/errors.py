@@ -53,7 +53,7 @@ class SpecError(PolyDLError):
         self.source_line = source_line
         self.errors: tuple[SpecError, ...] = errors or (self,)
         self.left_out = left_out
-        super().__init__(self._render_all())
+        super().__init__(self.render())
 
     @classmethod
     def at(cls, message: str, position: SourcePosition | None, source: str | None = None) -> SpecError:
@@ -75,28 +75,21 @@ class SpecError(PolyDLError):
         return cls(first.message, first.file, first.line, first.column, first.source_line,
                    errors=tuple(errors), left_out=left_out)
 
-    def _render(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}: " if self.line else f"{self.file}: "
-        text = f"{where}error: {self.message}"
-        if self.source_line is not None:
-            caret = " " * max(self.column - 1, 0) + "^"
-            text += f"\n  {self.source_line}\n  {caret}"
-        return text
-
-    def _render_all(self) -> str:
-        if self.errors == (self,):
-            return self._render()
-        text = "\n".join(e._render() for e in self.errors)
+    def render(self, prefix: str = "") -> str:
+        """Each error as a C compiler shows it: `file:line:col: error: message`, then its source
+        line and a caret under the column; `prefix` goes before each error's first line (the
+        command line's `polydl: `). The message of this exception is `render()`."""
+        lines = [line for e in self.errors for line in e._lines(prefix)]
         if self.left_out:
-            text += f"\n{self.file}: note: stopped after {len(self.errors)} errors; the rest were left out"
-        return text
-
-    def summary_lines(self) -> list[str]:
-        """One line per error (where and what, no source line), as the command line prints."""
-        lines = [e._render().splitlines()[0] for e in self.errors]
-        if self.left_out:
-            lines.append(f"{self.file}: note: stopped after {len(self.errors)} errors; "
+            lines.append(f"{prefix}{self.file}: note: stopped after {len(self.errors)} errors; "
                          "the rest were left out")
+        return "\n".join(lines)
+
+    def _lines(self, prefix: str) -> list[str]:
+        where = f"{self.file}:{self.line}:{self.column}: " if self.line else f"{self.file}: "
+        lines = [f"{prefix}{where}error: {self.message}"]
+        if self.source_line is not None:
+            lines += [f"  {self.source_line}", "  " + " " * max(self.column - 1, 0) + "^"]
         return lines
 
 
@@ -119,6 +112,12 @@ class ErrorCollector:
     def raise_if_any(self) -> None:
         if self.found:
             raise SpecError.several(self.found)
+
+
+class UsageError(PolyDLError):
+    """A malformed command line that argparse cannot see (`-p M` without `=VALUE`); the command
+    line exits with status 2 for it, as for argparse's own errors. An option that does not
+    apply to the spec given is a polydl error (status 1), as an unknown size is."""
 
 
 class ArgumentError(PolyDLError):

@@ -6,9 +6,9 @@ Takes the spec's text (comments and `#pragma` lines blanked), its file name and 
 `Preprocessing` options; returns the preprocessed text without line markers and the
 `SourceMap` of its lines, so that every later error points into the user's own file (the spec
 or a header) at the line and column of the construct. The preprocessor predefines only the
-standard macros (`-undef`, `-std=c11`) and sees no system headers: `<math.h>`, `<stdint.h>`,
-`<stddef.h>`, `<stdlib.h>` and `<stdbool.h>` are empty stand-ins (`c_include/`), since a spec
-needs nothing from them. An error of the preprocessor is a `SpecError` at its position.
+standard macros (`-undef`, `-std=c11`) and sees no system headers: polydl's own `<math.h>`,
+`<stdint.h>`, ... (`c_include/`) stand in for them, defining only what a spec may use. An error
+of the preprocessor is a `SpecError` at its position.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from polydl.frontends.c_source_map import LineOrigin, SourceMap, align
 from polydl.frontends.c_text import strip_comments
 
 STAND_IN_HEADERS = Path(__file__).with_name("c_include")
-STAND_IN_NAMES = ("math.h", "stdint.h", "stddef.h", "stdlib.h", "stdbool.h")
+STAND_IN_NAMES = tuple(sorted(p.name for p in STAND_IN_HEADERS.glob("*.h")))
 # The preprocessed text may be larger than the spec (macros expand), within reason; and the
 # preprocessor runs with bounded time, memory and output, as a spec may `#include "/dev/zero"`
 # or expand a macro exponentially.
@@ -214,8 +214,8 @@ def _failure(stderr: str, filename: str, texts: dict[str, str | None]) -> SpecEr
         source_map = SourceMap(filename, texts)
         if "No such file or directory" in message:
             if (source_map.source_line(position) or "")[position.column - 1:].startswith("<"):
-                message += (f"; system headers are not read ({', '.join(STAND_IN_NAMES)} are "
-                            "empty stand-ins)")
+                message += ("; system headers are not read (polydl's own "
+                            f"{', '.join(STAND_IN_NAMES)} stand in for them)")
             message += "; give the header's folder with -I DIR (include_dirs= in Python)"
         errors.append(source_map.error(message, position))
     if errors:

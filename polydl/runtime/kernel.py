@@ -223,15 +223,18 @@ def bind_host(
 
 
 def zero_output(arg: KernelArgument) -> np.ndarray:
-    """A new zero-filled array for an output not given, or ShapeError if it cannot be had."""
+    """A new zero-filled array for an output not given, or ShapeError (naming the output and
+    its bytes) where this machine cannot allocate it."""
+    dtype = NUMPY_DTYPES[arg.dtype]
     try:
-        return aligned_zeros(arg.shape, NUMPY_DTYPES[arg.dtype])
-    except (MemoryError, ValueError) as exc:
+        return aligned_zeros(arg.shape, dtype)
+    except (MemoryError, ValueError):
+        nbytes = math.prod(arg.shape) * dtype.itemsize
         raise ShapeError(
-            arg.name, f"cannot allocate the output ({exc})",
+            arg.name, f"cannot allocate the output: {arg.dtype}{list(arg.shape)} is {nbytes:,} bytes "
+            f"({nbytes / 2**30:,.1f} GiB), more than this machine can allocate",
             expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
         ) from None
-
 
 
 def _checked(arg: KernelArgument, value: Any) -> np.ndarray:

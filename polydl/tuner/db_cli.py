@@ -39,10 +39,10 @@ def add_db_command(sub: argparse._SubParsersAction) -> None:
                    help="the system database's trials too")
     c.set_defaults(func=cmd_export)
     c = action("import", "add the trials of a JSON-lines file ('-': stdin)", False)
-    c.add_argument("file")
+    c.add_argument("file", help="a JSON-lines file of trials, as `polydl db export` writes ('-': stdin)")
     c.set_defaults(func=cmd_import)
     c = action("merge", "add the trials of another database file", False)
-    c.add_argument("other", metavar="OTHER.sqlite")
+    c.add_argument("other", metavar="OTHER.sqlite", help="the database whose trials to add")
     c.set_defaults(func=cmd_merge)
 
 

@@ -113,16 +113,19 @@ int main(void) {{
     np.testing.assert_allclose(got, a @ b)
 
 
-def test_spec_error_is_one_line_with_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_spec_error_shows_position_source_line_and_caret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.c"
     bad.write_text("void f(int N, float A[N]) {\n  for (int i = 0; i < N; i++)\n    A[i * i] = 1.0f;\n}\n")
     assert main(["compile", str(bad), "-p", "N=4"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"polydl: {bad}:3:")
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert len(err) == 3 and err[0].startswith(f"polydl: {bad}:3:7: error:")
+    assert err[1:] == ["      A[i * i] = 1.0f;", "  " + " " * 6 + "^"]
 
 
 def test_bad_parameter_syntax(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", str(EXAMPLES / "matmul.c"), "-p", "M"]) == 1
+    assert main(["run", str(EXAMPLES / "matmul.c"), "-p", "M"]) == 2
     assert "NAME=VALUE" in capsys.readouterr().err
 
 

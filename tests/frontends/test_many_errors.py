@@ -108,13 +108,14 @@ def test_missing_sizes_are_reported_together() -> None:
     ]
 
 
-def test_the_command_line_prints_one_line_per_error(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_command_line_prints_each_error_with_its_line_and_caret(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bad.c"
     path.write_text(SEVERAL)
     assert main(["compile", str(path), "-p", "N=4"]) == 1
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 5 and all(ln.startswith(f"polydl: {path}:") for ln in lines)
+    assert len(lines) == 15 and all(ln.startswith(f"polydl: {path}:") for ln in lines[::3])
     assert lines[0].endswith("e.g. float p[N][M]")
+    assert lines[1:3] == ["  " + SEVERAL.splitlines()[0], "  " + " " * 50 + "^"]
 
 
 def test_a_refused_parameter_silences_the_extents_and_uses_that_name_it() -> None:
