@@ -29,7 +29,7 @@ from polydl.schedules.cpu.epilogues import choose_fusion
 from polydl.schedules.cpu.nests import plan_nests
 from polydl.schedules.feeds import fuse_feed
 from polydl.schedules.microkernel import multiply_accumulate
-from polydl.schedules.schedule import AFFINE, Schedule
+from polydl.schedules.schedule import AFFINE, GENERAL_SCHEDULER_NOTE, Schedule
 from polydl.schedules.start import fuse_start
 from polydl.target.cpu import CpuTarget
 from polydl.target.host import cannot_run_here
@@ -69,6 +69,9 @@ def plan(model: PolyModel, target: CpuTarget, schedule: Any) -> Plan:
     if isinstance(schedule, Mapping):
         schedule = schedule_from(schedule)
     if isinstance(schedule, Schedule):
+        # a compiled kernel's schedule, given back, carries its general scheduler's account:
+        # made again for this compilation, never copied into the code's comment
+        schedule = replace(schedule, notes=tuple(n for n in schedule.notes if n[0] != GENERAL_SCHEDULER_NOTE))
         chosen = resolve(model, schedule)
         # what the automatic fusion would make of this schedule, for `explain`: a given
         # schedule fuses exactly its own epilogues

@@ -2,19 +2,23 @@
 
 `Compilation` holds every stage's output for one spec and target; `ScheduleDecision` keeps what
 chose the schedule (who decided, the ranked candidates, each fusion decision), so `explain`
-prints the decisions that were made instead of making them again.
+prints the decisions that were made instead of making them again. Where the general scheduler
+planned the main nest, the compilation's schedule (the one its kernel reports and the compile
+cache stores) carries what it did as a note, in the words `explain` prints for that nest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from polydl.codegen.artifact import GeneratedCode
 from polydl.poly.model import PolyModel
 from polydl.schedules.apply import ScheduledNest
 from polydl.schedules.cpu.cost import RankedSchedule
+from polydl.schedules.cpu.nests import describe_plan
 from polydl.schedules.fusion import FusionDecision
+from polydl.schedules.schedule import AFFINE, GENERAL_SCHEDULER_NOTE, Schedule
 from polydl.target import Target
 
 
@@ -39,6 +43,14 @@ class Compilation:
     code: GeneratedCode
     decision: ScheduleDecision
     scheduled: ScheduledNest | None = None  # the C backend's scheduled nest
+
+    def __post_init__(self) -> None:
+        schedule, scheduled = self.schedule, self.scheduled
+        if isinstance(schedule, Schedule) and schedule.scheduler == AFFINE and scheduled is not None:
+            notes = dict(schedule.notes)
+            notes[GENERAL_SCHEDULER_NOTE] = describe_plan(scheduled.main)
+            # a frozen record completed once, as it is made
+            object.__setattr__(self, "schedule", replace(schedule, notes=tuple(sorted(notes.items()))))
 
     @property
     def flops(self) -> int:

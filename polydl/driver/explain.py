@@ -1,20 +1,33 @@
 """`polydl explain`: the compiler's view of a spec, as readable text.
 
-Takes a `Compilation`; returns text with the target, the iteration domains, access relations,
-dependences, the chosen schedule and the decisions recorded while choosing it: who decided,
-each fusion decision, where the epilogues run and, where the schedule was ranked, the
-candidates with their working sets. Nothing is decided again here.
+Takes a `Compilation`; returns text with the target, the arrays (a local with where the code
+holds it), the iteration domains, access relations, dependences, the chosen schedule and the
+decisions recorded while choosing it: who decided, each fusion decision, where the epilogues
+run and, where the schedule was ranked, the candidates with their working sets. Nothing is
+decided again here: each nest's line in the summary and in the schedule section is the plan's
+own `describe_plan` line (a general-scheduler nest's bands as the scheduler described them),
+the line the kernel's `Schedule.describe()` prints for the main nest.
 """
 
 from __future__ import annotations
 
+import re
+
+from polydl.codegen.c.thread_scratch import per_thread_arrays
 from polydl.driver.compilation import Compilation
-from polydl.names import respell
+from polydl.ir import Array
+from polydl.names import respell, spelling
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
+from polydl.schedules.cpu.nests import describe_plan
 from polydl.schedules.fusion import level_loop
+from polydl.schedules.schedule import GENERAL_SCHEDULER_NOTE
 from polydl.target import CpuTarget
+
+# The array the C frontend expands a local scalar `float s` of the spec into: `_pd_s_0`, one
+# cell per iteration of the loops around its declaration (`frontends/c_loopnest.py`).
+_C_LOCAL = re.compile(r"_pd_(\w+)_\d+")
 
 
 def explain(c: Compilation, ranking: int = 5) -> str:
@@ -26,9 +39,11 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     lines.append(f"  target: {c.target.describe()}")
     lines.append("  sizes: " + (", ".join(f"{k}={v}" for k, v in model.params.items()) or "none"))
     lines.append("  arrays:")
-    for a in model.nest.arrays:
+    per_thread = per_thread_arrays(c.scheduled) if c.scheduled is not None else frozenset()
+    # the scheduled model's: with the scratch arrays the schedule added (scaled operands)
+    for a in (c.scheduled.model if c.scheduled is not None else model).nest.arrays:
         shape = "x".join(str(e) for e in a.concrete_shape(model.params))
-        lines.append(f"    {a.name}: {a.dtype}[{shape}] {'input' if a.is_input else 'output'}")
+        lines.append(f"    {a.name}: {a.dtype}[{shape}] {_role(a, a.name in per_thread)}")
     lines.append("")
     lines.append("statements:")
     for s in model.statements:
@@ -48,16 +63,13 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     lines.append("")
     lines.append(f"schedule: {c.schedule.describe()}")
     lines.append(f"  decided by {c.decision.describe()}")
-    scheduled = c.scheduled
-    for plan in scheduled.groups if scheduled is not None else ():
-        par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
-        main = " (main)" if scheduled is not None and plan.group == scheduled.main_group else ""
-        lines.append(
-            f"  nest {plan.group}{main}: band {' > '.join(plan.order) or '-'}; "
-            f"parallel {', '.join(par) or 'none'}"
-        )
+    if c.scheduled is not None:
+        for plan in c.scheduled.groups:
+            main = " (main)" if plan.group == c.scheduled.main_group else ""
+            lines.append(f"  nest {plan.group}{main}: {describe_plan(plan)}")
     for key, value in getattr(c.schedule, "notes", ()):
-        lines.append(f"  {key}: {value}")
+        if key != GENERAL_SCHEDULER_NOTE:  # the main nest's line above
+            lines.append(f"  {key}: {value}")
     lines += _fusion(c)
     lines.append(f"flops per call: {c.flops}")
     if ranking > 0:
@@ -95,21 +107,27 @@ def _summary(c: Compilation) -> list[str]:
         if plan in loopless:
             continue
         names = ", ".join(st.name for st in plan.statements)
-        par = [plan.order[d] for d in plan.parallel_dims if d < len(plan.order)]
-        calls = "; microkernel for " + ", ".join(plan.calls) if plan.calls else ""
-        fused = "; fused " + ", ".join(st.name for st in plan.epilogues) if plan.epilogues else ""
-        if plan.feeds:
-            fused += (f"; {', '.join(st.name for st in plan.feeds)} copied inside loop "
-                      f"{level_loop(plan.order, plan.feed_level or 0)}, before the loops that read it")
         main = " (main)" if plan.group == scheduled.main_group else ""
-        if plan.tree is not None:
+        if plan.tree is not None:  # `describe_plan`'s bands, one per line
             lines.append(f"  nest {plan.group}{main} [{names}]: {plan.how}, "
                          f"{len(plan.bands)} band(s)")
             lines += [f"    {band}" for band in plan.bands or ("no loops",)]
             continue
-        lines.append(f"  nest {plan.group}{main} [{names}]: loops {' > '.join(plan.order) or '-'}; "
-                     f"parallel {', '.join(par) or 'none'}{calls}{fused}")
+        lines.append(f"  nest {plan.group}{main} [{names}]: {describe_plan(plan)}")
     return lines
+
+
+def _role(array: Array, per_thread: bool) -> str:
+    """input, output, or a local with where the code holds it: whole (one cell per iteration of
+    the loops it was expanded along), or one slice of its first index per thread."""
+    if not array.local:
+        return "input" if array.is_input else "output"
+    where = "one slice of its first index per thread" if per_thread else "the whole array"
+    scalar = _C_LOCAL.fullmatch(array.name)
+    if scalar is None or array.position is None:
+        return f"local (scratch), {where}"
+    return (f"local, the C local '{spelling(scalar.group(1))}' at {array.position} with a cell "
+            f"per iteration of the loops around it; {where}")
 
 
 def _fusion(c: Compilation) -> list[str]:

@@ -7,7 +7,8 @@ carry the main statement's sum into its output too: each thread adds into a zero
 the output of its own, and the copies are added into the output when the loop ends); `microkernel` the innermost loops
 replaced by a batch-reduce GEMM call; `epilogues` the statements fused into the band.
 `scheduler="affine"` leaves the main nest to the general scheduler instead (the other fields
-are then empty).
+are then empty; the note `GENERAL_SCHEDULER_NOTE` of a compiled kernel's schedule says what that
+scheduler did, and `describe()` prints it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ TILE_SUFFIX = ".t"
 BAND = "band"  # the main nest follows `order`, `tiles`, `parallel`, `microkernel`
 AFFINE = "affine"  # the main nest is left to the general scheduler (schedules/cpu/affine.py)
 SCHEDULERS = (BAND, AFFINE)
+# The note a compiled kernel's "affine" schedule carries: its main nest's bands as the general
+# scheduler described them (`schedules.cpu.nests.describe_plan`), for `describe()`.
+GENERAL_SCHEDULER_NOTE = "general_scheduler"
 
 
 def tile_loop(var: str) -> str:
@@ -72,7 +76,8 @@ class Schedule:
     epilogues: tuple[str, ...] = ()
     scheduler: str = BAND
     private_sums: bool = False
-    # Numbers the ranking attached (working sets, score); informative, not part of identity.
+    # Numbers the ranking attached (working sets, score) and what the general scheduler did;
+    # informative, not part of identity.
     notes: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     @property
@@ -124,7 +129,8 @@ class Schedule:
 
     def describe(self) -> str:
         if self.scheduler == AFFINE:
-            return "main nest by the general (affine) scheduler"
+            bands = dict(self.notes).get(GENERAL_SCHEDULER_NOTE)
+            return "main nest by the general (affine) scheduler" + (f": {bands}" if bands else "")
         parts = ["order " + " > ".join(self.order) if self.order else "original order"]
         if self.tiles:
             parts.append("tiles " + ", ".join(f"{v}={t}" for v, t in self.tiles))

@@ -22,6 +22,7 @@ every validity constraint, and tiling and wavefronts of a permutable band keep t
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -99,8 +100,13 @@ class AffineSchedule:
         return any(b.parallel for b in self.bands)
 
     def describe(self) -> str:
-        return f"{self.origin}: " + (
-            " | ".join(b.describe() for b in self.bands) or "no loops")
+        return describe_bands(self.origin, [b.describe() for b in self.bands])
+
+
+def describe_bands(origin: str, bands: Sequence[str]) -> str:
+    """One line: who made a schedule tree and each of its bands, as `BandDecision.describe()`
+    says it (a plan keeps those words: `GroupPlan.how` and `GroupPlan.bands`)."""
+    return f"{origin}: " + (" | ".join(bands) or "no loops")
 
 
 _SCHEDULES: weakref.WeakKeyDictionary[PolyModel, dict[str, AffineSchedule]] = (

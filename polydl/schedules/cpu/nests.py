@@ -9,6 +9,9 @@ dependence between them):
   of a DL primitive: loop order, tiles, parallel loops and the batch-reduce microkernel;
 - any other nest (several statements, imperfect, or with dependences that forbid plain
   permutation, such as stencils and solvers) goes to the general scheduler (`affine.py`).
+
+`describe_plan` says in one line what was decided for a nest; `explain` and the kernel's
+`Schedule.describe()` print that line, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from polydl.schedules.cpu.affine import (
     ISL_ORIGIN,
     AffineSchedule,
     affine_schedule,
+    describe_bands,
     written_order_schedule,
 )
 from polydl.schedules.cpu.rank import rank
+from polydl.schedules.fusion import level_loop
 from polydl.schedules.schedule import Schedule
 from polydl.schedules.strides import element_stride, streams
 from polydl.target.cpu import CpuTarget
@@ -141,6 +146,33 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     )
 
 
+def describe_plan(plan: GroupPlan) -> str:
+    """What was decided for one nest, in one line: the general scheduler's bands in the words it
+    chose when it made them (`plan.how`, `plan.bands`: the loops, the statements, tiles, and
+    the parallel loop or wavefront of each band), or a band plan's loops, tiles, the loops its
+    threads run, its microkernel and what runs inside it."""
+    if plan.tree is not None:
+        return describe_bands(plan.how, plan.bands)
+    parts = [f"loops {' > '.join(plan.order) or '-'}"]
+    if plan.tiles:
+        parts.append("tiles " + ", ".join(f"{v}={t}" for v, t in plan.tiles.items()))
+    parts.append("parallel " + (", ".join(parallel_loops(plan)) or "none")
+                 + (" (a private sum per thread)" if plan.private_sum else ""))
+    if plan.calls:
+        parts.append("microkernel for " + ", ".join(plan.calls))
+    if plan.epilogues:
+        parts.append("fused " + ", ".join(s.name for s in plan.epilogues))
+    if plan.feeds:
+        parts.append(f"{', '.join(s.name for s in plan.feeds)} copied inside loop "
+                     f"{level_loop(plan.order, plan.feed_level or 0)}, before the loops that read it")
+    return "; ".join(parts)
+
+
+def parallel_loops(plan: GroupPlan) -> tuple[str, ...]:
+    """The loops of a band plan that its threads run (a general plan's are marks in its tree)."""
+    return tuple(plan.order[d] for d in plan.parallel_dims if d < len(plan.order))
+
+
 def _streams_rows(model: PolyModel) -> bool:
     """Whether each statement inside an inner loop moves every access of it by at most one
     element per step of its innermost loop (a unit stride, or none: a value that stays in a
@@ -191,6 +223,5 @@ def _band_plan(model: PolyModel, target: CpuTarget) -> GroupPlan:
     ranked = rank(model, target)
     schedule = ranked[0].schedule if ranked else Schedule()
     plan = apply_schedule(model, schedule).main
-    parallel = tuple(plan.order[d] for d in plan.parallel_dims)
-    described = replace(schedule, order=plan.order, parallel=parallel)
+    described = replace(schedule, order=plan.order, parallel=parallel_loops(plan))
     return replace(plan, how="ranked: " + described.describe())
