@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from pycparser import c_ast
 
+from polydl.dtypes import C_SPELLINGS
 from polydl.errors import SourcePosition, SpecError
+from polydl.frontends.c_header_names import undeclared_hint
 from polydl.frontends.c_source_map import SourceMap
 from polydl.ir import (
     Access,
@@ -34,12 +36,63 @@ MAX_DEPTH = 100
 INT_LIMIT = 2**63 - 1
 FLOAT_MAX = 3.4028234663852886e38  # FLT_MAX
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+# Prefix operators whose errors point at the operator itself: pycparser places every prefix
+# operator at its operand, and the errors of the others have always pointed there.
+_POINTER_OPERATORS = ("*", "&")
 _AFFINE_HINT = "only affine expressions of loop variables and size parameters are allowed"
 
 
 class Unusable(Exception):
     """A construct that uses a name whose declaration failed: skipped without an error, as
     the declaration's error already says what is wrong."""
+
+
+class Conversion(c_ast.Cast):
+    """A conversion C makes without a cast being written: a helper function's argument to its
+    parameter's type, its result to its return type (`c_inline`). Read as a cast; in index
+    expressions one to int or long is the value itself (loop variables and sizes are ints)."""
+
+    __slots__ = ()
+
+
+def c_type_name(words: list[str]) -> str:
+    """The canonical spelling of an arithmetic type's words (`short int` is `short`, `char
+    unsigned` is `unsigned char`, `signed int` is `int`), as the dtype table spells types."""
+    sign = [w for w in words if w in ("signed", "unsigned")]
+    rest = sorted(w for w in words if w not in ("signed", "unsigned"))
+    if "int" in rest and len(rest) > 1 and set(rest) <= {"int", "short", "long"}:
+        rest.remove("int")
+    base = " ".join(rest) or "int"
+    if not sign:
+        return base
+    if sign == ["signed"] and base in ("short", "int", "long", "long long"):
+        return base
+    return " ".join([*sign, base])
+
+
+def element_dtype(words: list[str]) -> str | None:
+    """The dtype of a C element type's words, or None."""
+    return C_SPELLINGS.get(c_type_name(words))
+
+
+def type_words(node: c_ast.Node | None) -> list[str] | None:
+    """The words of a plain arithmetic type (a `TypeDecl` of an `IdentifierType`), or None."""
+    if isinstance(node, c_ast.Typename):
+        node = node.type
+    if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):
+        return list(node.type.names)
+    return None
+
+
+def pointer_refusal(op: str) -> str | None:
+    """The message for unary `*` or `&`, which are about pointers, not arithmetic."""
+    if op == "*":
+        return ("unary '*' dereferences a pointer, and pointers are not allowed; values are "
+                "numbers, array elements (A[i]) and their arithmetic")
+    if op == "&":
+        return ("unary '&' takes an address, and pointers are not allowed; values are "
+                "numbers, array elements (A[i]) and their arithmetic")
+    return None
 
 
 @dataclass
@@ -74,6 +127,10 @@ class Scope:
             inner = self.position(node.to_type if isinstance(node, c_ast.Cast) else node.type)
             if inner is not None:
                 return self._opening_paren(inner)
+        if isinstance(node, c_ast.UnaryOp) and node.op in _POINTER_OPERATORS and node.coord:
+            assert self.source_map is not None
+            return self._operator(self.source_map.position(node.coord.line,
+                                                           node.coord.column or 1), node.op)
         pending = [node] if node is not None else []
         for _ in range(64):
             if not pending:
@@ -85,6 +142,17 @@ class Scope:
                 return self.source_map.position(coord.line, coord.column or 1)
             pending.extend(child for _, child in current.children())
         return None
+
+    def _operator(self, operand: SourcePosition, op: str) -> SourcePosition:
+        """Where the prefix operator `op` stands before its operand (parentheses between)."""
+        assert self.source_map is not None
+        line = self.source_map.source_line(operand)
+        if line is None:
+            return operand
+        before = line[: operand.column - 1].rstrip(" \t(")
+        if before.endswith(op):
+            return SourcePosition(operand.file, operand.line, len(before) - len(op) + 1)
+        return operand
 
     def _opening_paren(self, inner: SourcePosition) -> SourcePosition:
         assert self.source_map is not None
@@ -127,6 +195,10 @@ class Scope:
                 "the arrays whose extents use them",
                 node,
             )
+        assert self.source_map is not None
+        hint = undeclared_hint(name, self.source_map.texts)
+        if hint is not None:
+            return self.error(f"undeclared identifier '{name}': {hint}", node)
         return self.error(
             f"undeclared identifier '{name}' (names are size parameters, arrays and the "
             "variables of enclosing for loops)",
@@ -235,6 +307,9 @@ class ExpressionReader:
                 return IntNeg(operand)
             if node.op in ("++", "--", "p++", "p--"):
                 raise error("increments are only allowed in the header of a for loop", node)
+            pointer = pointer_refusal(node.op)
+            if pointer is not None:
+                raise error(pointer, node)
             raise error(f"operator '{node.op}' is not allowed in {what}; {_AFFINE_HINT}", node)
         if isinstance(node, c_ast.FuncCall):
             name = node.name.name if isinstance(node.name, c_ast.ID) else None
@@ -259,6 +334,12 @@ class ExpressionReader:
                 f"indirect indexing: an array element cannot be used in {what}; {_AFFINE_HINT}",
                 node,
             )
+        if isinstance(node, Conversion):
+            words = type_words(node.to_type) or []
+            if element_dtype(words) in ("int32", "int64"):
+                return self._index(node.expr, what, min_max, depth)
+            raise error(f"{what} must be an integer expression, not a value converted to "
+                        f"{' '.join(words)} (a helper function's parameter or result)", node)
         if isinstance(node, c_ast.Cast):
             raise error(f"casts are not allowed in {what}", node)
         raise error(f"this expression is not allowed in {what}; {_AFFINE_HINT}", node)

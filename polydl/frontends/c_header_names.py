@@ -5,9 +5,20 @@ immintrin.h, omp.h, libxsmm.h, with the macros gcc predefines in gnu11 mode), as
 Names with a leading `_`, those in `c_names.RESERVED`, and the `libxsmm_`, `LIBXSMM_`, `omp_`,
 `PRI*`, `SCN*` families are refused by prefix (see `c_names.py`) and are not repeated here.
 tests/frontends/test_names.py checks the list against the local toolchain.
+
+Also what polydl's own stand-in headers (`c_include/`) provide, read from the headers
+themselves, and the hint an undeclared name or an unknown function gets from it.
 """
 
 from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from polydl.frontends.c_preprocess import STAND_IN_HEADERS
 
 # A macro breaks every use of its name, whatever the scope.
 MACROS: frozenset[str] = frozenset(
@@ -163,3 +174,70 @@ FUNCTIONS: frozenset[str] = frozenset(
     wcstombs wcstoumax wctomb write y0 y0f y0l y1 y1f y1l yn ynf ynl
     """.split()
 )
+
+
+# ----------------------------------------------------------------------------- polydl's own headers
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z]\w*)", re.MULTILINE)
+_PROTOTYPE = re.compile(r"^[ \t]*(?:float|double)[ \t]+([a-z]\w*)[ \t]*\(", re.MULTILINE)
+# Prefixes of the C library's numeric macros: a name with one is taken for a macro the user
+# expected a header to define.
+_LIBRARY_PREFIXES = ("M_", "FLT_", "DBL_", "LDBL_", "HUGE_", "MAXFLOAT")
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """What one of polydl's stand-in headers defines (macros, include guards left out) and
+    declares (the math functions, float and double forms)."""
+
+    header: str  # "math.h"
+    macros: tuple[str, ...]
+    functions: tuple[str, ...]
+
+
+@functools.cache
+def stand_ins() -> dict[str, StandIn]:
+    """polydl's stand-in headers by name, read from `c_include/`."""
+    out = {}
+    for path in sorted(STAND_IN_HEADERS.glob("*.h")):
+        text = path.read_text(encoding="utf-8")
+        macros = tuple(m for m in _DEFINE.findall(text) if not m.startswith("POLYDL_"))
+        out[path.name] = StandIn(path.name, macros, tuple(_PROTOTYPE.findall(text)))
+    return out
+
+
+def is_stand_in(file: str) -> bool:
+    """Whether a position's file is one of polydl's stand-in headers."""
+    return Path(file).parent == STAND_IN_HEADERS
+
+
+def defining_header(name: str) -> str | None:
+    """The stand-in header that defines the macro `name`, or None."""
+    return next((h.header for h in stand_ins().values() if name in h.macros), None)
+
+
+def math_functions_listed() -> str:
+    """The math functions polydl's <math.h> declares, for a message."""
+    declared = {f for h in stand_ins().values() for f in h.functions}
+    floats = [f for f in sorted(declared) if f.endswith("f") and f[:-1] in declared]
+    return f"{', '.join(floats)} (each also in its double form without 'f')"
+
+
+def macros_listed() -> str:
+    """The macros polydl's stand-in headers define, for a message."""
+    headers = sorted(stand_ins().values(), key=lambda h: (h.header != "math.h", h.header))
+    return "; ".join(f"<{h.header}> defines {', '.join(h.macros)}" for h in headers if h.macros)
+
+
+def undeclared_hint(name: str, files: Iterable[str]) -> str | None:
+    """Why `name` may be undeclared where the user expected a C header to declare it: the
+    stand-in header that defines it was not included (`files`: those the spec read), or polydl's
+    stand-ins do not have it. None for a name no header is expected to declare."""
+    included = {Path(f).name for f in files if is_stand_in(f)}
+    header = defining_header(name)
+    if header is not None and header not in included:
+        return f"it is defined in <{header}> (polydl's own stand-in): add #include <{header}>"
+    if name in MACROS or name in FUNCTIONS or name in TYPES or name.startswith(_LIBRARY_PREFIXES):
+        return ("polydl's headers are its own stand-ins, not the C library's, and do not "
+                f"define it; {macros_listed()}")
+    return None

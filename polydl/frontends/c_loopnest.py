@@ -6,6 +6,7 @@ carry their source positions. The body is for loops with affine bounds and const
 steps, counting up or down (the variable declared in the header or as `int i, j;` before), `if` guards of
 affine comparisons under `&&`, `||`, `!` (with `else`), and assignments `=`, `+=`, `-=`, `*=`, `/=`
 to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
+Helper functions of the file are inlined into the kernel first (`c_inline`).
 
 One module over 600 lines: a single reader walks the function's syntax tree, and its parts
 (parameters, loops, guards, statements, locals) share one scope and one error collector.
@@ -23,17 +24,21 @@ from pycparser import c_ast
 from polydl.dtypes import C_SPELLINGS, DTYPES
 from polydl.errors import ErrorCollector, SourcePosition, SpecError
 from polydl.frontends.c_expressions import (
+    Conversion,
     ExpressionReader,
     Scope,
     Unusable,
     constant_value,
+    element_dtype,
     is_int_constant,
     plus_one,
+    type_words,
 )
+from polydl.frontends.c_inline import kernel_function
 from polydl.frontends.c_names import refusal
 from polydl.frontends.c_preprocess import Preprocessing
 from polydl.frontends.c_source import parse_translation_unit
-from polydl.frontends.c_values import ValueReader, element_dtype
+from polydl.frontends.c_values import ValueReader
 from polydl.ir import (
     Access,
     Array,
@@ -95,8 +100,9 @@ def parse_c(text: str, filename: str = "<spec>", function: str | None = None,
 
 def read_c(text: str, filename: str = "<spec>", function: str | None = None,
            preprocessing: Preprocessing | None = None) -> CSpec:
-    """`function`: which function of the file is the spec (default: the only one);
-    `preprocessing`: macros and header folders for the C preprocessor."""
+    """`function`: which function of the file is the kernel (default: the only one, or the
+    only one no other function calls that could be a kernel; `c_inline`); `preprocessing`:
+    macros and header folders for the C preprocessor."""
     return on_large_stack(_read_c, text, filename, function, preprocessing)
 
 
@@ -169,41 +175,8 @@ class _FunctionReader:
     # ------------------------------------------------------------------ the function
 
     def read(self, ast: c_ast.FileAST, function: str | None = None) -> CSpec:
-        functions = [e for e in ast.ext if isinstance(e, c_ast.FuncDef)]
-        for item in ast.ext:
-            if isinstance(item, c_ast.Pragma):
-                raise self.error("#pragma is not allowed", item)
-            if not isinstance(item, c_ast.FuncDef):
-                raise self.error(
-                    "only one function definition is allowed at file scope; global "
-                    "declarations, prototypes and typedefs are not",
-                    item,
-                )
-        if not functions:
-            raise SpecError.at(
-                "the spec has no function; expected "
-                "void NAME(int N, ..., float A[N], const float B[N]) { for loops }",
-                SourcePosition(self.scope.filename, 1, 1),
-                self.scope.text,
-            )
-        names = [f.decl.name for f in functions]
-        if function is not None:
-            chosen = [f for f in functions if f.decl.name == function]
-            if not chosen:
-                raise SpecError.at(
-                    f"the file has no function '{function}'; it defines {', '.join(names)}",
-                    SourcePosition(self.scope.filename, 1, 1), self.scope.text,
-                )
-            if len(chosen) > 1:
-                raise self.error(f"function '{function}' is defined twice", chosen[1].decl)
-            functions = chosen
-        if len(functions) > 1:
-            raise self.error(
-                f"the file defines {len(functions)} functions ({', '.join(names)}); choose one "
-                "with --function NAME (function= in Python)",
-                functions[1].decl,
-            )
-        func = functions[0]
+        # the kernel, its calls of helper functions inlined
+        func = kernel_function(ast, function, self.scope)
         decl = func.decl
         self._check_name(decl.name, decl, "function")
         # static and inline say how the function links, nothing polydl compiles differently
@@ -740,6 +713,9 @@ class _FunctionReader:
                 return True
             if isinstance(n, c_ast.Constant) and not is_int_constant(n):
                 return True
+            if isinstance(n, Conversion) and element_dtype(type_words(n.to_type) or []) not in (
+                    "int32", "int64"):
+                return True  # a helper's floating-point value: compared per iteration
             pending += [child for _, child in n.children()]
         return False
 

@@ -15,7 +15,7 @@ import math
 
 from pycparser import c_ast
 
-from polydl.dtypes import C_SPELLINGS, DTYPES
+from polydl.dtypes import DTYPES
 from polydl.frontends.c_expressions import (
     COMPARISONS,
     FLOAT_MAX,
@@ -23,9 +23,12 @@ from polydl.frontends.c_expressions import (
     MAX_DEPTH,
     ExpressionReader,
     Scope,
+    element_dtype,
     float_literal,
     is_int_constant,
+    pointer_refusal,
 )
+from polydl.frontends.c_header_names import FUNCTIONS, math_functions_listed
 from polydl.ir import (
     MATH_FUNCTIONS,
     Access,
@@ -49,26 +52,6 @@ from polydl.ir import (
 
 _CAST_HINT = ("casts are allowed to float, double and the integer element types (char, short, "
               "int, long, signed or unsigned char and short)")
-
-
-def c_type_name(words: list[str]) -> str:
-    """The canonical spelling of an arithmetic type's words (`short int` is `short`, `char
-    unsigned` is `unsigned char`, `signed int` is `int`), as the dtype table spells types."""
-    sign = [w for w in words if w in ("signed", "unsigned")]
-    rest = sorted(w for w in words if w not in ("signed", "unsigned"))
-    if "int" in rest and len(rest) > 1 and set(rest) <= {"int", "short", "long"}:
-        rest.remove("int")
-    base = " ".join(rest) or "int"
-    if not sign:
-        return base
-    if sign == ["signed"] and base in ("short", "int", "long", "long long"):
-        return base
-    return " ".join([*sign, base])
-
-
-def element_dtype(words: list[str]) -> str | None:
-    """The dtype of a C element type's words, or None."""
-    return C_SPELLINGS.get(c_type_name(words))
 
 
 def _c_quotient(a: int, b: int) -> tuple[int, int]:
@@ -162,7 +145,11 @@ class ValueReader:
                 return self._negation(self._typed(node.expr, depth))
             if node.op in ("++", "--", "p++", "p--"):
                 raise error("increments are only allowed in the header of a for loop", node)
-            raise error(f"operator '{node.op}' is not allowed; use + - * / on values", node)
+            pointer = pointer_refusal(node.op)
+            if pointer is not None:
+                raise error(pointer, node)
+            raise error(f"unary operator '{node.op}' is not allowed on values; values use "
+                        "+ - * / %, ?: and math functions", node)
         if isinstance(node, c_ast.Cast):
             return self._cast(node, depth)
         if isinstance(node, c_ast.FuncCall):
@@ -289,11 +276,17 @@ class ValueReader:
             raise error(
                 f"{name}() is only allowed in loop bounds; for values use f{name}f()", node
             )
-        else:
-            allowed = ", ".join(sorted(MATH_FUNCTIONS))
+        elif name in FUNCTIONS:
             raise error(
-                f"function '{name}' is not allowed; the math functions allowed are {allowed} "
-                "(and their double forms without 'f')",
+                f"function '{name}' of the C library is not one polydl compiles: its <math.h> "
+                f"is polydl's own stand-in, not the C library's, and declares only "
+                f"{math_functions_listed()}",
+                node,
+            )
+        else:
+            raise error(
+                f"function '{name}' is neither defined in this file (as a helper) nor a math "
+                f"function polydl compiles: {math_functions_listed()}",
                 node,
             )
         args = node.args.exprs if node.args is not None else []

@@ -102,7 +102,8 @@ def load_spec(
     target_kind: str | None = None,
 ) -> tuple[LoopNest, dict[str, int]]:
     """A `.c` or `.toml` spec (a path or the text itself) as a loop nest and its bound sizes;
-    `function` picks one function of a C file that defines several; `defines` and
+    `function` picks the kernel of a C file where several functions could be one (by default
+    the one no other function calls; the others are helpers, inlined); `defines` and
     `include_dirs` are the C preprocessor's macros and header folders (`-D`, `-I`);
     `target_kind` the kind of target it is built for (a TOML primitive's form may follow it:
     `builders.target_options`)."""

@@ -1,2 +1,3 @@
-/* stdbool.h for polydl specs: empty. A spec needs nothing from it: polydl knows the math
-   functions and the fixed-width integer types itself. */
+/* stdbool.h for polydl specs: polydl's own stand-in, empty. A spec needs nothing from it:
+   polydl knows the fixed-width integer types itself, and <math.h> and <float.h> hold the
+   math functions and constants. */

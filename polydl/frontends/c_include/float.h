@@ -1,0 +1,20 @@
+/* float.h for polydl specs: polydl's own stand-in, not the C library's. It defines the limits
+   of float and double below (IEEE 754 binary32 and binary64, as gcc gives them); any other
+   name of the C library's float.h is an error that lists these. */
+#ifndef POLYDL_FLOAT_H
+#define POLYDL_FLOAT_H
+
+#define FLT_MAX 3.40282346638528859811704183484516925e+38F
+#define FLT_MIN 1.17549435082228750796873653722224568e-38F
+#define FLT_EPSILON 1.19209289550781250000000000000000000e-7F
+#define FLT_TRUE_MIN 1.40129846432481707092372958328991613e-45F
+#define DBL_MAX 1.79769313486231570814527423731704357e+308
+#define DBL_MIN 2.22507385850720138309023271733240406e-308
+#define DBL_EPSILON 2.22044604925031308084726333618164062e-16
+#define DBL_TRUE_MIN 4.94065645841246544176568792868221372e-324
+#define FLT_DIG 6
+#define DBL_DIG 15
+#define FLT_MANT_DIG 24
+#define DBL_MANT_DIG 53
+
+#endif
