@@ -285,7 +285,8 @@ class _Evaluator:
         target = self.arrays[s.target.array]
         # one entry per statement instance: a subscript that does not vary over the batched
         # loops (O[0] += ...) must still be applied once per instance
-        shape = np.broadcast_shapes(*(v.shape for v in env.values()))
+        # (at least one instance: a statement outside every loop runs once)
+        shape = np.broadcast_shapes((1,), *(v.shape for v in env.values()))
         index = tuple(np.broadcast_to(_int(i, env), shape) for i in s.target.indices)
         value = np.broadcast_to(self.value(s.value, env), shape)
         if not index:

@@ -74,3 +74,11 @@ def test_independent_rows_run_as_one_vector_and_agree_with_numpy() -> None:
     want = x - x.max(axis=1, keepdims=True) + np.tril(np.ones((5, 7)), -1)
     np.testing.assert_allclose(arrays["y"], want, rtol=1e-6)
     np.testing.assert_allclose(arrays["c"], np.concatenate([[0], np.cumsum(x[1:, 0].astype(np.float64))]), atol=1e-6)
+
+
+def test_a_statement_outside_every_loop_runs_once() -> None:
+    nest, params = load_spec("void c(float y[2], const float x[2]) { y[0] = x[1] + 1.0f; }")
+    model = build_model(nest, params)
+    y, x = np.zeros(2, dtype=np.float32), np.array([3.0, 4.0], dtype=np.float32)
+    make_reference(model)({"y": y, "x": x})
+    np.testing.assert_array_equal(y, [5.0, 0.0])
