@@ -16,6 +16,7 @@ from polydl.errors import SpecError
 from polydl.frontends.c_inline import MAX_INLINED_NODES
 from polydl.frontends.c_loopnest import parse_c
 from polydl.ir import IntBinary, IntConst, IntVar
+from tests.frontends.marked import refused_at_mark
 from tests.kernels import run_and_check
 
 SWISH = """static inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -222,17 +223,7 @@ KERNEL = "void k(int N, float y[N], const float x[N]) {\n  for (int i = 0; i < N
 
 
 def _refused(marked: str, *words: str) -> SpecError:
-    """The spec with `$` removed must be refused at the `$`, with each of `words`."""
-    offset = marked.index("$")
-    line = marked.count("\n", 0, offset) + 1
-    column = offset - (marked.rfind("\n", 0, offset) + 1) + 1
-    with pytest.raises(SpecError) as info:
-        parse_c(marked.replace("$", "", 1), "h.c")
-    err = info.value
-    assert (err.file, err.line, err.column) == ("h.c", line, column), err.message
-    for word in words:
-        assert word in err.message, err.message
-    return err
+    return refused_at_mark(marked, *words, filename="h.c")
 
 
 @pytest.mark.parametrize(

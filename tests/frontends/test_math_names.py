@@ -16,9 +16,9 @@ import polydl
 from polydl.cli import main
 from polydl.errors import SpecError
 from polydl.frontends.c_header_names import stand_ins
-from polydl.frontends.c_loopnest import parse_c
 from polydl.frontends.c_preprocess import STAND_IN_HEADERS
 from polydl.ir import MATH_FUNCTIONS
+from tests.frontends.marked import refused_at_mark
 from tests.kernels import run_and_check
 
 CC = shutil.which("cc")
@@ -174,16 +174,7 @@ KERNEL = "void k(int N, float y[N], const float x[N]) {\n  for (int i = 0; i < N
 
 
 def _refused(marked: str, *words: str) -> SpecError:
-    offset = marked.index("$")
-    line = marked.count("\n", 0, offset) + 1
-    column = offset - (marked.rfind("\n", 0, offset) + 1) + 1
-    with pytest.raises(SpecError) as info:
-        parse_c(marked.replace("$", "", 1), "m.c")
-    err = info.value
-    assert (err.line, err.column) == (line, column), err.message
-    for word in words:
-        assert word in err.message, err.message
-    return err
+    return refused_at_mark(marked, *words, filename="m.c")
 
 
 def test_infinity_without_math_h_names_the_header() -> None:

@@ -8,16 +8,9 @@ import pytest
 
 from polydl.errors import SpecError
 from polydl.frontends.c_source import parse_translation_unit
+from tests.frontends.marked import located
 
 HEADER = "void f(int N, float y[N], const float x[N]) {\n"
-
-
-def located(marked: str) -> tuple[str, int, int]:
-    """Text with `$` removed, and the line and column where `$` stood."""
-    offset = marked.index("$")
-    line = marked.count("\n", 0, offset) + 1
-    column = offset - (marked.rfind("\n", 0, offset) + 1) + 1
-    return marked.replace("$", "", 1), line, column
 
 
 def refused(marked: str) -> SpecError:
