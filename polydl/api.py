@@ -3,6 +3,9 @@
 The API boundary: it resolves what the caller names (`target=` a backend kind or a target
 value, `machine=` "native", a preset, a `polydl machine --json` file or a target value) into
 one target value, detecting this machine only for "native", and hands it to the driver.
+
+One module of about 600 lines: every public builder's signature and documented arguments, side
+by side, as `help(polydl)` shows them.
 """
 
 from __future__ import annotations
