@@ -28,11 +28,10 @@ from polydl.dtypes import DTYPES
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu.plans import GpuSchedule
 from polydl.schedules.gpu.variants import TmaTiling
+from polydl.target.gpu import GpuTarget
 from polydl.version import __version__
 
 SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp"}
-# dynamic shared memory above the runtime's default limit a block needs the kernel's opt-in
-DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,11 +57,12 @@ def _arrays_read(schedule: GpuSchedule) -> set[str]:
     return out
 
 
-def _launch(kernel: str, launch: KernelLaunch, arrays: list[str]) -> dict[str, Any]:
-    """What `launcher.j2` takes of one launch."""
+def _launch(kernel: str, launch: KernelLaunch, arrays: list[str], target: GpuTarget) -> dict[str, Any]:
+    """What `launcher.j2` takes of one launch: shared memory above the target's per-block
+    default needs the kernel's opt-in."""
     return {
         "kernel": kernel, "grid": list(launch.grid), "block": launch.block, "arrays": arrays,
-        "smem": launch.shared_bytes, "opt_in": launch.shared_bytes > DEFAULT_DYNAMIC_SHARED_BYTES,
+        "smem": launch.shared_bytes, "opt_in": launch.shared_bytes > target.shared_memory_bytes,
         "carveout": launch.shared_carveout, "tensor_maps": launch.tensor_maps,
         "persistent": launch.persistent_tiles is not None, "tiles": launch.persistent_tiles,
         "paired": launch.blocks_per_sm > 1, "blocks_per_sm": launch.blocks_per_sm,
@@ -94,7 +94,7 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
             launch = plain_kernel(model, plan, kernel, printer)
         kernels.append(launch.text)
         alignment = max(alignment, launch.alignment)
-        launches.append(_launch(kernel, launch, all_arrays))
+        launches.append(_launch(kernel, launch, all_arrays, target))
     suffix = SOURCE_SUFFIX[kind]
     values = dict(
         name=name, version=__version__, origin=model.nest.filename, kind=kind,
