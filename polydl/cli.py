@@ -320,7 +320,7 @@ def moved_bytes(kernel: Any, nest: Any) -> int:
     total = 0
     for arg in kernel.arguments:
         size = math.prod(arg.shape) * NUMPY_DTYPES[arg.dtype].itemsize
-        total += size * (1 if arg.is_input or arg.name not in read else 2)
+        total += size * (1 if arg.is_input or arg.identifier not in read else 2)
     return total
 
 

@@ -10,16 +10,26 @@ from polydl.names import spelling
 
 @dataclass(frozen=True)
 class KernelArgument:
+    """One parameter of a kernel. `name` is what the caller sees (the keyword, messages, the
+    header); `c_name` the generated code's name for it where that differs (a spec's `_y` is
+    `_pd___y` inside: polydl.names)."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
     is_input: bool
     c_type: str
+    c_name: str = ""
+
+    @property
+    def identifier(self) -> str:
+        """The name in the generated code (and the IR)."""
+        return self.c_name or self.name
 
     @property
     def spelling(self) -> str:
-        """The name as the spec spells it (`name` is the generated code's)."""
-        return spelling(self.name)
+        """The name as the spec spells it."""
+        return self.name if self.c_name else spelling(self.name)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,8 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
     return GeneratedCode(
         function=data["function"],
         arguments=tuple(
-            KernelArgument(a["name"], a["dtype"], tuple(a["shape"]), a["is_input"], a["c_type"])
+            KernelArgument(a["name"], a["dtype"], tuple(a["shape"]), a["is_input"], a["c_type"],
+                           a.get("c_name", ""))
             for a in data["arguments"]
         ),
         source=data["source"],

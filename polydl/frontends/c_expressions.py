@@ -112,6 +112,8 @@ class Scope:
     # local scalars in scope: name -> the access of its expanded array (one cell per iteration
     # of the loops around its declaration)
     local_scalars: dict[str, Access] = field(default_factory=dict)
+    # local scalars declared without a value and not yet assigned on every path to here
+    unassigned: set[str] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)  # names whose declaration was refused
 
     def __post_init__(self) -> None:
@@ -204,6 +206,12 @@ class Scope:
             "variables of enclosing for loops)",
             node,
         )
+
+
+def unassigned_read(name: str) -> str:
+    """The message for a read of a local that some path reaches without assigning it."""
+    return (f"'{name}' is read before it is assigned; assign it on every path before this read "
+            f"(or declare it with a value: float {name} = ...;)")
 
 
 def int_literal(text: str) -> int | None:

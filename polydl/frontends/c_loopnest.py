@@ -5,7 +5,9 @@ and its file name; returns a `LoopNest` whose loops, guards, statements, accesse
 carry their source positions. The body is for loops with affine bounds and constant positive
 steps, counting up or down (the variable declared in the header or as `int i, j;` before), `if` guards of
 affine comparisons under `&&`, `||`, `!` (with `else`), and assignments `=`, `+=`, `-=`, `*=`, `/=`
-to array elements. Anything else is a `SpecError` at the construct, saying what is allowed.
+to array elements and locals (chains `a = b = v;` right to left), locals with or without a
+value (read only once assigned on every path) and local arrays sized by parameters. Anything
+else is a `SpecError` at the construct, saying what is allowed.
 Helper functions of the file are inlined into the kernel first (`c_inline`).
 
 One module over 600 lines: a single reader walks the function's syntax tree, and its parts
@@ -33,6 +35,7 @@ from polydl.frontends.c_expressions import (
     is_int_constant,
     plus_one,
     type_words,
+    unassigned_read,
 )
 from polydl.frontends.c_inline import kernel_function
 from polydl.frontends.c_names import refusal
@@ -162,7 +165,7 @@ class _FunctionReader:
         self.exprs = ExpressionReader(scope)
         self.values = ValueReader(scope, self.exprs)
         self.statements = 0
-        self.locals: list[Array] = []  # expanded local scalars
+        self.locals: list[Array] = []  # expanded local scalars and local arrays
         # (variable, lowest value, end) of the loops around the construct being read
         self.loop_ranges: list[tuple[str, IntExpr, IntExpr]] = []
 
@@ -231,7 +234,7 @@ class _FunctionReader:
         nest = LoopNest(
             name=decl.name,
             params=tuple(self.scope.sizes),
-            arrays=(*self.scope.arrays.values(), *self.locals),
+            arrays=(*(a for a in self.scope.arrays.values() if not a.local), *self.locals),
             body=body,
             source=self.scope.text,
             filename=self.scope.filename,
@@ -376,7 +379,7 @@ class _FunctionReader:
         if isinstance(node, c_ast.If):
             return self._guard(node, depth + 1)
         if isinstance(node, c_ast.Assignment):
-            return (self._statement(node),)
+            return self._assignments(node)
         if isinstance(node, c_ast.EmptyStatement):
             return ()
         if isinstance(node, (c_ast.Decl, c_ast.DeclList)):
@@ -385,6 +388,8 @@ class _FunctionReader:
             for decl in decls:
                 if self._is_local_scalar(decl):
                     out += self._local_scalar(decl)
+                elif isinstance(decl, c_ast.Decl) and isinstance(decl.type, c_ast.ArrayDecl):
+                    self._local_array(decl)
                 else:
                     self._declare_loop_variables([decl])
             return tuple(out)
@@ -443,17 +448,36 @@ class _FunctionReader:
                 raise self.scope.undeclared(target.name, target)
         raise self.error("the left side of an assignment must be an array element", target)
 
+    def _assignments(self, node: c_ast.Assignment) -> tuple[Statement, ...]:
+        """`a = b = v;` (PolyBench's deriche): C assigns right to left, each value converted to
+        its target's type, and an assignment's value is its target's after it: `b = v; a = b;`."""
+        chain = [node]
+        while isinstance(chain[-1].rvalue, c_ast.Assignment):
+            chain.append(chain[-1].rvalue)
+        out: list[Statement] = []
+        value = chain[-1].rvalue
+        for link in reversed(chain):
+            out.append(self._statement(c_ast.Assignment(link.op, link.lvalue, value, link.coord)))
+            value = link.lvalue
+        return tuple(out)
+
     def _statement(self, node: c_ast.Assignment) -> Statement:
         self._check_assignable(node.lvalue)
         if node.op not in STATEMENT_OPS:
             raise self.error(
                 f"operator '{node.op}' is not allowed; statements use =, +=, -=, *= or /=", node
             )
-        if isinstance(node.lvalue, c_ast.ID) and node.lvalue.name in self.scope.local_scalars:
-            target = self.scope.local_scalars[node.lvalue.name]
+        local = node.lvalue.name if isinstance(node.lvalue, c_ast.ID) and (
+            node.lvalue.name in self.scope.local_scalars) else None
+        if local is not None:
+            if node.op != "=" and local in self.scope.unassigned:  # `s += v` reads s
+                raise self.error(unassigned_read(local), node.lvalue)
+            target = self.scope.local_scalars[local]
         else:
             target = self.exprs.access(node.lvalue, write=True)
         op, value = self.values.assignment(target, node.op, self.values.typed(node.rvalue))
+        if local is not None:
+            self.scope.unassigned.discard(local)
         if self.statements >= MAX_STATEMENTS:
             raise self.fatal(
                 f"more than {MAX_STATEMENTS} statements: polydl compiles loop nests of "
@@ -477,10 +501,13 @@ class _FunctionReader:
             else:
                 upper = self._loop_condition(node, var)
                 self.loop_ranges.append((var, start, upper))
+            # the body may run zero times: what it assigns is not assigned after the loop
+            unassigned = set(self.scope.unassigned)
             try:
                 body = self._body(node.stmt, depth)
             finally:
                 self.loop_ranges.pop()
+                self.scope.unassigned = unassigned
         finally:
             self.scope.loops.pop()
         position = self.scope.position(node)
@@ -533,15 +560,59 @@ class _FunctionReader:
                       self.scope.position(decl), local=True)
         self.locals.append(array)
         self.scope.local_scalars[decl.name] = Access(name, tuple(index), self.scope.position(decl))
+        # assigned later, before any read (checked at each read); with a value, after it
+        self.scope.unassigned.add(decl.name)
         if decl.init is None:
             return ()
         if self.statements >= MAX_STATEMENTS:
             raise self.fatal(f"more than {MAX_STATEMENTS} statements", decl)
         value = self.values.value(decl.init)
+        self.scope.unassigned.discard(decl.name)
         statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
                               value, self.scope.position(decl))
         self.statements += 1
         return (statement,)
+
+    def _local_array(self, decl: c_ast.Decl) -> None:
+        """`double tmp[N][M];` in the function body (PolyBench's durbin `z[n]`): a local array of
+        the kernel, neither input nor output, its extents sizes and constants; zero-filled on
+        each call."""
+        self._check_name(decl.name, decl, "local array")
+        if self.scope.loops:
+            raise self.error(
+                f"local array '{decl.name}' must be declared outside the loops, in the function "
+                "body", decl)
+        if decl.storage or decl.quals or decl.init is not None:
+            raise self.error(
+                f"local array '{decl.name}' is declared as `TYPE {decl.name}[N]...;`, without "
+                "storage class, qualifiers or a value", decl)
+        dims: list[c_ast.ArrayDecl] = []
+        t: c_ast.Node = decl.type
+        while isinstance(t, c_ast.ArrayDecl):
+            dims.append(t)
+            t = t.type
+        names = t.type.names if isinstance(t, c_ast.TypeDecl) and isinstance(
+            t.type, c_ast.IdentifierType) and not t.quals else []
+        dtype = element_dtype(names) if names else None
+        if dtype is None:
+            raise self.error(f"local array '{decl.name}' must have elements of {_ELEMENT_FORM}", decl)
+        shape: list[IntExpr] = []
+        for d in dims:
+            if d.dim is None or d.dim_quals:
+                raise self.error(
+                    f"local array '{decl.name}' needs an extent in every dimension, e.g. "
+                    f"{decl.name}[N]", decl)
+            extent = self.exprs.index(d.dim, "an array extent")
+            if int_vars(extent) - set(self.scope.sizes):
+                raise self.error("the extent of a local array is made of size parameters and "
+                                 "constants", d.dim)
+            value = constant_value(extent)
+            if value is not None and value < 1:
+                raise self.error(f"extent {value} of array '{decl.name}' must be >= 1", d.dim)
+            shape.append(extent)
+        array = Array(decl.name, dtype, tuple(shape), False, self.scope.position(decl), local=True)
+        self.scope.arrays[decl.name] = array
+        self.locals.append(array)
 
     def _declare_loop_variables(self, decls: list[c_ast.Decl]) -> None:
         """`int i, j;`: names for the loops that follow (`for (i = 0; ...)`), as C code written
@@ -557,9 +628,10 @@ class _FunctionReader:
                 and decl.init is None
             ):
                 raise self.error(
-                    "declarations in the body are float/double locals (`float s = 0.0f;`) or "
-                    "loop variables, `int i, j;` without a value, used as `for (i = LO; i < HI; "
-                    f"i++)`; or declare it in the loop: {_LOOP_FORM}",
+                    "declarations in the body are float/double locals (`float s = 0.0f;`), "
+                    "local arrays (`float z[N];`) or loop variables, `int i, j;` without a "
+                    "value, used as `for (i = LO; i < HI; i++)`; or declare it in the loop: "
+                    f"{_LOOP_FORM}",
                     decl,
                 )
             self._check_name(decl.name, decl, "loop variable")
@@ -691,14 +763,27 @@ class _FunctionReader:
         if self._reads_data(node.cond):
             return self._predicated(node, depth)
         position = self.scope.position(node)
+        before = set(self.scope.unassigned)
         formula = self._dnf(node.cond, negate=False)
-        guards = [Guard(piece, self._body(node.iftrue, depth), position)
+        guards = [Guard(piece, self._branch(node.iftrue, depth, before), position)
                   for piece in self._disjoint(formula, node.cond)]
+        unassigned = set(self.scope.unassigned) if guards else before
         if node.iffalse is not None:
             negation = self._dnf(node.cond, negate=True)
-            guards += [Guard(piece, self._body(node.iffalse, depth), position)
-                       for piece in self._disjoint(negation, node.cond)]
+            otherwise = [Guard(piece, self._branch(node.iffalse, depth, before), position)
+                         for piece in self._disjoint(negation, node.cond)]
+            unassigned |= self.scope.unassigned if otherwise else before
+            guards += otherwise
+        else:
+            unassigned |= before
+        self.scope.unassigned = unassigned
         return tuple(guards)
+
+    def _branch(self, node: c_ast.Node, depth: int, unassigned: set[str]) -> tuple[Node, ...]:
+        """One branch of an if, read from the locals assigned before the if (a local is
+        assigned after the if where each branch assigns it)."""
+        self.scope.unassigned = set(unassigned)
+        return self._body(node, depth)
 
     def _reads_data(self, cond: c_ast.Node) -> bool:
         """Whether a condition reads array elements or scalar parameters (then it is a choice
@@ -723,9 +808,14 @@ class _FunctionReader:
         """`if (COND on data) A else B`: each assignment of A and B keeps its place and takes
         its new value only where COND holds (A) or fails (B), as a select; the iterations are
         not split, so the model stays affine."""
-        then = self._body(node.iftrue, depth)
-        other = self._body(node.iffalse, depth) if node.iffalse is not None else ()
+        before = set(self.scope.unassigned)
+        then = self._branch(node.iftrue, depth, before)
+        unassigned = set(self.scope.unassigned)
+        other = self._branch(node.iffalse, depth, before) if node.iffalse is not None else ()
+        unassigned |= self.scope.unassigned if node.iffalse is not None else before
+        self.scope.unassigned = before  # the condition is read before either branch runs
         read = {acc.array for acc in expr_loads(self._select(node.cond, Const(1.0), Const(0.0)))}
+        self.scope.unassigned = unassigned
         statements = walk_statements(then + other)
         for k, (stmt, enclosing) in enumerate(statements):
             if any(isinstance(e, Loop) for e in enclosing):

@@ -27,6 +27,7 @@ from polydl.frontends.c_expressions import (
     float_literal,
     is_int_constant,
     pointer_refusal,
+    unassigned_read,
 )
 from polydl.frontends.c_header_names import FUNCTIONS, math_functions_listed
 from polydl.ir import (
@@ -201,6 +202,8 @@ class ValueReader:
         if kind in ("loop variable", "size parameter"):
             return IndexValue(self.indices.index(node, "an integer value"))
         if kind == "local variable":
+            if node.name in self.scope.unassigned:
+                raise self.scope.error(unassigned_read(node.name), node)
             return Load(self.scope.local_scalars[node.name])
         if kind == "array":
             rank = len(self.scope.arrays[node.name].shape)

@@ -105,7 +105,8 @@ class CompiledKernel:
             ShapeError: an argument the kernel's call would refuse.
         """
         arrays, outputs = bind_host(self.arguments, self._gather(args, named), copy_outputs=True)
-        self._reference_impl(arrays)
+        # the nest's own names (a spec's `_y` is `_pd___y` there)
+        self._reference_impl({a.identifier: arrays[a.name] for a in self.arguments})
         return call_result(outputs)
 
     def __call__(self, *args: Any, **named: Any) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -123,12 +124,12 @@ class CompiledKernel:
     def _gather(self, args: tuple[Any, ...], named: dict[str, Any]) -> dict[str, Any]:
         """The value of every argument given, by name: inputs by position, anything by name."""
         # by the spec's spelling of each name (`_y`, not the IR's name for it)
-        inputs, by_name = self.inputs, {spelling(a.name): a for a in self.arguments}
+        inputs, by_name = self.inputs, {a.spelling: a for a in self.arguments}
         if len(args) > len(inputs):
             raise ShapeError(
                 "<call>",
                 f"too many positional arguments: {self.name} takes {len(inputs)} inputs "
-                f"({', '.join(a.name for a in inputs)}); pass outputs by name",
+                f"({', '.join(a.spelling for a in inputs)}); pass outputs by name",
                 expected=len(inputs),
                 given=len(args),
             )
@@ -145,13 +146,13 @@ class CompiledKernel:
                     expected="one value", given="two values",
                 )
             given[by_name[name].name] = value
-        missing = [a.name for a in inputs if a.name not in given]
+        missing = [a.spelling for a in inputs if a.name not in given]
         if missing:
             raise ShapeError(
                 missing[0],
                 f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
-                expected=", ".join(a.name for a in inputs),
-                given=", ".join(given) or "none",
+                expected=", ".join(a.spelling for a in inputs),
+                given=", ".join(spelling(n) for n in given) or "none",
             )
         return given
 
@@ -231,7 +232,7 @@ def zero_output(arg: KernelArgument) -> np.ndarray:
     except (MemoryError, ValueError):
         nbytes = math.prod(arg.shape) * dtype.itemsize
         raise ShapeError(
-            arg.name, f"cannot allocate the output: {arg.dtype}{list(arg.shape)} is {nbytes:,} bytes "
+            arg.spelling, f"cannot allocate the output: {arg.dtype}{list(arg.shape)} is {nbytes:,} bytes "
             f"({nbytes / 2**30:,.1f} GiB), more than this machine can allocate",
             expected=f"{arg.dtype}{list(arg.shape)}", given="not enough memory",
         ) from None
@@ -244,7 +245,7 @@ def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
         return checked_scalar(arg, value)
     if not isinstance(value, np.ndarray):
         raise ShapeError(
-            arg.name, f"{role} must be a numpy array",
+            arg.spelling, f"{role} must be a numpy array",
             expected=f"ndarray {arg.dtype}{list(arg.shape)}", given=type(value).__name__,
         )
     want = np.dtype(NUMPY_DTYPES[arg.dtype])
@@ -253,18 +254,18 @@ def _checked(arg: KernelArgument, value: Any) -> np.ndarray:
         array = value.view(np.uint16)
     if array.dtype != want:
         expected = "bfloat16 (ml_dtypes.bfloat16 or uint16 bits)" if arg.dtype == "bfloat16" else arg.dtype
-        raise ShapeError(arg.name, f"{role} has the wrong dtype", expected=expected, given=str(value.dtype))
+        raise ShapeError(arg.spelling, f"{role} has the wrong dtype", expected=expected, given=str(value.dtype))
     if array.shape != arg.shape:
         raise ShapeError(
-            arg.name, f"{role} has the wrong shape", expected=arg.shape, given=array.shape
+            arg.spelling, f"{role} has the wrong shape", expected=arg.shape, given=array.shape
         )
     if not array.flags.c_contiguous:
         raise ShapeError(
-            arg.name, f"{role} must be C-contiguous (use np.ascontiguousarray)",
+            arg.spelling, f"{role} must be C-contiguous (use np.ascontiguousarray)",
             expected="C-contiguous", given=f"strides {array.strides}",
         )
     if not arg.is_input and not array.flags.writeable:
-        raise ShapeError(arg.name, "output is read-only", expected="writeable", given="read-only")
+        raise ShapeError(arg.spelling, "output is read-only", expected="writeable", given="read-only")
     return array
 
 
@@ -276,7 +277,7 @@ def checked_scalar(arg: KernelArgument, value: Any) -> np.ndarray:
         or (isinstance(value, np.ndarray) and value.shape == ()
             and (value.dtype.kind in "iuf" or is_bfloat16(value.dtype)))
     ):
-        raise ShapeError(arg.name, "scalar input must be a number", expected=f"{arg.dtype} scalar",
+        raise ShapeError(arg.spelling, "scalar input must be a number", expected=f"{arg.dtype} scalar",
                          given=type(value).__name__)
     number = float(value)
     if arg.dtype == "bfloat16":
@@ -293,6 +294,6 @@ def _check_aliasing(
         for other in names:
             if other != out.name and np.may_share_memory(arrays[out.name], arrays[other]):
                 raise ShapeError(
-                    out.name, f"output overlaps argument '{other}'",
-                    expected="separate memory", given=f"shares memory with '{other}'",
+                    out.spelling, f"output overlaps argument '{spelling(other)}'",
+                    expected="separate memory", given=f"shares memory with '{spelling(other)}'",
                 )

@@ -385,7 +385,7 @@ BODY_ERRORS = [
     ("float-modulo", "  v[0] = $B[0][0] % 2;", "integer"),
     ("long-double-cast", "  v[0] = $(long double)B[0][0];", "cast"),
     ("unsigned-int-cast", "  v[0] = $(unsigned)B[0][0];", "cast"),
-    ("nested-assignment", "  v[0] = $v[1] = 1.0f;", "assignment"),
+    ("nested-assignment", "  v[0] = ($v[1] = 1.0f) * 2.0f;", "assignment"),
     ("comma", "  v[0] = ($1.0f, 2.0f);", "comma"),
     ("logical-not", "  v[0] = !$v[1];", "not allowed"),
     ("increment-statement", "  $v[0]++;", "increment"),

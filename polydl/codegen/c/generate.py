@@ -21,6 +21,7 @@ from polydl.codegen.c.thread_scratch import THREAD_HELPERS, per_thread_arrays
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
 from polydl.dtypes import DTYPES
+from polydl.names import spelling
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.cpu.amx_pairs import pairs_b
@@ -48,26 +49,32 @@ def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
     nest, params = scheduled.model.nest, scheduled.model.params
     return tuple(
         KernelArgument(
-            name=a.name,
+            name=spelling(a.name),
             dtype=a.dtype,
             shape=a.concrete_shape(params),
             is_input=a.is_input,
             c_type=DTYPES[a.dtype].c_type,
+            c_name=a.name if spelling(a.name) != a.name else "",
         )
         for a in nest.parameters
     )
 
 
 def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None,
-                 restrict: str = "restrict") -> list[str]:
+                 restrict: str = "restrict", spelled: bool = False) -> list[str]:
     """Arrays by pointer (`const` for inputs); scalar parameters (no extents) by value.
     `renamed`: parameters the definition spells otherwise (the body reads a local by the
     array's name: `line_copies`). `restrict`: how the qualifier is spelled (the header's
-    `POLYDL_RESTRICT`, which C++ callers read as `__restrict`)."""
+    `POLYDL_RESTRICT`, which C++ callers read as `__restrict`). `spelled`: the names as the
+    spec writes them (the header's prototype), not the generated code's."""
     renamed = renamed or {}
+
+    def name(a: KernelArgument) -> str:
+        return a.name if spelled else renamed.get(a.identifier, a.identifier)
+
     return [
-        f"const {a.c_type} {a.name}" if not a.shape
-        else f"{'const ' if a.is_input else ''}{a.c_type} *{restrict} {renamed.get(a.name, a.name)}"
+        f"const {a.c_type} {name(a)}" if not a.shape
+        else f"{'const ' if a.is_input else ''}{a.c_type} *{restrict} {name(a)}"
         for a in arguments
     ]
 
@@ -260,7 +267,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     )
     kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
                                        *calls.paired]))
-    header = render("c/kernel.h.j2", **{**values, "parameters": c_parameters(arguments, restrict=HEADER_RESTRICT)},
+    header = render("c/kernel.h.j2", **{**values, "parameters": c_parameters(arguments, restrict=HEADER_RESTRICT,
+                                                                           spelled=True)},
                     restrict=HEADER_RESTRICT, arguments=arguments, kept=kept_inputs)
     return GeneratedCode(
         function=name,

@@ -24,7 +24,6 @@ from polydl.codegen.artifact import GeneratedCode, KernelArgument
 from polydl.codegen.c.generate import c_parameters
 from polydl.errors import CompileError, PolyDLError, ShapeError, TargetError
 from polydl.ir import LoopNest
-from polydl.names import spelling
 from polydl.runtime.kernel import (
     NUMPY_DTYPES,
     BoundCall,
@@ -143,7 +142,7 @@ class KeptInputs:
                  library: Path) -> None:
         self.names = code.kept
         inputs = [a for a in arguments if a.is_input]
-        self._where = tuple((i, spelling(a.name)) for i, a in enumerate(inputs) if a.name in code.kept)
+        self._where = tuple((i, a.spelling) for i, a in enumerate(inputs) if a.identifier in code.kept)
         self._seen: dict[int, weakref.ref[Any] | None] = {}
         if self.names:
             with _LOCK:
@@ -208,7 +207,7 @@ class CallPlan:
         position = {a.name: i for i, a in enumerate(a for a in arguments if a.is_input)}
         self.input_count = len(position)
         self.slots = tuple(
-            _Slot(a, spelling(a.name), position.get(a.name, sys.maxsize), a.shape,
+            _Slot(a, a.spelling, position.get(a.name, sys.maxsize), a.shape,
                   NUMPY_DTYPES[a.dtype], ffi.typeof(f"{a.c_type}[]") if a.shape else None,
                   not a.is_input, a.dtype == "bfloat16")
             for a in arguments
