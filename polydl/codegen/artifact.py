@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from polydl.dtypes import DTYPES
+from polydl.ir import LoopNest
 from polydl.names import spelling
 
 
@@ -94,3 +97,25 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         pointer_alignment=int(data.get("pointer_alignment", 1)),
         kept=tuple(data.get("kept", ())),
     )
+
+
+def kernel_arguments(nest: LoopNest, params: Mapping[str, int]) -> tuple[KernelArgument, ...]:
+    """The kernel's parameters as callers see them: the spec's names, with the generated code's
+    own where polydl respelled one (`polydl.names`)."""
+    return tuple(
+        KernelArgument(
+            name=spelling(a.name),
+            dtype=a.dtype,
+            shape=a.concrete_shape(params),
+            is_input=a.is_input,
+            c_type=DTYPES[a.dtype].c_type,
+            c_name=a.name if spelling(a.name) != a.name else "",
+        )
+        for a in nest.parameters
+    )
+
+
+def in_code(arguments: tuple[KernelArgument, ...]) -> tuple[KernelArgument, ...]:
+    """The arguments under the names the generated code gives them."""
+    return tuple(replace(a, name=a.identifier, c_name="") for a in arguments)
+

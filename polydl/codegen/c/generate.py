@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument
+from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument, kernel_arguments
 from polydl.codegen.c.accumulators import AccumulatorPrinter
 from polydl.codegen.c.line_copies import line_copies
 from polydl.codegen.c.loops import LoopPrinter
@@ -20,8 +20,6 @@ from polydl.codegen.c.scratch_clearing import clearing
 from polydl.codegen.c.thread_scratch import THREAD_HELPERS, per_thread_arrays
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
-from polydl.dtypes import DTYPES
-from polydl.names import spelling
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.cpu.amx_pairs import pairs_b
@@ -43,21 +41,6 @@ def comment_text(text: str) -> str:
     spec's path is user input and must not become code)."""
     printable = "".join(ch if ch.isprintable() else "?" for ch in text)
     return printable.replace("*/", "*?/")
-
-
-def kernel_arguments(scheduled: ScheduledNest) -> tuple[KernelArgument, ...]:
-    nest, params = scheduled.model.nest, scheduled.model.params
-    return tuple(
-        KernelArgument(
-            name=spelling(a.name),
-            dtype=a.dtype,
-            shape=a.concrete_shape(params),
-            is_input=a.is_input,
-            c_type=DTYPES[a.dtype].c_type,
-            c_name=a.name if spelling(a.name) != a.name else "",
-        )
-        for a in nest.parameters
-    )
 
 
 def c_parameters(arguments: tuple[KernelArgument, ...], renamed: Mapping[str, str] | None = None,
@@ -132,7 +115,7 @@ def _printers(
 
 def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     model = scheduled.model
-    arguments = kernel_arguments(scheduled)
+    arguments = kernel_arguments(scheduled.model.nest, scheduled.model.params)
     layouts, printer, calls = _printers(scheduled, target)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:

@@ -18,13 +18,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from polydl.codegen.artifact import GeneratedCode, KernelArgument
+from polydl.codegen.artifact import GeneratedCode, in_code, kernel_arguments
 from polydl.codegen.c_expr import ArrayLayout, StatementPrinter
 from polydl.codegen.gpu.elementwise import plain_kernel, transpose_kernel
 from polydl.codegen.gpu.gemm import gemm_kernel
 from polydl.codegen.gpu.launch import KernelLaunch
 from polydl.codegen.templating import render
-from polydl.dtypes import DTYPES
 from polydl.poly.model import PolyModel
 from polydl.schedules.gpu.plans import GpuSchedule
 from polydl.schedules.gpu.variants import TmaTiling
@@ -74,7 +73,8 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
     target = schedule.target
     kind = target.kind
     name = model.nest.name
-    arguments = kernel_arguments_of(model)
+    arguments = kernel_arguments(model.nest, model.params)
+    in_source = in_code(arguments)  # the launcher and header name them as the kernels do
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params))
         for a in model.nest.arrays
@@ -115,15 +115,15 @@ def generate_gpu(model: PolyModel, schedule: GpuSchedule) -> GeneratedCode:
         "gpu/launcher.j2",
         **values,
         kernels_file=f"{name}{suffix}",
-        arguments=list(arguments),
+        arguments=list(in_source),
         locals=scratch,
         unused_locals=unused,
-        argument_names=[a.name for a in arguments],
+        argument_names=[a.name for a in in_source],
         local_names=[s.name for s in scratch],
         launches=launches,
         tma=any(isinstance(t, TmaTiling) for t in tilings),
     )
-    header = render("gpu/header.j2", **values, arguments=arguments)
+    header = render("gpu/header.j2", **values, arguments=in_source)
     return GeneratedCode(
         function=name,
         arguments=arguments,
@@ -143,10 +143,3 @@ def architecture_flags(kind: str, architectures: tuple[str, ...]) -> tuple[str, 
     if kind == "cuda":
         return tuple(f"-gencode=arch=compute_{a[3:]},code={a}" for a in architectures)
     return tuple(f"--offload-arch={a}" for a in architectures)
-
-
-def kernel_arguments_of(model: PolyModel) -> tuple[KernelArgument, ...]:
-    return tuple(
-        KernelArgument(a.name, a.dtype, a.concrete_shape(model.params), a.is_input, DTYPES[a.dtype].c_type)
-        for a in model.nest.parameters
-    )

@@ -445,3 +445,20 @@ def test_hipcc_compiles_for_cdna(case: str, arch: str, tmp_path: Path,
     library = compile_gpu_library(code, tmp_path / "out", architectures=(arch,))
     assert library.stat().st_size > 0
     assert list(user_tmp.iterdir()) == []
+
+
+def test_gpu_arguments_keep_the_names_the_spec_writes() -> None:
+    """A parameter polydl respells inside (`_fict_`) is `_fict_` to callers of a GPU kernel, and
+    the launcher and header name it as the kernels do."""
+    from polydl.api import lower
+    from polydl.frontends import load_spec
+
+    spec = """void shift(int N, float ey[N], const float _fict_[N]) {
+  for (int i = 0; i < N; i++) ey[i] = _fict_[i] + 1.0f;
+}"""
+    nest, params = load_spec(spec, {"N": 64})
+    for kind in ("cuda", "hip"):
+        code = lower(nest, params, target=kind).code
+        assert [a.name for a in code.arguments] == ["ey", "_fict_"]
+        assert [a.identifier for a in code.arguments] == ["ey", "_pd___fict_"]
+        assert "_pd___fict_" in code.launcher and "_pd___fict_" in code.header
