@@ -964,9 +964,10 @@ def test_an_interrupted_tuning_stops_handing_out_requests_and_keeps_what_was_mea
         def run(self, requests: Sequence[Request]) -> Iterator[tuple[int, list[Outcome]]]:
             for request in requests:
                 served.append(len(request.schedules))
-                # the larger problems' requests take longer: the smallest finishes (and is
-                # interrupted on) while the others are part-way, not all of them at once
-                time.sleep(0.0125 * request.params["M"] / 4)
+                # the larger problems' requests take far longer (16x for the largest): the
+                # smallest finishes (and is interrupted on) while the others are part-way, not
+                # all of them at once, even where the interrupt reaches the main thread late
+                time.sleep(0.01 * (request.params["M"] / 16) ** 2)
             yield from super().run(requests)
 
     class Two:
