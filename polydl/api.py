@@ -11,8 +11,8 @@ by side, as `help(polydl)` shows them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from polydl.driver import pipeline
 from polydl.driver.compilation import Compilation
@@ -27,6 +27,36 @@ ScheduleArg = str | Schedule | Mapping[str, Any]
 TargetArg = str | CpuTarget | GpuTarget
 
 __all__ = ["Compilation", "build_kernel", "compile", "lower", "target_of"]
+
+
+# Docstring lines every builder shares, written once: `_shared_docs` puts them where a
+# docstring says `{where}` (the arguments that choose the target and schedule) and `{fails}`
+# (the errors of building a kernel).
+_SHARED_DOCS = {
+    "{where}": (
+        'target: the backend kind, "c" (default), "cuda" or "hip", or a target value.',
+        'machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a '
+        'target value.',
+        'schedule: "auto" (the reuse model\'s pick), "tuned" (the performance database\'s) or a '
+        '`Schedule`.',
+    ),
+    "{fails}": (
+        "ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).",
+        "TargetError: an unknown target kind or machine description.",
+        "ScheduleError: a given schedule that is malformed or breaks a dependence.",
+        "CompileError: the C compiler failed or could not be run.",
+    ),
+}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _shared_docs(function: _F) -> _F:
+    """`function` with its docstring's shared lines filled in (help() shows them)."""
+    doc = function.__doc__ or ""
+    for marker, lines in _SHARED_DOCS.items():
+        doc = doc.replace(marker, "\n        ".join(lines))
+    function.__doc__ = doc
+    return function
 
 
 def target_of(target: TargetArg = "c", machine: MachineArg = None) -> Target:
@@ -49,6 +79,7 @@ def target_of(target: TargetArg = "c", machine: MachineArg = None) -> Target:
     return resolve_target(target, machine)
 
 
+@_shared_docs
 def lower(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
@@ -59,9 +90,7 @@ def lower(
     Args:
         nest: the loop nest (`polydl.frontends.load_spec` or a builder of `polydl.frontends`).
         params: the size parameters' values, such as {"M": 512}.
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         constant: names of inputs kept unchanged between calls, such as weights (see `build_kernel`).
 
     Returns:
@@ -76,6 +105,7 @@ def lower(
     return pipeline.lower(nest.keeping(constant), params, target_of(target, machine), schedule)
 
 
+@_shared_docs
 def build_kernel(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
@@ -90,9 +120,7 @@ def build_kernel(
     Args:
         nest: the loop nest (`polydl.frontends.load_spec` or a builder of `polydl.frontends`).
         params: the size parameters' values, such as {"M": 512}.
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         constant: names of inputs kept unchanged between calls, such as ("B",).
 
     Returns:
@@ -109,6 +137,7 @@ def build_kernel(
                                  schedule)
 
 
+@_shared_docs
 def compile(  # noqa: A001 - the public name docs/contract.md gives
     spec: str | os.PathLike[str],
     params: Mapping[str, int] | None = None,
@@ -132,9 +161,7 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     Args:
         spec: a `.c` or `.toml` path, or the spec's text.
         params: the size parameters' values, such as {"M": 512} (`-p M=512`).
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         function: the function to compile, of a C file that defines several (`--function`).
         defines: C preprocessor macros: {"N": 64} is `-D N=64`, a None value `-D N`.
         include_dirs: folders searched for the spec's `#include "..."` headers (`-I DIR`).
@@ -168,6 +195,7 @@ def _build(
     return build_kernel(nest, params, resolved, schedule, constant=constant)
 
 
+@_shared_docs
 def matmul(
     M: int,
     N: int,
@@ -186,23 +214,19 @@ def matmul(
         N: columns of B and C.
         K: the reduction: columns of A, rows of B.
         dtype: "float32", "float64" or "bfloat16" (bf16 A and B, an fp32 C).
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         constant: names of inputs kept unchanged between calls: ("B",) (see `build_kernel`).
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _build("matmul", target, machine, schedule, constant, M=M, N=N, K=K, dtype=dtype)
 
 
+@_shared_docs
 def conv2d(
     N: int,
     C: int,
@@ -253,19 +277,14 @@ def conv2d(
         accumulate: False sets a `y` passed in (`y = conv`) instead of adding to it.
         out_dtype: "bfloat16" gives a bf16 y from bf16 inputs; None: float32.
         out_layout: "nchw16c" with layout "nchw" (a blocked y); None: `layout`.
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         constant: names of inputs kept unchanged between calls: ("w",) (see `build_kernel`).
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _build(
         "conv2d",
@@ -305,6 +324,7 @@ def _layer(
     return build_kernel(built[0], built[1], target, schedule, machine=machine, constant=constant)
 
 
+@_shared_docs
 def conv2d_backward_data(
     N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1,
     padding: int | Sequence[int] = 0, dtype: str = "float32", layout: str = "nchw",
@@ -326,23 +346,19 @@ def conv2d_backward_data(
         dtype: "float32" or "float64".
         layout: "nchw" or "nchw16c" (channels blocked by 16).
         groups: PyTorch's groups, dividing C and K.
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(conv_backward.conv2d_backward_data(
         N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
 
+@_shared_docs
 def conv2d_backward_weights(
     N: int, C: int, K: int, H: int, W: int, R: int, S: int, stride: int = 1,
     padding: int | Sequence[int] = 0, dtype: str = "float32", layout: str = "nchw",
@@ -364,23 +380,19 @@ def conv2d_backward_weights(
         dtype: "float32" or "float64".
         layout: "nchw" or "nchw16c" (channels blocked by 16).
         groups: PyTorch's groups, dividing C and K.
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(conv_backward.conv2d_backward_weights(
         N, C, K, H, W, R, S, stride, padding, dtype, layout, groups), target, machine, schedule)
 
 
+@_shared_docs
 def linear(
     N: int, C: int, K: int, dtype: str = "float32", fuse: tuple[str, ...] | list[str] = (), *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -395,24 +407,20 @@ def linear(
         dtype: "float32" or "float64".
         fuse: epilogues in order, each adding its inputs after w: "bias", "scale_shift", "residual",
             "relu", "clip(LO,HI)".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
         constant: names of inputs kept unchanged between calls: ("w",) (see `build_kernel`).
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.linear(N, C, K, dtype, tuple(fuse)), target, machine, schedule,
                   constant)
 
 
+@_shared_docs
 def linear_backward_data(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -424,22 +432,18 @@ def linear_backward_data(
         C: input features.
         K: output features.
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.linear_backward_data(N, C, K, dtype), target, machine, schedule)
 
 
+@_shared_docs
 def linear_backward_weights(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -451,22 +455,18 @@ def linear_backward_weights(
         C: input features.
         K: output features.
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.linear_backward_weights(N, C, K, dtype), target, machine, schedule)
 
 
+@_shared_docs
 def pool2d(
     N: int, C: int, H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0,
     kind: str = "max", dtype: str = "float32", layout: str = "nchw", *, target: TargetArg = "c",
@@ -486,23 +486,19 @@ def pool2d(
         kind: "max" or "avg".
         dtype: "float32" or "float64".
         layout: "nchw" or "nchw16c" (channels blocked by 16).
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.pool2d(N, C, H, W, R, S, stride, padding, kind, dtype, layout),
                   target, machine, schedule)
 
 
+@_shared_docs
 def eltwise(
     N: int, C: int, H: int = 1, W: int = 1, kind: str = "relu", dtype: str = "float32", *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -516,22 +512,18 @@ def eltwise(
         W: columns.
         kind: "relu", "add" or "scale_shift".
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.eltwise(N, C, H, W, kind, dtype), target, machine, schedule)
 
 
+@_shared_docs
 def batchnorm_inference(
     N: int, C: int, H: int, W: int, eps: float = 1e-5, dtype: str = "float32", *,
     target: TargetArg = "c", machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -545,22 +537,18 @@ def batchnorm_inference(
         W: columns.
         eps: added to the variance before its square root.
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.batchnorm_inference(N, C, H, W, eps, dtype), target, machine, schedule)
 
 
+@_shared_docs
 def batchnorm_statistics(
     N: int, C: int, H: int, W: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -573,22 +561,18 @@ def batchnorm_statistics(
         H: rows.
         W: columns.
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.batchnorm_statistics(N, C, H, W, dtype), target, machine, schedule)
 
 
+@_shared_docs
 def lstm_cell(
     N: int, C: int, K: int, dtype: str = "float32", *, target: TargetArg = "c",
     machine: MachineArg = None, schedule: ScheduleArg = "auto",
@@ -600,17 +584,12 @@ def lstm_cell(
         C: input features.
         K: hidden features.
         dtype: "float32" or "float64".
-        target: the backend kind, "c" (default), "cuda" or "hip", or a target value.
-        machine: "native" (None, this machine), a preset name, a `polydl machine --json` file or a target value.
-        schedule: "auto" (the reuse model's pick), "tuned" (the performance database's) or a `Schedule`.
+        {where}
 
     Returns:
         The compiled `Kernel`.
 
     Raises:
-        ArgumentError: a size or option of the wrong type or out of range (`polydl.errors`).
-        TargetError: an unknown target kind or machine description.
-        ScheduleError: a given schedule that is malformed or breaks a dependence.
-        CompileError: the C compiler failed or could not be run.
+        {fails}
     """
     return _layer(layers.lstm_cell(N, C, K, dtype), target, machine, schedule)
