@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -99,7 +98,7 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
     )
 
 
-def kernel_arguments(nest: LoopNest, params: Mapping[str, int]) -> tuple[KernelArgument, ...]:
+def kernel_arguments(nest: LoopNest, params: dict[str, int]) -> tuple[KernelArgument, ...]:
     """The kernel's parameters as callers see them: the spec's names, with the generated code's
     own where polydl respelled one (`polydl.names`)."""
     return tuple(
