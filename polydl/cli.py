@@ -26,7 +26,7 @@ from polydl.bench import SUITE_FILES
 from polydl.errors import CompileError, PolyDLError, ShapeError, SpecError, UsageError
 from polydl.names import respell
 from polydl.target.presets import PRESET_NAMES
-from polydl.tuner.cli import add_model_command, add_tune_options, network_only_flags
+from polydl.tuner.cli import add_model_command, add_tune_options, network_only_flags, positive_int
 from polydl.tuner.db_cli import add_db_command
 from polydl.version import __version__
 
@@ -43,17 +43,6 @@ class _Parser(argparse.ArgumentParser):
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     text = str(message).strip().splitlines()
     print(f"polydl: warning: {text[0] if text else category.__name__}", file=file or sys.stderr)
-
-
-def _positive(text: str) -> int:
-    """An argparse type: an integer >= 1 (`--repeat 0` would time nothing)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def _params(values: list[str]) -> dict[str, int]:
@@ -440,14 +429,14 @@ def parser() -> argparse.ArgumentParser:
 
     def network_options(c: argparse.ArgumentParser, tuning: bool = False) -> None:
         # tune checks its --batch itself: a suite's minibatch or a network's
-        c.add_argument("--batch", type=int if tuning else _positive, default=None, metavar="N",
+        c.add_argument("--batch", type=int if tuning else positive_int, default=None, metavar="N",
                        help="ONNX: fix a symbolic batch size" + (
                            "; --suite: a convolution suite's minibatch, as `polydl bench "
                            "--batch` runs it" if tuning else ""))
         if not tuning:
             c.add_argument("--name", default=None,
                            help="ONNX: the C name of the network's function (default: the graph's)")
-        c.add_argument("--images-per-pass", type=_positive, default=None, metavar="N",
+        c.add_argument("--images-per-pass", type=positive_int, default=None, metavar="N",
                        help="ONNX: run every layer on N images, then on the next N (a divisor "
                             "of the batch; default: chosen from the cache and the weights' size)")
         c.add_argument("--no-winograd", action="store_true",
@@ -466,7 +455,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compile)
     c = spec_command("run", "run on random inputs, verify against numpy (an ONNX network: "
                      "onnxruntime), print the speed")
-    c.add_argument("--repeat", type=_positive, default=10, metavar="N",
+    c.add_argument("--repeat", type=positive_int, default=10, metavar="N",
                    help="timed calls after the first (at least 1; the median is printed; "
                         "default 10)")
     c.add_argument("--seed", type=int, default=0,
@@ -493,7 +482,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the suite of cases to run (default gemm)")
     c.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
     c.add_argument("--case", action="append", default=[], help="only these cases (repeatable)")
-    c.add_argument("--repeat", type=_positive, default=10, metavar="N",
+    c.add_argument("--repeat", type=positive_int, default=10, metavar="N",
                    help="timing rounds per case, at most (at least 1; default 10)")
     c.add_argument("--batch", type=int, metavar="N", help="minibatch of a convolution suite")
     c.add_argument("--threads", type=int, metavar="T",

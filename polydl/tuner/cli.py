@@ -19,10 +19,22 @@ from polydl.tuning.database import PerfDatabase
 from polydl.tuning.records import OK, Trial, comparable_times
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (`--repeat 0` would time nothing, `--trials 0` measure
+    nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def add_tune_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--suite", metavar="NAME|FILE",
                    help="tune every layer of a suite (gemm, resnet50, ...) or suite file")
-    c.add_argument("--trials", type=int, default=32, help="candidates measured per problem")
+    c.add_argument("--trials", type=positive_int, default=32, help="candidates measured per problem")
     c.add_argument("--strategy", default="auto", choices=STRATEGIES,
                    help="auto: exhaustive where the space fits --trials, else guided")
     c.add_argument("--db", metavar="FILE", help="the performance database (default: "
@@ -30,7 +42,7 @@ def add_tune_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", metavar="FILE", help="the cost model that guides the search "
                    "(default: POLYDL_COST_MODEL, else costmodel.txt in the cache, if trained)")
     where = c.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, metavar="N",
+    where.add_argument("--workers", type=positive_int, metavar="N",
                        help="N workers of a local Ray cluster, each on its share of the cores")
     where.add_argument("--ray", metavar="ADDRESS", help="the workers of an existing Ray cluster")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")

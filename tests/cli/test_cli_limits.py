@@ -152,6 +152,8 @@ def _interrupted(args: argparse.Namespace) -> int:
     (["run", MATMUL, "-p", "M"], 2),  # a malformed -p
     (["run", MATMUL, *SIZES, "-p", "Z=2"], 1),  # a size the spec does not have
     (["run", MATMUL, *SIZES, "--batch", "2"], 1),  # an option for networks, given a loop nest
+    (["tune", MATMUL, *SIZES, "--trials", "0"], 2),  # a usage error, before anything is measured
+    (["tune", MATMUL, *SIZES, "--workers", "0"], 2),
 ])
 def test_exit_status(argv: list[str], status: int, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == status
