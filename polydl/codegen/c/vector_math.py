@@ -23,8 +23,9 @@ needs, and the compile flags that let the compiler vectorise them.
 - `-fno-trapping-math` lets gcc evaluate both sides of a select in a vector loop (the square
   root of 0.5's -inf case on AVX2, which has no masked square root).
 
-Neither flag changes a value: errno and floating-point exception flags are not observable to a
-kernel's caller. The error bounds of each form are in docs/contract.md (Math functions); an
+Neither flag changes a value of these forms: errno and floating-point exception flags are not
+observable to a kernel's caller (gcc's one rewrite that `-fno-math-errno` allows and that would,
+pow(x, 0.5) as a square root, never sees a constant 0.5: `_pd_sqrt_powf` comes first). The error bounds of each form are in docs/contract.md (Math functions); an
 exact nest gets the scalar libm calls of every function, each result libm's.
 """
 
@@ -43,10 +44,10 @@ LIBMVEC_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "2.22": ("expf", "logf", "sinf", "cosf", "powf"),
     "2.35": ("tanhf", "erff"),
 }
-# Compile flags of code whose math runs in vector form, and of code that asks for libm's
-# results (`sqrtf` is exact either way, and runs as vsqrtps without errno).
+# Compile flags of code whose math runs in vector form. Code that asks for libm's results gets
+# neither: without errno, gcc's vectoriser turns pow(x, 0.5) into a square root, which differs
+# from pow at -0 and -inf.
 VECTOR_FLAGS = ("-fno-math-errno", "-fno-trapping-math")
-EXACT_FLAGS = ("-fno-math-errno",)
 # Integer exponents of `powf` written as products: at most three roundings.
 PRODUCT_POWERS = range(-2, 5)
 
@@ -97,9 +98,9 @@ class MathForm:
 
     def compile_flags(self, nest: LoopNest) -> tuple[str, ...]:
         """The flags the calls of `nest` need (none where it calls no math function)."""
-        if not any(_calls(s.value) for s in nest.statements()):
+        if not self.rewrites or not any(_calls(s.value) for s in nest.statements()):
             return ()
-        return VECTOR_FLAGS if self.rewrites else EXACT_FLAGS
+        return VECTOR_FLAGS
 
 
 def math_form(target: CpuTarget, exact: bool) -> MathForm:
