@@ -25,8 +25,9 @@ needs, and the compile flags that let the compiler vectorise them.
 
 Neither flag changes a value of these forms: errno and floating-point exception flags are not
 observable to a kernel's caller (gcc's one rewrite that `-fno-math-errno` allows and that would,
-pow(x, 0.5) as a square root, never sees a constant 0.5: `_pd_sqrt_powf` comes first). The error bounds of each form are in docs/contract.md (Math functions); an
-exact nest gets the scalar libm calls of every function, each result libm's.
+pow(x, 0.5) as a square root, never sees a constant 0.5: `_pd_sqrt_powf` comes first). The
+error bounds of each form are in docs/contract.md (Math functions). An exact nest gets the
+scalar libm calls of every function, each result libm's, and neither flag.
 """
 
 from __future__ import annotations
