@@ -83,7 +83,7 @@ def target_of(target: TargetArg = "c", machine: MachineArg = None) -> Target:
 def lower(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
-    constant: Sequence[str] = (),
+    constant: Sequence[str] = (), exact_math: bool = False,
 ) -> Compilation:
     """Run the compiler up to generated source, without compiling it.
 
@@ -92,6 +92,7 @@ def lower(
         params: the size parameters' values, such as {"M": 512}.
         {where}
         constant: names of inputs kept unchanged between calls, such as weights (see `build_kernel`).
+        exact_math: math functions as the C library's scalar calls (see `build_kernel`).
 
     Returns:
         The `Compilation`: the polyhedral model, the schedule, the generated code and the decisions.
@@ -102,14 +103,15 @@ def lower(
         TargetError: an unknown target kind or machine description.
         ScheduleError: a given schedule that is malformed or breaks a dependence.
     """
-    return pipeline.lower(nest.keeping(constant), params, target_of(target, machine), schedule)
+    return pipeline.lower(nest.keeping(constant).with_exact_math(exact_math), params,
+                          target_of(target, machine), schedule)
 
 
 @_shared_docs
 def build_kernel(
     nest: LoopNest, params: Mapping[str, int], target: TargetArg = "c",
     schedule: ScheduleArg = "auto", *, machine: MachineArg = None,
-    constant: Sequence[str] = (),
+    constant: Sequence[str] = (), exact_math: bool = False,
 ) -> Kernel:
     """Lower (or reuse the stored lowering of) a nest and return its compiled kernel.
 
@@ -117,11 +119,16 @@ def build_kernel(
     where the schedule packs one, the copy is made at the first call and kept for the next;
     after changing one in place, call `kernel.constants_changed()`.
 
+    Math functions (`expf`, `tanhf`, ...) of a C kernel run in vector form, within the error
+    bounds docs/contract.md states; `exact_math=True` calls the C library's scalar functions
+    instead, each result exactly libm's.
+
     Args:
         nest: the loop nest (`polydl.frontends.load_spec` or a builder of `polydl.frontends`).
         params: the size parameters' values, such as {"M": 512}.
         {where}
         constant: names of inputs kept unchanged between calls, such as ("B",).
+        exact_math: math functions as the C library's scalar calls, each result libm's.
 
     Returns:
         The compiled kernel: a `Kernel` for "c", a `GpuKernel` for "cuda" and "hip".
@@ -133,8 +140,8 @@ def build_kernel(
         ScheduleError: a given schedule that is malformed or breaks a dependence.
         CompileError: the C (or GPU) compiler failed, or the library cannot be loaded.
     """
-    return pipeline.build_kernel(nest.keeping(constant), params, target_of(target, machine),  # type: ignore[return-value]
-                                 schedule)
+    return pipeline.build_kernel(nest.keeping(constant).with_exact_math(exact_math), params,  # type: ignore[return-value]
+                                 target_of(target, machine), schedule)
 
 
 @_shared_docs
@@ -149,6 +156,7 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[str | os.PathLike[str]] | None = None,
     constant: Sequence[str] = (),
+    exact_math: bool = False,
 ) -> Kernel:
     """Compile a C loop-nest or TOML spec (a path or the text itself) into a callable kernel.
 
@@ -166,6 +174,8 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
         defines: C preprocessor macros: {"N": 64} is `-D N=64`, a None value `-D N`.
         include_dirs: folders searched for the spec's `#include "..."` headers (`-I DIR`).
         constant: names of inputs kept unchanged between calls, such as weights (see `build_kernel`).
+        exact_math: math functions as the C library's scalar calls (`--exact-math`; see
+            `build_kernel`).
 
     Returns:
         The compiled kernel: a `Kernel` for "c", a `GpuKernel` for "cuda" and "hip".
@@ -180,7 +190,7 @@ def compile(  # noqa: A001 - the public name docs/contract.md gives
     """
     resolved = target_of(target, machine)
     nest, bound = load_spec(spec, params, function, defines, include_dirs, target_kind=resolved.kind)
-    return build_kernel(nest, bound, resolved, schedule, constant=constant)
+    return build_kernel(nest, bound, resolved, schedule, constant=constant, exact_math=exact_math)
 
 
 def _build(

@@ -68,7 +68,8 @@ def _load(args: argparse.Namespace, kind: str = "c"):
     # always a path: a file name with '=' or '{' is not the text of a spec
     nest, params = load_spec(Path(args.spec), _params(args.param) or None, args.function,
                              args.define, args.include_dir, target_kind=kind)
-    return nest.keeping(getattr(args, "constant", None) or ()), params
+    return (nest.keeping(getattr(args, "constant", None) or ())
+            .with_exact_math(getattr(args, "exact_math", False)), params)
 
 
 def _target(args: argparse.Namespace, kind: str = "c"):
@@ -422,6 +423,10 @@ def parser() -> argparse.ArgumentParser:
                                 "at inference): a packed copy of it is made at the first call "
                                 "and kept; the library exports FUNCTION_constants_changed() "
                                 "(repeatable; ONNX weights are kept without it)")
+            c.add_argument("--exact-math", action="store_true",
+                           help="C: call the C library's scalar math functions, each result "
+                                "exactly libm's, instead of their vector forms (within the "
+                                "error bounds of docs/contract.md)")
         c.add_argument("--machine", default=None, metavar="NAME|FILE.json",
                        help="the machine to build for: native (default), a preset "
                             f"({', '.join(PRESET_NAMES[1:])}) or a `polydl machine --json` file")

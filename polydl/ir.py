@@ -447,6 +447,9 @@ class LoopNest:
     body: tuple[Node, ...]
     source: str | None = field(default=None, compare=False)
     filename: str = field(default="<spec>", compare=False)
+    # math functions as the C library's scalar calls (`with_exact_math`); left out of the
+    # fingerprint and repr while False, as `Array.kept`
+    exact_math: bool = field(default=False, repr=False, metadata={"fingerprint": "when set"})
 
     def array(self, name: str) -> Array:
         for a in self.arrays:
@@ -498,6 +501,12 @@ class LoopNest:
             return self
         return replace(self, arrays=tuple(replace(a, kept=True) if a.name in names else a
                                           for a in self.arrays))
+
+    def with_exact_math(self, exact: bool = True) -> LoopNest:
+        """This nest with its math functions computed by the C library's scalar calls, each
+        result exactly libm's, where `exact`; else by vector forms within the error bounds
+        docs/contract.md states (the default)."""
+        return self if exact == self.exact_math else replace(self, exact_math=exact)
 
     @property
     def kept(self) -> tuple[str, ...]:

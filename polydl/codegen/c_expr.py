@@ -9,7 +9,9 @@ in `long` (64 bits) and converted to an integer array's type where stored, as C 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import islpy as isl
 
@@ -86,9 +88,18 @@ def compute_type(layouts: dict[str, ArrayLayout]) -> str:
 _INTEGER_CALLS = {"/": "_pd_idiv", "%": "_pd_irem"}
 
 
+class MathCalls(Protocol):
+    """How a backend writes math calls (the C target's vector forms: `codegen.c.vector_math`)."""
+
+    def call(self, function: str, args: Sequence[Expr], texts: Sequence[str], ctype: str) -> str:
+        """`function(args)` as C in `ctype`; `texts`: the arguments as C."""
+        ...
+
+
 class StatementPrinter:
-    def __init__(self, layouts: dict[str, ArrayLayout]) -> None:
+    def __init__(self, layouts: dict[str, ArrayLayout], math: MathCalls | None = None) -> None:
         self.layouts = layouts
+        self.math = math  # None: every call is the C library's function
         self.ctype = compute_type(layouts)
         self.integer_arrays = frozenset(
             name for name, a in layouts.items() if DTYPES[a.dtype].is_integer)
@@ -137,7 +148,10 @@ class StatementPrinter:
         if isinstance(e, Binary):
             return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
         if isinstance(e, Call):
-            return f"{self.function(e.function)}({', '.join(self.expr(a) for a in e.args)})"
+            texts = [self.expr(a) for a in e.args]
+            if self.math is not None:
+                return self.math.call(e.function, e.args, texts, self.ctype)
+            return f"{self.function(e.function)}({', '.join(texts)})"
         if isinstance(e, Select):
             return f"({self.comparison(e)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
         raise TypeError(e)

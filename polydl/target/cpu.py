@@ -78,6 +78,10 @@ ISA_FEATURES: dict[str, frozenset[str]] = {
                             "avx512_bf16", "amx_tile", "amx_bf16"}),
 }
 
+# Releases of glibc whose x86-64 libmvec (the vector math library) a target may name: each
+# added vector variants of functions generated code calls (`codegen/c/vector_math.py`).
+LIBMVEC_RELEASES = ("2.22", "2.35")
+
 # What may reach the compiler's command line from a description file: a -march name and
 # machine options (-m...), nothing that names files, plugins or linker input.
 _MARCH = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
@@ -99,6 +103,11 @@ class CpuTarget:
     cache_line_bytes: int = 64
     model: str = "unknown"
     cflags: tuple[str, ...] = ()  # further machine options (-m...) for the C compiler
+    # The glibc release whose libmvec the hosts that run the kernels have, the newest of
+    # LIBMVEC_RELEASES not after theirs ("" for none: another C library, or glibc before 2.22):
+    # generated code calls only the vector math functions it has. 2.35 (2022) is what current
+    # Linux distributions ship; `polydl machine --json` records the host's.
+    libmvec: str = "2.35"
     # Bytes per cycle one core moves into L1 from L2, into L2 from L3, and into its share of L3
     # from memory: the ranking's bandwidths (a typical x86 server core; not measured per host).
     l1_bytes_per_cycle: float = 64.0
@@ -120,6 +129,9 @@ class CpuTarget:
         if self.march == "native":
             raise TargetError("march 'native' names whatever machine compiles, not a target: "
                               "save `polydl machine --json` on the target host instead", self.name)
+        if self.libmvec not in ("", *LIBMVEC_RELEASES):
+            raise TargetError(f"libmvec '{self.libmvec}' is none of {', '.join(LIBMVEC_RELEASES)} "
+                              f"(or \"\" for none)", self.name)
         for flag in self.cflags:
             if not isinstance(flag, str) or not _MACHINE_FLAG.fullmatch(flag):
                 raise TargetError(f"compiler flag {flag!r} is not a machine option (-m...)",
@@ -185,12 +197,13 @@ class CpuTarget:
     # ------------------------------------------------------------------ identity and text
     def key(self) -> str:
         """Identity for caches and the tuning database: every field that changes generated
-        code or a measured time (the name is only a label). A cost field at its default is left
-        out: keys made before those fields existed (trials in a tuning database, cached code)
-        stay those of the targets they were made for, and a target that sets one differs."""
+        code or a measured time (the name is only a label). A cost field or `libmvec` at its
+        default is left out: keys made before those fields existed (trials in a tuning
+        database, cached code) stay those of the targets they were made for, and a target that
+        sets one differs."""
         data = self.to_dict()
         del data["name"]
-        for f in COST_FIELDS:
+        for f in (*COST_FIELDS, "libmvec"):
             if data[f] == _DEFAULTS[f]:
                 del data[f]
         return json.dumps(data, sort_keys=True)
@@ -229,7 +242,7 @@ class CpuTarget:
                               f"{', '.join(sorted(known))}", source)
         values = dict(data)
         values.pop("kind", None)
-        for f in ("name", "isa", "march", "model"):
+        for f in ("name", "isa", "march", "model", "libmvec"):
             if f in values and not isinstance(values[f], str):
                 raise TargetError(f"'{f}' must be a string, not {values[f]!r}", source)
         if "cflags" in values:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from polydl import settings
 from polydl.errors import TargetError
-from polydl.target.cpu import COST_FIELDS, ISAS, MARCH_FEATURES, CpuTarget
+from polydl.target.cpu import COST_FIELDS, ISAS, LIBMVEC_RELEASES, MARCH_FEATURES, CpuTarget
 
 
 def _cpuinfo() -> str:
@@ -95,6 +95,21 @@ def compiler_march(compiler: str) -> str | None:
     return name if name in MARCH_FEATURES else None
 
 
+def libmvec_release() -> str:
+    """The newest of `LIBMVEC_RELEASES` this host's glibc has ("" for none: another C library,
+    or a glibc before the first)."""
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):  # not glibc, or an OS without confstr
+        return ""
+    match = re.fullmatch(r"glibc (\d+)\.(\d+).*", text)
+    if not match:
+        return ""
+    have = (int(match.group(1)), int(match.group(2)))
+    releases = [r for r in LIBMVEC_RELEASES if tuple(int(p) for p in r.split(".")) <= have]
+    return releases[-1] if releases else ""
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on: the union of its threads' affinities. Once an OpenMP
     runtime (a kernel's, PyTorch's) has run a parallel region under `OMP_PROC_BIND`, the
@@ -133,6 +148,7 @@ def detect(compiler: str = "cc") -> CpuTarget:
         l3_bytes=_cache_bytes(3, ("Unified", "Data")) or defaults.l3_bytes,
         cache_line_bytes=_cache_line() or defaults.cache_line_bytes,
         model=model_match.group(1).strip() if model_match else "unknown",
+        libmvec=libmvec_release(),
         # bandwidths and fork and join are not measured here: the defaults' (a server core's)
         **{f: getattr(defaults, f) for f in COST_FIELDS},
     )

@@ -558,3 +558,11 @@ def test_call_arguments_are_checked(conv_relu: Any) -> None:
         conv_relu.run({"input": x, "other": x})
     with pytest.raises(polydl.ShapeError, match="is missing"):
         conv_relu.run({})
+
+
+def test_a_networks_kernels_are_built_with_their_math_flags() -> None:
+    """Each kernel's object is compiled with its own flags: Sigmoid's expf runs in vector form."""
+    x = random(X, low=-4.0, high=4.0)
+    compiled = check(single("Sigmoid", x), {"x": x})
+    commands = (compiled.library_path.parent / "command.txt").read_text().splitlines()
+    assert any("-fno-math-errno" in c and " -c " in c for c in commands)

@@ -18,6 +18,7 @@ from polydl.codegen.c.microkernel_call import CallPrinter, kept_flag, pairs_copy
 from polydl.codegen.c.register_tiles import RowTilePrinter
 from polydl.codegen.c.scratch_clearing import clearing
 from polydl.codegen.c.thread_scratch import THREAD_HELPERS, per_thread_arrays
+from polydl.codegen.c.vector_math import math_form
 from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
 from polydl.poly.model import StatementModel
@@ -106,7 +107,7 @@ def _printers(
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
         for a in model.nest.arrays
     }
-    printer = StatementPrinter(layouts)
+    printer = StatementPrinter(layouts, math_form(target, model.nest.exact_math))
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
     paired = pairs_b(model, target, scheduled.schedule)
     return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes,
@@ -117,6 +118,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     model = scheduled.model
     arguments = kernel_arguments(scheduled.model.nest, scheduled.model.params)
     layouts, printer, calls = _printers(scheduled, target)
+    math_calls = math_form(target, model.nest.exact_math)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
@@ -238,7 +240,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         **{**values, "parameters": c_parameters(arguments, given)},
         schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
         includes=[],  # each microkernel source includes the headers it needs
-        helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else ""),
+        helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else "")
+        + math_calls.preamble(model.nest, printer.ctype),
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,
@@ -261,7 +264,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         kind="c",
         compile_flags=tuple(
             sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
-        ),
+        ) + math_calls.compile_flags(model.nest),
         target_flags=target.compile_flags(),
         fallback_flags=target.portable_flags(),
         placements=tuple(placements),

@@ -55,8 +55,12 @@ def link_network(network: NetworkSource, kernels: Sequence[GeneratedCode], direc
     write_atomic(directory / f"{network.function}.h", network.header.encode())
     build = Path(tempfile.mkdtemp(dir=directory, prefix=".build."))
     objects = [build / f"{path.stem}.o" for path, _ in sources]
-    commands = [[toolchain.compiler, "-c", *SHARED, *toolchain.flags, *target_flags, str(path),
-                 "-o", str(obj)] for (path, _), obj in zip(sources, objects, strict=True)]
+    # each kernel's code-generation flags (-f..., such as its math's -fno-math-errno) compile its
+    # own object; the libraries it names are linked below
+    own = [(), *(tuple(f for f in code.compile_flags if f.startswith("-f")) for code in kernels)]
+    commands = [[toolchain.compiler, "-c", *SHARED, *toolchain.flags, *target_flags, *flags,
+                 str(path), "-o", str(obj)]
+                for (path, _), obj, flags in zip(sources, objects, own, strict=True)]
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(lambda c: run_compiler(toolchain, c, directory), commands))
     library = directory / f"lib{network.function}.so"
