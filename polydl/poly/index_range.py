@@ -18,6 +18,7 @@ from polydl.ir import (
     IntBinary,
     IntConst,
     IntExpr,
+    Indirect,
     IntMinMax,
     IntNeg,
     IntVar,
@@ -68,9 +69,11 @@ def check_index_ranges(
             )
         for access in (stmt.target, *stmt.reads):
             for index in access.indices:
+                # a subscript read from an index array is checked against its extent when the
+                # kernel runs (its own subscripts are among the reads); its constant is not
                 _check(
-                    index, env, nest, access.position or stmt.position,
-                    f"a subscript of '{access.array}'",
+                    IntConst(index.offset) if isinstance(index, Indirect) else index, env, nest,
+                    access.position or stmt.position, f"a subscript of '{access.array}'",
                 )
 
 

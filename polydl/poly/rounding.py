@@ -22,6 +22,7 @@ from polydl.ir import (
     IntExpr,
     IntMinMax,
     IntNeg,
+    Indirect,
     Loop,
     LoopNest,
     Statement,
@@ -58,6 +59,8 @@ def check_index_division(
     found: list[tuple[IntBinary, str, SourcePosition | None]] = []
     for access in (statement.target, *statement.reads):
         for index in access.indices:
+            if isinstance(index, Indirect):  # no division; its index array's read is a read
+                continue
             found += [(d, f"a subscript of '{access.array}'", access.position or
                        statement.position) for d in _divisions(index)]
     for loop in loops:
