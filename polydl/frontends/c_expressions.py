@@ -19,14 +19,14 @@ from polydl.frontends.c_source_map import SourceMap
 from polydl.ir import (
     Access,
     Array,
+    Index,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
     IntMinMax,
     IntNeg,
     IntVar,
-    Index,
-    Indirect,
     eval_int,
     int_vars,
 )

@@ -15,10 +15,10 @@ import islpy as isl
 from polydl.dtypes import DTYPES
 from polydl.errors import SourcePosition
 from polydl.ir import (
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
-    Indirect,
     IntMinMax,
     IntNeg,
     IntVar,

@@ -17,12 +17,12 @@ import islpy as isl
 from polydl.errors import SourcePosition
 from polydl.ir import (
     Condition,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
     IntMinMax,
     IntNeg,
-    Indirect,
     Loop,
     LoopNest,
     Statement,
