@@ -3,7 +3,8 @@
 Takes pycparser expression nodes and the names in scope (`Scope`); returns IR values or raises
 a `SpecError` at the offending node saying what is allowed instead. Index expressions are affine
 in loop variables and size parameters (constant multiples, floor `/` and `%` by positive
-constants). Value expressions are read by `c_values`.
+constants); a subscript may instead be an element of an int or long array, alone or plus or
+minus a constant (`ir.Indirect`). Value expressions are read by `c_values`.
 """
 
 from __future__ import annotations
