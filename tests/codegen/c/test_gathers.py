@@ -5,10 +5,16 @@ reference alike, with nothing outside an array touched."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import polydl
+from polydl.cli import main
+from polydl.codegen.artifact import code_from_dict, code_to_dict
 from polydl.errors import IndexRangeError, SpecError
 from polydl.runtime.verify import compare
 
@@ -297,3 +303,45 @@ def test_gpu_target_refuses_gathers_at_their_statement() -> None:
     with pytest.raises(SpecError, match="index array.*C target") as info:
         polydl.compile(SCATTER_ADD.format(t="int"), {"N": 4, "D": 8, "V": 3}, target="cuda")
     assert info.value.line == 4
+
+
+def test_generated_code_keeps_its_checks_through_the_cache_record() -> None:
+    k = polydl.compile(ONE_D, {"K": 4, "V": 3})
+    assert code_from_dict(code_to_dict(k.code)) == k.code
+
+
+# a C caller of the ahead-of-time library: the status names the check, _index_fault the place
+AOT_CALLER = r"""#include <stdio.h>
+#include "emb.h"
+int main(void) {
+  int tok[3] = {1, 9, 2};
+  float table[9 * 2] = {0}, y[3 * 2];
+  long position = -1, value = 0;
+  if (emb(tok, table, y) != 0) return 1;
+  tok[2] = 9 + 4;
+  int status = emb(tok, table, y);
+  emb_index_fault(&position, &value);
+  printf("%d %ld %ld\n", status, position, value);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_ahead_of_time_callers_read_the_status_and_the_fault(tmp_path: Path) -> None:
+    spec = tmp_path / "emb.c"
+    spec.write_text(EMBEDDING.format(t="int").replace("tok[i]][j]", "tok[i] - 1][j]"))
+    out = tmp_path / "out"
+    assert main(["compile", str(spec), "-p", "N=3", "-p", "D=2", "-p", "V=9",
+                 "--machine", "generic", "-o", str(out)]) == 0
+    header = (out / "emb.h").read_text()
+    assert "1: a value of tok - 1 outside 0..8 (dimension 0 of E)" in header
+    assert "void emb_index_fault(long *position, long *value);" in header
+    (tmp_path / "caller.c").write_text(AOT_CALLER)
+    program = tmp_path / "caller"
+    built = subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", str(tmp_path / "caller.c"),
+                            f"-I{out}", f"-L{out}", "-lemb", f"-Wl,-rpath,{out}", "-o",
+                            str(program)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.split() == ["1", "2", "13"], (ran.returncode, ran.stdout)
