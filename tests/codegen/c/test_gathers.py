@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import polydl
+from polydl import Schedule
 from polydl.cli import main
 from polydl.codegen.artifact import code_from_dict, code_to_dict
-from polydl.errors import IndexRangeError, SpecError
+from polydl.errors import IndexRangeError, ScheduleError, SpecError
 from polydl.runtime.verify import compare
 
 RNG = np.random.default_rng(11)
@@ -345,3 +346,17 @@ def test_ahead_of_time_callers_read_the_status_and_the_fault(tmp_path: Path) -> 
     assert built.returncode == 0, built.stderr
     ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout.split() == ["1", "2", "13"], (ran.returncode, ran.stdout)
+
+
+def test_scatter_add_schedules_legal_and_not() -> None:
+    spec, sizes = SCATTER_ADD.format(t="long"), {"N": 200, "D": 16, "V": 7}
+    with pytest.raises(ScheduleError, match="'i' carries a dependence"):
+        polydl.compile(spec, sizes, schedule=Schedule(order=("i", "j"), parallel=("i",)))
+    # a private copy of dx per thread makes i parallel: OpenMP adds the copies
+    k = polydl.compile(spec, sizes, schedule=Schedule(order=("i", "j"), parallel=("i",),
+                                                      private_sums=True))
+    tok = RNG.integers(0, 7, 200).astype(np.int64)
+    g = RNG.standard_normal((200, 16)).astype(np.float32)
+    want = np.zeros((7, 16))
+    np.add.at(want, tok, g.astype(np.float64))
+    _check(k, (want,), tok, g)
