@@ -88,7 +88,8 @@ def _check_lines(number: int, pointer: str, layout: ArrayLayout, low: int, high:
     value = f"(long){pointer}[_pd_p]"
     outside = f"({value} < {low}L) | ({value} > {high}L)"
     return [
-        f"/* {layout.name} selects in {array}'s dimension {dim}: every value checked first */",
+        f"/* {spelling(layout.name)} selects in {spelling(array)}'s dimension {dim}: every value "
+        "checked first */",
         "{",
         "  long _pd_bad = 0;",
         f"  for (long _pd_p = 0; _pd_p < {count}L; _pd_p++) _pd_bad |= {outside};",
