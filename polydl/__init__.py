@@ -27,6 +27,7 @@ from polydl.api import (
 from polydl.errors import (
     CacheWarning,
     CompileError,
+    IndexRangeError,
     PolyDLError,
     PolyDLWarning,
     ScheduleError,
@@ -45,6 +46,7 @@ from polydl.version import __version__
 __all__ = [
     "CacheWarning",
     "CompileError",
+    "IndexRangeError",
     "Kernel",
     "MicrokernelBinding",
     "PolyDLError",

@@ -267,14 +267,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     kernel = build_kernel(nest, params, target, args.schedule)
     check_memory([(a.spelling, a.dtype, a.shape, NUMPY_DTYPES[a.dtype].itemsize)
                   for a in kernel.arguments])
-    inputs = random_inputs(kernel.arguments, seed=args.seed)
+    inputs = random_inputs(kernel.arguments, seed=args.seed, index_checks=kernel.code.index_checks)
     outputs = kernel(*inputs)
     samples = _timed_calls(lambda: kernel(*inputs), args.repeat)
     seconds = float(np.median(samples))
     checked = verification_sizes(nest, params)
     if checked != dict(params):
         kernel_checked = build_kernel(nest, checked, target)
-        inputs = random_inputs(kernel_checked.arguments, seed=args.seed)
+        inputs = random_inputs(kernel_checked.arguments, seed=args.seed,
+                               index_checks=kernel_checked.code.index_checks)
         outputs = kernel_checked(*inputs)
         expected = kernel_checked.reference(*inputs)
     else:

@@ -155,6 +155,32 @@ class ShapeError(PolyDLError):
         super().__init__(f"argument '{array}': {message}{detail}")
 
 
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+class IndexRangeError(PolyDLError, IndexError):
+    """A subscript read from an index array (`emb[tok[i]][j]`) that falls outside the
+    dimension it selects: the kernel (or the reference) stopped instead of reading or writing
+    outside the array. Names are the spec's spelling.
+
+    `index_array` and `position` (a tuple, one entry per dimension) say which element held
+    `value`; `array`, `dimension` (0-based) and `extent` which dimension it selects in, after
+    adding `offset` (the constant of `x[idx[k] + 1]`)."""
+
+    def __init__(self, index_array: str, position: tuple[int, ...], value: int, array: str,
+                 dimension: int, extent: int, offset: int = 0) -> None:
+        self.index_array, self.array = respell(index_array), respell(array)
+        self.position, self.value, self.offset = tuple(position), value, offset
+        self.dimension, self.extent = dimension, extent
+        cell = f"{self.index_array}[{']['.join(map(str, self.position))}]"
+        shifted = f" (+ {offset} = {value + offset})" if offset > 0 else (
+            f" (- {-offset} = {value + offset})" if offset < 0 else "")
+        which = (f"{_ORDINALS[dimension]} dimension" if dimension < len(_ORDINALS)
+                 else f"dimension {dimension}")
+        super().__init__(f"{cell} = {value}{shifted} is outside {self.array}'s {which} "
+                         f"(0..{extent - 1})")
+
+
 class CompileError(PolyDLError):
     """The native compiler failed or is missing."""
 

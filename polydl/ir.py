@@ -103,8 +103,14 @@ class IntMinMax:
 IntExpr = IntConst | IntVar | IntBinary | IntNeg | IntMinMax
 
 
-def int_vars(expr: IntExpr) -> frozenset[str]:
-    """Names of variables an index expression mentions."""
+def int_vars(expr: IntExpr | Indirect) -> frozenset[str]:
+    """Names of variables an index expression mentions (for an `Indirect` subscript, those of
+    the index array's subscripts: the loops along which the cell it selects may change)."""
+    if isinstance(expr, Indirect):
+        out_: frozenset[str] = frozenset()
+        for i in expr.access.indices:
+            out_ |= int_vars(i)
+        return out_
     if isinstance(expr, IntVar):
         return frozenset({expr.name})
     if isinstance(expr, IntBinary):
@@ -158,8 +164,11 @@ def renamed(value: Any, names: dict[str, str]) -> Any:
     return replace(value, **changes)
 
 
-def eval_int(expr: IntExpr, env: dict[str, int]) -> int:
-    """Evaluate an index expression with C-style floor semantics for `/` and `%` by constants."""
+def eval_int(expr: IntExpr | Indirect, env: dict[str, int]) -> int:
+    """Evaluate an index expression with C-style floor semantics for `/` and `%` by constants.
+    An `Indirect` subscript has no value without the arrays: a TypeError."""
+    if isinstance(expr, Indirect):
+        raise TypeError(f"the subscript {expr.to_c()} reads an array")
     if isinstance(expr, IntConst):
         return expr.value
     if isinstance(expr, IntVar):
@@ -191,8 +200,42 @@ class Access:
     """A reference to one array element: `array[indices...]`."""
 
     array: str
-    indices: tuple[IntExpr, ...]
+    indices: tuple[Index, ...]
     position: SourcePosition | None = field(default=None, compare=False)
+
+    @property
+    def is_indirect(self) -> bool:
+        """Whether a subscript is read from an index array (the access is a may-access)."""
+        return any(isinstance(i, Indirect) for i in self.indices)
+
+
+@dataclass(frozen=True)
+class Indirect:
+    """A subscript read from an integer array, plus a constant: `tok[i]` in `emb[tok[i]][j]`,
+    `idx[k] + 1` in `x[idx[k] + 1]`. The polyhedral model cannot know which cell it selects,
+    so the access may touch any cell along that dimension; the kernel checks each value
+    against the dimension's extent at run time. The index array's own subscripts are affine."""
+
+    access: Access
+    offset: int = 0
+
+    def to_isl(self) -> str:
+        raise TypeError(f"the subscript {self.to_c()} is not affine")
+
+    def to_c(self) -> str:
+        """The subscript as a spec writes it (for messages; code generation lays arrays out)."""
+        text = self.access.array + "".join(f"[{i.to_c()}]" for i in self.access.indices)
+        if self.offset:
+            text += f" {'+' if self.offset > 0 else '-'} {abs(self.offset)}"
+        return text
+
+
+Index = IntExpr | Indirect
+
+
+def index_loads(access: Access) -> list[Access]:
+    """The reads of index arrays that `access`'s subscripts make."""
+    return [i.access for i in access.indices if isinstance(i, Indirect)]
 
 
 @dataclass(frozen=True)
@@ -307,9 +350,10 @@ MATH_FUNCTIONS: dict[str, int] = {
 
 
 def expr_loads(expr: Expr) -> list[Access]:
-    """Every array access an expression reads, in source order."""
+    """Every array access an expression reads, in source order (an index array's read before
+    the gather that uses it)."""
     if isinstance(expr, Load):
-        return [expr.access]
+        return [*index_loads(expr.access), expr.access]
     if isinstance(expr, Unary):
         return expr_loads(expr.operand)
     if isinstance(expr, Binary):
@@ -379,7 +423,12 @@ class Statement:
     @property
     def reads(self) -> list[Access]:
         loads = expr_loads(self.value)
-        return ([self.target] if self.op != "=" else []) + loads
+        return ([self.target] if self.op != "=" else []) + index_loads(self.target) + loads
+
+    @property
+    def is_indirect(self) -> bool:
+        """Whether the statement gathers or scatters through an index array."""
+        return self.target.is_indirect or any(a.is_indirect for a in expr_loads(self.value))
 
     @property
     def flops(self) -> int:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from polydl.dtypes import DTYPES
+from polydl.errors import IndexRangeError
 from polydl.ir import LoopNest
 from polydl.names import spelling
 
@@ -53,6 +54,38 @@ class EpiloguePlacement:
 
 
 @dataclass(frozen=True)
+class IndexCheck:
+    """One check a kernel makes of the subscripts it reads from an index array: the values of
+    `index_array` (plus `offset`) must select a cell of `array`'s dimension `dimension`. A
+    kernel whose check number n fails returns n + 1 (`<function>_index_fault` gives the index
+    array's flat position and value). Names are the generated code's (`polydl.names`)."""
+
+    index_array: str
+    index_shape: tuple[int, ...]
+    array: str
+    dimension: int
+    extent: int
+    offset: int
+    # checked over the whole index array before the loops (nothing is written then); else
+    # where each value is read (the kernel finishes its loops first)
+    before_loops: bool
+
+    def error(self, position: int, value: int) -> IndexRangeError:
+        """The error for the flat `position` of the index array holding `value`."""
+        where = tuple(int(p) for p in _unravel(position, self.index_shape))
+        return IndexRangeError(self.index_array, where, value, self.array, self.dimension,
+                               self.extent, self.offset)
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for extent in reversed(shape):
+        out.append(flat % extent if extent else 0)
+        flat //= extent if extent else 1
+    return list(reversed(out))
+
+
+@dataclass(frozen=True)
 class GeneratedCode:
     function: str
     arguments: tuple[KernelArgument, ...]
@@ -68,6 +101,9 @@ class GeneratedCode:
     # C: inputs whose packed copies the library keeps between calls; it then exports
     # `<function>_constants_changed()`
     kept: tuple[str, ...] = ()
+    # C: the checks of subscripts read from index arrays, by number (`IndexCheck`); the
+    # library then exports `<function>_index_fault`
+    index_checks: tuple[IndexCheck, ...] = ()
 
 
 def code_to_dict(code: GeneratedCode) -> dict[str, Any]:
@@ -95,6 +131,11 @@ def code_from_dict(data: dict[str, Any]) -> GeneratedCode:
         ),
         pointer_alignment=int(data.get("pointer_alignment", 1)),
         kept=tuple(data.get("kept", ())),
+        index_checks=tuple(
+            IndexCheck(c["index_array"], tuple(c["index_shape"]), c["array"], c["dimension"],
+                       c["extent"], c["offset"], c["before_loops"])
+            for c in data.get("index_checks", ())
+        ),
     )
 
 

@@ -23,6 +23,8 @@ from polydl.ir import (
     Const,
     Expr,
     IndexValue,
+    Indirect,
+    IntExpr,
     IntOp,
     Load,
     Select,
@@ -96,10 +98,27 @@ class MathCalls(Protocol):
         ...
 
 
+# A subscript read from an index array: (index array, indexed array, dimension, constant)
+IndexSite = tuple[str, str, int, int]
+
+
+@dataclass(frozen=True)
+class CheckedAt:
+    """How the kernel checks the subscripts of one `IndexSite`: by check `number`, where the
+    value is read (`at_access`) or before the loops (the subscript then reads it plainly)."""
+
+    number: int
+    low: int  # the lowest and highest value of the index array the dimension accepts
+    high: int
+    at_access: bool
+
+
 class StatementPrinter:
-    def __init__(self, layouts: dict[str, ArrayLayout], math: MathCalls | None = None) -> None:
+    def __init__(self, layouts: dict[str, ArrayLayout], math: MathCalls | None = None,
+                 index_checks: dict[IndexSite, CheckedAt] | None = None) -> None:
         self.layouts = layouts
         self.math = math  # None: every call is the C library's function
+        self.index_checks = index_checks or {}
         self.ctype = compute_type(layouts)
         self.integer_arrays = frozenset(
             name for name, a in layouts.items() if DTYPES[a.dtype].is_integer)
@@ -111,11 +130,27 @@ class StatementPrinter:
         layout = self.layouts[acc.array]
         if not layout.shape:  # a scalar parameter, passed by value
             return acc.array
+        return f"{acc.array}[{self.offset(acc)}]"
+
+    def offset(self, acc: Access) -> str:
+        """The flat offset of `acc` in its array."""
+        layout = self.layouts[acc.array]
         terms = []
         for d, (idx, stride) in enumerate(zip(acc.indices, layout.strides, strict=True)):
-            text = "_pd_thread()" if layout.per_thread and d == 0 else idx.to_c()
+            text = "_pd_thread()" if layout.per_thread and d == 0 else self.subscript(acc, d, idx)
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
-        return f"{acc.array}[{' + '.join(terms) or '0'}]"
+        return " + ".join(terms) or "0"
+
+    def subscript(self, acc: Access, d: int, idx: IntExpr | Indirect) -> str:
+        """One subscript; one read from an index array checked where `index_checks` says."""
+        if not isinstance(idx, Indirect):
+            return idx.to_c()
+        value = f"(long){self.element(idx.access)}"
+        check = self.index_checks[(idx.access.array, acc.array, d, idx.offset)]
+        if check.at_access:
+            value = (f"pd_checked({value}, {check.low}L, {check.high}L, {check.number}, "
+                     f"{self.offset(idx.access)}, _pd_fault)")
+        return f"({value} + {idx.offset}L)" if idx.offset else value
 
     def load(self, acc: Access) -> str:
         text = self.element(acc)

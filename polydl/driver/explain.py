@@ -15,7 +15,7 @@ import re
 
 from polydl.codegen.c.thread_scratch import per_thread_arrays
 from polydl.driver.compilation import Compilation
-from polydl.ir import Array
+from polydl.ir import Array, Indirect, expr_loads, int_vars
 from polydl.names import respell, spelling
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
@@ -71,6 +71,7 @@ def explain(c: Compilation, ranking: int = 5) -> str:
         if key != GENERAL_SCHEDULER_NOTE:  # the main nest's line above
             lines.append(f"  {key}: {value}")
     lines += _fusion(c)
+    lines += _indirect(c)
     lines.append(f"flops per call: {c.flops}")
     if ranking > 0:
         lines.append("")
@@ -146,6 +147,41 @@ def _fusion(c: Compilation) -> list[str]:
         lines.append("  this kernel: nothing fused")
     lines += [f"  {d.describe()}" for d in c.decision.fusion]
     return lines
+
+
+def _indirect(c: Compilation) -> list[str]:
+    """How the gathers and scatters through index arrays run, and where their values are
+    checked."""
+    lines = []
+    for number, check in enumerate(getattr(c.code, "index_checks", ())):
+        where = ("once, over the whole index array, before the loops" if check.before_loops
+                 else "where each value is read (the nest writes the index array, or reads it "
+                 "in part); the loops finish first")
+        lines.append(f"  {check.index_array} selects in dimension {check.dimension} of "
+                     f"{check.array} (0..{check.extent - 1}): checked {where}; status {number + 1}")
+    scheduled = c.scheduled
+    for s in (scheduled.model if scheduled is not None else c.model).statements:
+        target = s.statement.target
+        if not target.is_indirect:
+            continue
+        loops = sorted({v for i in target.indices if isinstance(i, Indirect) for v in int_vars(i)}
+                       & set(s.iterators))
+        plan = next((p for p in scheduled.groups if s in p.statements), None) if scheduled else None
+        if plan is not None and plan.private_sum == target.array:
+            how = (f"each thread adds into a private copy of {target.array}, added into it at the "
+                   "end of the parallel loop (OpenMP's reduction)")
+        else:
+            how = ("no atomics: its updates run in the written order along "
+                   f"{', '.join(loops) or 'every loop'} (the loops its index varies with), which "
+                   "no parallel loop splits; the other loops may run in parallel")
+        lines.append(f"  {s.name} scatters into {target.array} (a may-write of every cell of the "
+                     f"indexed dimension): {how}")
+    gathered = [s.name for s in c.model.statements
+                if any(a.is_indirect for a in expr_loads(s.statement.value))]
+    if gathered:
+        lines.append(f"  {', '.join(gathered)} gather(s) through index arrays: may-reads of every "
+                     "cell of the indexed dimension; no microkernel takes them")
+    return ["index arrays (gathers and scatters):", *lines] if lines else []
 
 
 def _ranking(c: Compilation, top: int) -> list[str]:

@@ -3,7 +3,8 @@
 Takes pycparser expression nodes and the names in scope (`Scope`); returns IR values or raises
 a `SpecError` at the offending node saying what is allowed instead. Index expressions are affine
 in loop variables and size parameters (constant multiples, floor `/` and `%` by positive
-constants). Value expressions are read by `c_values`.
+constants); a subscript may instead be an element of an int or long array, alone or plus or
+minus a constant (`ir.Indirect`). Value expressions are read by `c_values`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from polydl.frontends.c_source_map import SourceMap
 from polydl.ir import (
     Access,
     Array,
+    Index,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
@@ -338,6 +341,10 @@ class ExpressionReader:
                 node,
             )
         if isinstance(node, c_ast.ArrayRef):
+            if what == "a subscript":
+                raise error("indirect indexing: an element of an index array must be the whole "
+                            "subscript, or plus or minus a constant (x[idx[k]], x[idx[k] + 1])",
+                            node)
             raise error(
                 f"indirect indexing: an array element cannot be used in {what}; {_AFFINE_HINT}",
                 node,
@@ -417,5 +424,48 @@ class ExpressionReader:
                 "to make it an output",
                 node,
             )
-        indices = tuple(self.index(s, "a subscript") for s in subscripts)
+        indices = tuple(self._subscript(s) for s in subscripts)
         return Access(name, indices, self.scope.position(node))
+
+    def _subscript(self, node: c_ast.Node) -> Index:
+        """An affine subscript, or an element of an integer array plus or minus a constant."""
+        gathered, offset = _indirect_parts(node)
+        if gathered is None:
+            return self.index(node, "a subscript")
+        constant = 0
+        if offset is not None:
+            value = constant_value(self.index(offset, "a subscript"))
+            if value is None:
+                raise self.scope.error(
+                    "an element of an index array may only be offset by a constant "
+                    "(x[idx[k] + 1]); loop variables and sizes cannot be added to it", offset)
+            constant = value if node.op == "+" else -value
+        inner = self.access(gathered, write=False)
+        dtype = self.scope.arrays[inner.array].dtype
+        if dtype not in ("int32", "int64"):
+            raise self.scope.error(
+                f"indirect indexing: the index array '{inner.array}' holds {dtype} elements; a "
+                "subscript read from an array needs int or long elements", gathered)
+        if inner.is_indirect:
+            raise self.scope.error(
+                "nested indirect indexing (a[b[c[i]]]) is not supported; read b[c[i]] into an "
+                "integer array in a loop of its own first", gathered)
+        return Indirect(inner, constant)
+
+
+def _indirect_parts(node: c_ast.Node) -> tuple[c_ast.ArrayRef | None, c_ast.Node | None]:
+    """(the array element, the other operand) of `a[...]`, `a[...] + c`, `c + a[...]` or
+    `a[...] - c`; (None, None) for anything else."""
+    if isinstance(node, c_ast.ArrayRef):
+        return node, None
+    if isinstance(node, c_ast.BinaryOp) and node.op in ("+", "-"):
+        if isinstance(node.left, c_ast.ArrayRef) and not _holds_array(node.right):
+            return node.left, node.right
+        if (node.op == "+" and isinstance(node.right, c_ast.ArrayRef)
+                and not _holds_array(node.left)):
+            return node.right, node.left
+    return None, None
+
+
+def _holds_array(node: c_ast.Node) -> bool:
+    return isinstance(node, c_ast.ArrayRef) or any(_holds_array(c) for _, c in node.children())

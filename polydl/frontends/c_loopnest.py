@@ -6,8 +6,9 @@ carry their source positions. The body is for loops with affine bounds and const
 steps, counting up or down (the variable declared in the header or as `int i, j;` before), `if` guards of
 affine comparisons under `&&`, `||`, `!` (with `else`), and assignments `=`, `+=`, `-=`, `*=`, `/=`
 to array elements and locals (chains `a = b = v;` right to left), locals with or without a
-value (read only once assigned on every path) and local arrays sized by parameters. Anything
-else is a `SpecError` at the construct, saying what is allowed.
+value (read only once assigned on every path) and local arrays sized by parameters. A subscript
+is affine, or an element of an int or long array plus or minus a constant (a gather or scatter:
+`c_expressions`). Anything else is a `SpecError` at the construct, saying what is allowed.
 Helper functions of the file are inlined into the kernel first (`c_inline`).
 
 One module over 600 lines: a single reader walks the function's syntax tree, and its parts

@@ -24,9 +24,11 @@ class Dependences:
 
     @cached_property
     def flow(self) -> isl.UnionMap:
-        """Value-based flow dependences (which write produced the value each read sees)."""
+        """Value-based flow dependences (which write produced the value each read sees). A
+        scatter through an index array is a may-source: it kills no earlier write."""
         info = isl.UnionAccessInfo.from_sink(self.model.reads)
-        info = info.set_must_source(self.model.writes)
+        info = info.set_must_source(self.model.must_writes)
+        info = info.set_may_source(self.model.may_writes)
         info = info.set_schedule_map(self.model.original_schedule)
         return info.compute_flow().get_may_dependence()
 

@@ -15,6 +15,7 @@ import islpy as isl
 from polydl.dtypes import DTYPES
 from polydl.errors import SourcePosition
 from polydl.ir import (
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
@@ -68,9 +69,11 @@ def check_index_ranges(
             )
         for access in (stmt.target, *stmt.reads):
             for index in access.indices:
+                # a subscript read from an index array is checked against its extent when the
+                # kernel runs (its own subscripts are among the reads); its constant is not
                 _check(
-                    index, env, nest, access.position or stmt.position,
-                    f"a subscript of '{access.array}'",
+                    IntConst(index.offset) if isinstance(index, Indirect) else index, env, nest,
+                    access.position or stmt.position, f"a subscript of '{access.array}'",
                 )
 
 

@@ -19,6 +19,7 @@ from polydl.ir import (
     Access,
     Condition,
     Guard,
+    Indirect,
     IntExpr,
     Loop,
     LoopNest,
@@ -38,6 +39,12 @@ class AccessModel:
     access: Access
     is_write: bool
     relation: isl.Map  # statement instance -> array cell, restricted to the domain
+
+    @property
+    def is_may(self) -> bool:
+        """Whether the relation holds every cell an instance may touch rather than the one it
+        does: a subscript read from an index array (`Indirect`) spans its whole dimension."""
+        return self.access.is_indirect
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +122,20 @@ class PolyModel:
 
     @cached_property
     def writes(self) -> isl.UnionMap:
+        """Every cell each instance may write (scatters through an index array included)."""
         return self._accesses(True)
+
+    @cached_property
+    def must_writes(self) -> isl.UnionMap:
+        """The cells each instance certainly writes: the writes less the scatters."""
+        return _union_map(a.relation for s in self.statements for a in s.accesses
+                          if a.is_write and not a.is_may)
+
+    @cached_property
+    def may_writes(self) -> isl.UnionMap:
+        """The scatters' writes: any cell of an indexed dimension (`AccessModel.is_may`)."""
+        return _union_map(a.relation for s in self.statements for a in s.accesses
+                          if a.is_write and a.is_may)
 
     @cached_property
     def reads(self) -> isl.UnionMap:
@@ -237,9 +257,11 @@ def _statement_model(
     domain = _bind(
         f"{{ {stmt.name}[{its}] : {' and '.join(constraints) or 'true'} }}", params, isl.Set
     )
-    accesses = [AccessModel(stmt.target, True, _access_map(stmt, stmt.target, its, params, domain))]
+    shapes = {a.name: a.shape for a in nest.arrays}
+    accesses = [AccessModel(stmt.target, True,
+                            _access_map(stmt, stmt.target, its, params, domain, shapes))]
     for acc in stmt.reads:
-        accesses.append(AccessModel(acc, False, _access_map(stmt, acc, its, params, domain)))
+        accesses.append(AccessModel(acc, False, _access_map(stmt, acc, its, params, domain, shapes)))
     model = StatementModel(stmt, group, loops, positions, domain, tuple(accesses))
     for relation in model.accesses:
         _prove_in_bounds(nest, model, relation, extents[relation.access.array])
@@ -247,10 +269,18 @@ def _statement_model(
 
 
 def _access_map(
-    stmt: Statement, acc: Access, its: str, params: dict[str, int], domain: isl.Set
+    stmt: Statement, acc: Access, its: str, params: dict[str, int], domain: isl.Set,
+    nest_shape: dict[str, tuple[IntExpr, ...]],
 ) -> isl.Map:
-    idx = ", ".join(i.to_isl() for i in acc.indices)
-    rel = _bind(f"{{ {stmt.name}[{its}] -> {acc.array}[{idx}] }}", params, isl.Map)
+    # a subscript read from an index array may select any cell of its dimension: a fresh
+    # variable bounded by the extent (the kernel checks each value at run time)
+    shape = nest_shape[acc.array]
+    idx = ", ".join(f"_pd_cell{d}" if isinstance(i, Indirect) else i.to_isl()
+                    for d, i in enumerate(acc.indices))
+    spans = [f"0 <= _pd_cell{d} < {shape[d].to_isl()}"
+             for d, i in enumerate(acc.indices) if isinstance(i, Indirect)]
+    rel = _bind(f"{{ {stmt.name}[{its}] -> {acc.array}[{idx}] : {' and '.join(spans) or 'true'} }}",
+                params, isl.Map)
     return rel.intersect_domain(domain)
 
 

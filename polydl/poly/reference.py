@@ -19,7 +19,9 @@ import islpy as isl
 import numpy as np
 
 from polydl.dtypes import DTYPES, bf16_to_f32, f32_to_bf16
+from polydl.errors import IndexRangeError
 from polydl.ir import (
+    Access,
     Binary,
     Call,
     Condition,
@@ -27,6 +29,7 @@ from polydl.ir import (
     Expr,
     Guard,
     IndexValue,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
@@ -287,7 +290,8 @@ class _Evaluator:
         # loops (O[0] += ...) must still be applied once per instance
         # (at least one instance: a statement outside every loop runs once)
         shape = np.broadcast_shapes((1,), *(v.shape for v in env.values()))
-        index = tuple(np.broadcast_to(_int(i, env), shape) for i in s.target.indices)
+        index = tuple(np.broadcast_to(self.subscript(s.target, d, env), shape)
+                      for d in range(len(s.target.indices)))
         value = np.broadcast_to(self.value(s.value, env), shape)
         if not index:
             index = (np.zeros(shape, dtype=np.int64),)
@@ -325,6 +329,27 @@ class _Evaluator:
                 updated = _STORE_UFUNC[s.op](current.astype(np.float64), value)
         target[index] = _as_integer(updated, dtype)
 
+    def subscript(self, acc: Access, d: int, env: dict[str, np.ndarray]) -> np.ndarray:
+        """The values of subscript `d` of `acc`; one read from an index array checked against
+        the dimension's extent, as the kernels check it."""
+        index = acc.indices[d]
+        if not isinstance(index, Indirect):
+            return _int(index, env)
+        values = np.asarray(self.value(Load(index.access), env), dtype=np.int64) + index.offset
+        extent = self.arrays[acc.array].shape[d]
+        bad = (values < 0) | (values >= extent)
+        if bad.any():
+            source = self.arrays[index.access.array]
+            flat = np.broadcast_to(sum((self.subscript(index.access, k, env) * stride
+                                        for k, stride in enumerate(_strides(source))),
+                                       np.zeros(1, dtype=np.int64)), values.shape)
+            first = int(flat[bad].min())
+            value = int(source.reshape(-1)[first])
+            where = tuple(int(p) for p in np.unravel_index(first, source.shape)) if source.ndim else ()
+            raise IndexRangeError(index.access.array, where, value, acc.array, d, extent,
+                                  index.offset)
+        return values
+
     def value(self, e: Expr, env: dict[str, np.ndarray]) -> np.ndarray:
         if isinstance(e, Const):
             return np.float64(e.value)  # type: ignore[return-value]  # a scalar broadcasts as an array
@@ -334,8 +359,8 @@ class _Evaluator:
                 return arr.reshape(1)[np.zeros(1, dtype=np.int64)]
             # one flat offset per point, then `take`: faster than a multi-index gather
             flat: np.ndarray | int = 0
-            for index, stride in zip(e.access.indices, _strides(arr), strict=True):
-                flat = flat + _int(index, env) * stride
+            for d, stride in enumerate(_strides(arr)):
+                flat = flat + self.subscript(e.access, d, env) * stride
             return np.take(arr.reshape(-1), flat)
         if isinstance(e, IndexValue):
             return _int(e.expr, env)

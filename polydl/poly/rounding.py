@@ -17,6 +17,7 @@ import islpy as isl
 from polydl.errors import SourcePosition
 from polydl.ir import (
     Condition,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
@@ -58,6 +59,8 @@ def check_index_division(
     found: list[tuple[IntBinary, str, SourcePosition | None]] = []
     for access in (statement.target, *statement.reads):
         for index in access.indices:
+            if isinstance(index, Indirect):  # no division; its index array's read is a read
+                continue
             found += [(d, f"a subscript of '{access.array}'", access.position or
                        statement.position) for d in _divisions(index)]
     for loop in loops:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polydl.codegen.artifact import KernelArgument
+from polydl.codegen.artifact import IndexCheck, KernelArgument
 from polydl.dtypes import DTYPES, f32_to_bf16
 from polydl.runtime.kernel import NUMPY_DTYPES
 
@@ -24,6 +24,21 @@ def random_array(arg: KernelArgument, rng: np.random.Generator) -> np.ndarray:
     return values.astype(NUMPY_DTYPES[arg.dtype])
 
 
-def random_inputs(arguments: tuple[KernelArgument, ...], seed: int = 0) -> list[np.ndarray]:
+def random_inputs(arguments: tuple[KernelArgument, ...], seed: int = 0,
+                  index_checks: tuple[IndexCheck, ...] = ()) -> list[np.ndarray]:
+    """Random values for the inputs, in declaration order. An index array among them
+    (`index_checks`, the kernel's `code.index_checks`) holds values every dimension it selects
+    in accepts, uniform over them."""
     rng = np.random.default_rng(seed)
-    return [random_array(a, rng) for a in arguments if a.is_input]
+    out = []
+    for a in arguments:
+        if not a.is_input:
+            continue
+        checks = [c for c in index_checks if c.index_array == a.identifier]
+        low = max((-c.offset for c in checks), default=0)
+        high = min((c.extent - 1 - c.offset for c in checks), default=-1)
+        if checks and low <= high:
+            out.append(rng.integers(low, high + 1, size=a.shape).astype(NUMPY_DTYPES[a.dtype]))
+        else:
+            out.append(random_array(a, rng))
+    return out

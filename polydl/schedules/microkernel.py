@@ -33,10 +33,11 @@ class GemmOperands:
 
 
 def multiply_accumulate(s: StatementModel) -> tuple[Access, Access, Access] | None:
-    """(C, X, Y) if the statement is `C += X * Y` (or `C = C + X * Y`) with X, Y loads."""
+    """(C, X, Y) if the statement is `C += X * Y` (or `C = C + X * Y`) with X, Y loads. A
+    gather or scatter through an index array is no GEMM operand: its rows are not strided."""
     stmt = s.statement
     value = stmt.value
-    if stmt.op != "+=":
+    if stmt.op != "+=" or stmt.is_indirect:
         return None
     if not (isinstance(value, Binary) and value.op == "*"):
         return None

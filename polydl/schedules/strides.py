@@ -9,13 +9,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polydl.ir import Access, IntBinary, IntConst, IntExpr, IntMinMax, IntNeg, IntVar
+from polydl.ir import (
+    Access,
+    Indirect,
+    IntBinary,
+    IntConst,
+    IntExpr,
+    IntMinMax,
+    IntNeg,
+    IntVar,
+    int_vars,
+)
 from polydl.poly.model import PolyModel
 
 
-def linear_coefficient(expr: IntExpr, var: str) -> int | None:
+def linear_coefficient(expr: IntExpr | Indirect, var: str) -> int | None:
     """The constant coefficient of `var` in an affine expression, None if `var` sits under a
-    division, modulo or min/max (then the stride is not constant)."""
+    division, modulo or min/max, or selects the index an `Indirect` subscript reads (then the
+    stride is not constant)."""
+    if isinstance(expr, Indirect):
+        return None if var in int_vars(expr) else 0
     if isinstance(expr, IntConst):
         return 0
     if isinstance(expr, IntVar):
@@ -81,7 +94,8 @@ def element_stride(model: PolyModel, access: Access, var: str) -> int | None:
     return total
 
 
-def _merged_position(outer: IntExpr, inner: IntExpr, extent: int) -> IntExpr | None:
+def _merged_position(outer: IntExpr | Indirect, inner: IntExpr | Indirect,
+                     extent: int) -> IntExpr | None:
     """`e` where the subscripts are `[e / extent][e % extent]`, else None."""
     if not (isinstance(outer, IntBinary) and isinstance(inner, IntBinary)
             and outer.op == "/" and inner.op == "%" and outer.left == inner.left):

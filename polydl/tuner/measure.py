@@ -223,7 +223,8 @@ class _Child:
                 self._send(Outcome(i, records.COMPILE_FAILED, message=_one_line(exc)))
                 continue
             if reference is None:
-                inputs = random_inputs(kernel.arguments, seed=0)
+                inputs = random_inputs(kernel.arguments, seed=0,
+                                       index_checks=kernel.code.index_checks)
                 analytic = kernel if i == self.request.reference else None
                 reference = _Reference.of(self.request, kernel, inputs, analytic)
             outputs = _named_outputs(kernel)

@@ -77,7 +77,8 @@ class AccumulatorPrinter:
             if touched[s.target.array] != 1:
                 continue
             form = addend_of(s)
-            if form is None or reads_own_cell(inst.statement, form[0]):
+            # a scatter's cell is read from an index array, which the loop may change
+            if form is None or s.target.is_indirect or reads_own_cell(inst.statement, form[0]):
                 continue
             binds = dict(zip(inst.statement.iterators, inst.args, strict=True))
             if any(_mentions(binds[v], iterator) for v in _target_vars(inst.statement)

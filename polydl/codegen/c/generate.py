@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 from polydl.codegen.artifact import EpiloguePlacement, GeneratedCode, KernelArgument, kernel_arguments
 from polydl.codegen.c.accumulators import AccumulatorPrinter
+from polydl.codegen.c.index_checks import IndexChecks, check_text, plan_index_checks
+from polydl.codegen.c.index_checks import helpers as index_helpers
 from polydl.codegen.c.line_copies import line_copies
 from polydl.codegen.c.loops import LoopPrinter
 from polydl.codegen.c.microkernel_call import CallPrinter, kept_flag, pairs_copy_lines
@@ -99,25 +101,28 @@ def parallel_pragma(plan: GroupPlan, layouts: dict[str, ArrayLayout]) -> str:
 
 
 def _printers(
-    scheduled: ScheduledNest, target: CpuTarget
-) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
+    scheduled: ScheduledNest, target: CpuTarget, given: dict[str, str]
+) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter, IndexChecks]:
     model = scheduled.model
     sliced = per_thread_arrays(scheduled)
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
         for a in model.nest.arrays
     }
-    printer = StatementPrinter(layouts, math_form(target, model.nest.exact_math))
+    checks = plan_index_checks(model, layouts, given)
+    printer = StatementPrinter(layouts, math_form(target, model.nest.exact_math), checks.sites)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
     paired = pairs_b(model, target, scheduled.schedule)
     return layouts, printer, CallPrinter(printer, target.isa, constant, target.l1_bytes,
-                                         {paired.array: paired} if paired else None)
+                                         {paired.array: paired} if paired else None), checks
 
 
 def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     model = scheduled.model
     arguments = kernel_arguments(scheduled.model.nest, scheduled.model.params)
-    layouts, printer, calls = _printers(scheduled, target)
+    # inputs read in vectors that the caller may give off a cache line: copied onto one
+    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
+    layouts, printer, calls, index_checks = _printers(scheduled, target, given)
     math_calls = math_form(target, model.nest.exact_math)
 
     def instance(s: StatementModel | str, args: list[str]) -> list[str]:
@@ -182,8 +187,6 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                             simd_dims=simd_dims, accumulators=sums,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()
-    # inputs read in vectors that the caller may give off a cache line: copied onto one
-    given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
     locals_ = []
     for a in model.nest.locals:
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
@@ -241,7 +244,10 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else "")
-        + math_calls.preamble(model.nest, printer.ctype),
+        + math_calls.preamble(model.nest, printer.ctype)
+        + (index_helpers(name) if index_checks.checks else ""),
+        index_checks=index_checks.before_loops,
+        index_fault=index_checks.at_access,
         microkernels=[mk.source for mk in calls.microkernels.values()],
         size_params=[{"name": p, "value": v} for p, v in model.params.items()],
         locals=locals_,
@@ -255,7 +261,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                                        *calls.paired]))
     header = render("c/kernel.h.j2", **{**values, "parameters": c_parameters(arguments, restrict=HEADER_RESTRICT,
                                                                            spelled=True)},
-                    restrict=HEADER_RESTRICT, arguments=arguments, kept=kept_inputs)
+                    restrict=HEADER_RESTRICT, arguments=arguments, kept=kept_inputs,
+                    index_checks=[check_text(n, c) for n, c in enumerate(index_checks.checks)])
     return GeneratedCode(
         function=name,
         arguments=arguments,
@@ -269,4 +276,5 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         fallback_flags=target.portable_flags(),
         placements=tuple(placements),
         kept=kept_inputs,
+        index_checks=index_checks.checks,
     )

@@ -31,7 +31,10 @@ def cells_read_unwritten(model: PolyModel, array: str) -> isl.Set | None:
     empty = isl.Set.empty(model.extents[array].get_space())
     if reads.is_empty():
         return empty
-    info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
+    # a scatter through an index array may leave any cell of its dimension unwritten
+    info = (isl.UnionAccessInfo.from_sink(reads)
+            .set_must_source(model.must_writes.intersect_range(cells))
+            .set_may_source(model.may_writes.intersect_range(cells)))
     unsourced = info.set_schedule_map(model.original_schedule).compute_flow().get_may_no_source()
     read = unsourced.range()
     return empty if read.is_empty() else isl.Set.from_union_set(read).coalesce()

@@ -46,6 +46,8 @@ def per_thread_arrays(scheduled: ScheduledNest) -> frozenset[str]:
         users = [s for s in model.statements if any(a.access.array == array for a in s.accesses)]
         if {s.name for s in users} - {s.name for s in (feed, *plan.statements)}:
             continue  # another nest reads or writes it too
+        if any(a.is_may for s in users for a in s.accesses if a.access.array == array):
+            continue  # gathered or scattered through an index array: any cell of a slice
         if model.nest.array(array).concrete_shape(model.params)[0] < 2:
             continue
         if all(_first_index_is_time(plan, s, a.relation) for s in users for a in s.accesses

@@ -66,7 +66,7 @@ class Kernel(CompiledKernel):
         self.cannot_run = cannot_run
         self._kept = KeptInputs(code, self.arguments, library_path)
         if not cannot_run:
-            self._ffi, self._function, changed = _load(library_path, code)
+            self._ffi, self._function, changed, self._index_fault = _load(library_path, code)
             self._call_plan = CallPlan(self._ffi, code.arguments)
             self._kept.changed = changed
 
@@ -99,6 +99,10 @@ class Kernel(CompiledKernel):
                 that is not C-contiguous, a read-only output, or an output sharing memory with
                 another argument (`array`, `expected` and `given` say which and what).
             TargetError: the kernel was built for a CPU this one cannot run.
+            IndexRangeError: a subscript read from an index array selects no cell of the
+                array it indexes (`index_array`, `position` and `value` say which); nothing
+                outside an array was touched, though where the index array is one the nest
+                writes, or reads in part, outputs may be part-updated.
             PolyDLError: the kernel could not allocate its scratch memory.
         """
         if self.cannot_run:
@@ -113,8 +117,16 @@ class Kernel(CompiledKernel):
         c_values, outputs = bound
         status = self._function(*c_values)
         if status != 0:
-            raise PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
+            raise self._failure(status)
         return call_result(outputs)
+
+    def _failure(self, status: int) -> PolyDLError:
+        """The error a nonzero status stands for (the header documents each)."""
+        if 0 < status <= len(self.code.index_checks):
+            position, value = self._ffi.new("long *"), self._ffi.new("long *")
+            self._index_fault(position, value)
+            return self.code.index_checks[status - 1].error(position[0], value[0])
+        return PolyDLError(f"kernel {self.name} could not allocate its scratch memory")
 
     def _bind_checked(self, args: tuple[Any, ...], named: dict[str, Any]) -> BoundCall:
         """The C arguments and the outputs of a call that passes every check, or the
@@ -327,14 +339,17 @@ _KEPT_SEEN: dict[Path, dict[int, weakref.ref[Any] | None]] = {}
 _KEPT_LOCK = threading.Lock()
 
 
-def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any, Any]:
-    """(ffi, the kernel's function, its `_constants_changed` function or None)."""
+def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any, Any, Any]:
+    """(ffi, the kernel's function, its `_constants_changed` function or None, its
+    `_index_fault` function or None)."""
     with _LOCK:
         if library_path not in _LOADED:
             ffi = cffi.FFI()
             ffi.cdef(f"int {code.function}({', '.join(c_parameters(code.arguments))});")
             if code.kept:
                 ffi.cdef(f"void {code.function}_constants_changed(void);")
+            if code.index_checks:
+                ffi.cdef(f"void {code.function}_index_fault(long *position, long *value);")
             require_runtime()
             try:
                 lib = load_for_life(ffi, library_path)
@@ -343,4 +358,5 @@ def _load(library_path: Path, code: GeneratedCode) -> tuple[cffi.FFI, Any, Any]:
             _LOADED[library_path] = (ffi, getattr(lib, code.function), lib)
         ffi, function, lib = _LOADED[library_path]
         changed = getattr(lib, f"{code.function}_constants_changed") if code.kept else None
-        return ffi, function, changed
+        fault = getattr(lib, f"{code.function}_index_fault") if code.index_checks else None
+        return ffi, function, changed, fault

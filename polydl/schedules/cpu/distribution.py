@@ -60,8 +60,9 @@ _ISOLATED: weakref.WeakKeyDictionary[PolyModel, PolyModel] = weakref.WeakKeyDict
 
 
 def is_gemm_shaped(statement: Statement, depth: int) -> bool:
-    """`C += X * Y` (or with a scalar factor) inside at least the three loops of a GEMM."""
-    if statement.op != "+=" or depth < GEMM_LOOPS:
+    """`C += X * Y` (or with a scalar factor) inside at least the three loops of a GEMM; a
+    gather or scatter through an index array is none (no microkernel reads it)."""
+    if statement.op != "+=" or depth < GEMM_LOOPS or statement.is_indirect:
         return False
     return _product_loads(statement.value) is not None
 

@@ -36,8 +36,8 @@ def along_lanes(s: StatementModel, lane: str) -> bool:
     `lane` alone) and every access reads along `lane` by its last subscript alone or not at all
     (a broadcast): the form a row of vector sums takes (here and in code generation)."""
     target = s.statement.target
-    if not target.indices or target.indices[-1] != IntVar(lane):
-        return False
+    if not target.indices or target.indices[-1] != IntVar(lane) or s.statement.is_indirect:
+        return False  # gathers and scatters keep the plain path
     for a in s.accesses:
         indices = a.access.indices
         if any(lane in int_vars(i) for i in indices[:-1]):

@@ -36,6 +36,7 @@ from polydl.ir import (
     int_vars,
     walk_statements,
 )
+from polydl.names import respell
 from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
 from polydl.poly.model import PolyModel, StatementModel, build_model
@@ -270,6 +271,12 @@ def gpu_schedule(model: PolyModel, target: GpuTarget, ranks: Mapping[str, int] |
     the tensor cores cannot read in runs are planned on a staged nest (`schedules.gpu.staging`).
     `ranks` takes a GEMM statement's tile that many places down its ranking (by the name of
     the statement in the planned nest; absent: the best)."""
+    for s in model.statements:
+        if s.statement.is_indirect:
+            raise model.nest.error_at(respell(
+                f"{s.name} reads or writes through an index array (a gather or scatter); "
+                f"target '{target.kind}' does not run those yet: build it for the C target"),
+                s.statement.position)
     winograd = winograd_convolutions(model.nest, model.params, target)
     staged = stage_channels_last(winograd, model.params, target)
     if staged is not model.nest:

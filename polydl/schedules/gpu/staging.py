@@ -25,8 +25,8 @@ from typing import TypeVar
 from polydl.ir import (
     Access,
     Binary,
+    Index,
     IntConst,
-    IntExpr,
     IntVar,
     Load,
     Loop,
@@ -125,7 +125,7 @@ def window_gemm(nest: LoopNest, params: dict[str, int], index: int) -> WindowGem
     return None
 
 
-def _moving(expr: IntExpr, extents: dict[str, int]) -> list[str]:
+def _moving(expr: Index, extents: dict[str, int]) -> list[str]:
     return sorted(v for v in int_vars(expr) if extents.get(v, 2) > 1)
 
 
@@ -135,7 +135,7 @@ def _grid(acc: Access, extents: dict[str, int], shape: tuple[int, ...], outputs:
     (`2 * q`), or its rows of output positions run a number of cells 8 does not divide (a
     1 x 1 over 14 x 14 or 7 x 7 images); otherwise ()."""
     moving = [_moving(e, extents) for e in acc.indices]
-    if any(len(m) > 1 for m in moving):
+    if any(len(m) > 1 for m in moving) or acc.is_indirect:
         return ()
     names = [m[0] for m in moving if m]
     if len(set(names)) != len(names) or not moving[-1]:
@@ -156,7 +156,7 @@ def _grid(acc: Access, extents: dict[str, int], shape: tuple[int, ...], outputs:
     return tuple(names) if run % RUN else ()
 
 
-def _flat(expr: IntExpr, extents: dict[str, int]) -> IntExpr:
+def _flat(expr: Index, extents: dict[str, int]) -> Index:
     """`expr` with the loops of one iteration (r = s = 0 of a 1 x 1 window) set to 0."""
     for v in int_vars(expr):
         if extents.get(v) == 1:

@@ -30,6 +30,8 @@ from polydl.ir import (
     Const,
     Expr,
     Guard,
+    Index,
+    Indirect,
     IntBinary,
     IntConst,
     IntExpr,
@@ -70,8 +72,10 @@ class Window3x3:
     extent: dict[str, int]  # role -> trip count
 
 
-def _exact(expr: IntExpr, variables: tuple[str, ...]) -> bool:
+def _exact(expr: Index, variables: tuple[str, ...]) -> bool:
     """Whether `expr` is exactly the sum of `variables` (each once, no constant)."""
+    if isinstance(expr, Indirect):
+        return False
     if set(int_vars(expr)) != set(variables):
         return False
     zeros = dict.fromkeys(variables, 0)
