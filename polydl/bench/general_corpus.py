@@ -181,36 +181,38 @@ _POLYBENCH = [
 ]
 
 _ROWS = {"N": 4096, "D": 1024}  # a batch of token rows, a wide hidden size
+_ROWS_FEW = {"N": 1024, "D": 1024}  # several transcendental calls an element
+_ROWS_MANY = {"N": 16384, "D": 1024}  # one load and store an element: 16 sequences of 1024
 _ROWS_TEST = {"N": 6, "D": 40}
 _NORM = {"N": 4096, "D": 768}
-_IMAGES = {"N": 8, "C": 64, "H": 56, "W": 56}  # a ResNet stage's activations
+_IMAGES = {"N": 32, "C": 64, "H": 56, "W": 56}  # a ResNet stage's activations
 _IMAGES_TEST = {"N": 2, "C": 3, "H": 5, "W": 6}
 _ATTENTION = {"S": 512, "D": 64}
 _ATTENTION_TEST = {"S": 16, "D": 8}
-_ROPE = {"S": 2048, "NH": 16, "D": 64}
+_ROPE = {"S": 4096, "NH": 32, "D": 128}
 _ROPE_TEST = {"S": 5, "NH": 2, "D": 8}
-_TOKENS = {"T": 4096, "V": 8192, "D": 768}
+_TOKENS = {"T": 16384, "V": 8192, "D": 768}
 _TOKENS_TEST = {"T": 9, "V": 5, "D": 8}
 
 _DL = [
     # activations, element by element
     _dl("gelu_erf", _ROWS, _ROWS_TEST),
-    _dl("gelu_tanh", _ROWS, _ROWS_TEST),
+    _dl("gelu_tanh", {"N": 2048, "D": 1024}, _ROWS_TEST),
     _dl("silu", _ROWS, _ROWS_TEST),
     _dl("swiglu", _ROWS, {"N": 6, "D": 20}),
-    _dl("mish", _ROWS, _ROWS_TEST),
+    _dl("mish", _ROWS_FEW, _ROWS_TEST),
     _dl("elu", _ROWS, _ROWS_TEST),
-    _dl("hardswish", _ROWS, _ROWS_TEST),
-    _dl("hardswish_ifelse", _ROWS, _ROWS_TEST),
+    _dl("hardswish", _ROWS_MANY, _ROWS_TEST),
+    _dl("hardswish_ifelse", _ROWS_MANY, _ROWS_TEST),
     _dl("sigmoid", _ROWS, _ROWS_TEST),
     _dl("softplus", _ROWS, _ROWS_TEST),
-    _dl("leaky_relu", _ROWS, _ROWS_TEST),
-    _dl("bias_leaky_relu", _ROWS, _ROWS_TEST),
+    _dl("leaky_relu", _ROWS_MANY, _ROWS_TEST),
+    _dl("bias_leaky_relu", _ROWS_MANY, _ROWS_TEST),
     # normalisations
     _dl("layernorm", _NORM, _ROWS_TEST, example="layernorm.c"),
     _dl("layernorm_fused", _NORM, _ROWS_TEST),
-    _dl("rmsnorm", _NORM, _ROWS_TEST),
-    _dl("groupnorm", {"N": 8, "G": 32, "CG": 2, "H": 56, "W": 56},
+    _dl("rmsnorm", {"N": 16384, "D": 768}, _ROWS_TEST),
+    _dl("groupnorm", {"N": 32, "G": 32, "CG": 2, "H": 56, "W": 56},
         {"N": 2, "G": 3, "CG": 2, "H": 5, "W": 6}),
     _dl("instancenorm", _IMAGES, _IMAGES_TEST),
     _dl("batchnorm_stats", {"N": 32, "C": 64, "H": 56, "W": 56}, {"N": 3, "C": 4, "H": 5, "W": 6}),
@@ -222,7 +224,7 @@ _DL = [
     _dl("softmax_ternary", _ROWS, _ROWS_TEST),
     _dl("softmax_online", _ROWS, _ROWS_TEST),
     _dl("log_softmax", _ROWS, _ROWS_TEST),
-    _dl("cross_entropy", {"N": 256, "V": 32000}, {"N": 6, "V": 40}),
+    _dl("cross_entropy", {"N": 128, "V": 32000}, {"N": 6, "V": 40}),
     _dl("attention", _ATTENTION, _ATTENTION_TEST),
     _dl("attention_causal", _ATTENTION, _ATTENTION_TEST),
     _dl("rope_tables", _ROPE, _ROPE_TEST),
@@ -230,21 +232,21 @@ _DL = [
     # gathers and scatters, pooling with its positions
     _dl("embedding", _TOKENS, _TOKENS_TEST),
     _dl("embedding_backward", _TOKENS, _TOKENS_TEST),
-    _dl("maxpool_argmax", {"N": 32, "C": 64, "P": 28, "Q": 28}, {"N": 2, "C": 3, "P": 3, "Q": 4}),
+    _dl("maxpool_argmax", {"N": 128, "C": 64, "P": 28, "Q": 28}, {"N": 2, "C": 3, "P": 3, "Q": 4}),
     # optimiser steps
     _dl("sgd_momentum", {"N": 1 << 24}, {"N": 50}),
-    _dl("adam", {"N": 1 << 22, "t": 10}, {"N": 50, "t": 3}),
-    _dl("adamw", {"N": 1 << 22, "t": 10}, {"N": 50, "t": 3}),
+    _dl("adam", {"N": 1 << 21, "t": 10}, {"N": 50, "t": 3}),
+    _dl("adamw", {"N": 1 << 21, "t": 10}, {"N": 50, "t": 3}),
     # data movement
-    _dl("transpose_2d", {"N": 4096, "M": 4096}, {"N": 7, "M": 9}),
-    _dl("nchw_to_nhwc", {"N": 32, "C": 64, "H": 56, "W": 56}, _IMAGES_TEST),
+    _dl("transpose_2d", {"N": 3072, "M": 768}, {"N": 7, "M": 9}),
+    _dl("nchw_to_nhwc", _IMAGES, _IMAGES_TEST),
     _dl("im2col", {"C": 256, "H": 56, "W": 56}, {"C": 2, "H": 5, "W": 6}),
-    _dl("cumsum_rows", _ROWS, _ROWS_TEST),
-    _dl("cumsum_local", _ROWS, _ROWS_TEST),
+    _dl("cumsum_rows", _ROWS_MANY, _ROWS_TEST),
+    _dl("cumsum_local", _ROWS_MANY, _ROWS_TEST),
     # convolutions and products
     _dl("depthwise_conv3x3", _IMAGES, _IMAGES_TEST),
     _dl("batched_gemm", {"B": 16, "M": 256, "N": 256, "K": 256}, {"B": 2, "M": 5, "N": 6, "K": 7}),
-    _dl("linear_bias_relu", {"N": 256, "C": 1024, "K": 1024}, {"N": 6, "C": 20, "K": 12},
+    _dl("linear_bias_relu", {"N": 64, "C": 768, "K": 768}, {"N": 6, "C": 20, "K": 12},
         example="linear_bias_relu.c"),
 ]
 
