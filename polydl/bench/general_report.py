@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+import polydl
+
 COMPARED = {
     "torch": "PyTorch eager",
     "gcc": "gcc -O3 -march=native -fopenmp",
@@ -134,8 +136,9 @@ def machine() -> dict[str, Any]:
                           if line.startswith("model name")), model)
     except OSError:
         pass
-    versions = {"python": platform.python_version()}
-    for package in ("polydl", "numpy", "islpy", "torch"):
+    versions = {"python": platform.python_version(), "polydl": polydl.__version__,
+                "polydl_commit": _commit()}
+    for package in ("numpy", "islpy-barvinok", "torch"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -149,3 +152,16 @@ def machine() -> dict[str, Any]:
             versions[compiler] = "-"
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
             "versions": versions}
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" where its files differ from it; "-" outside git."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "-"
+    return head + ("+changes" if dirty else "")

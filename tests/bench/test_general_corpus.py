@@ -3,10 +3,11 @@ float64 numpy reference and gcc -O0 of the same C, and the DL operators' PyTorch
 (run in float64) compute what the C computes.
 
 Tolerances are relative to the reference's largest magnitude: 1e-5 for float32 kernels without
-transcendental functions (rounding and reassociated sums), 1e-4 where they call exp, log, tanh,
-erf, sin, cos or pow (float32 libm and polydl's vector forms are within a few ulp, and an
-error in an exponent is amplified by the value's magnitude: softplus of 30, a sum of
-exponentials rescaled at every step), 1e-9 for double kernels. A kernel polydl refuses is an
+transcendental functions (rounding and reassociated sums), 2e-5 where they call exp, log, tanh,
+erf, sin, cos or pow (float32 libm and polydl's vector forms are within a few ulp, and an error
+in an exponent grows with the value's magnitude: softplus of 30, a sum of exponentials rescaled
+at every step; every kernel was within 3e-7 at the test sizes when this was written), 1e-9 for
+double kernels. A kernel polydl refuses is an
 expected failure naming the missing feature: once polydl accepts it, the test fails and the
 entry goes.
 """
@@ -47,7 +48,7 @@ def bound(name: str, dtype: np.dtype) -> float:
     """The relative error accepted against a float64 reference (module docstring)."""
     if dtype == np.float64:
         return 1e-9
-    return 1e-4 if _TRANSCENDENTAL.search(CORPUS[name].path.read_text()) else 1e-5
+    return 2e-5 if _TRANSCENDENTAL.search(CORPUS[name].path.read_text()) else 1e-5
 
 
 def _params(names: list[str]) -> list[object]:
