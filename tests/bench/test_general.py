@@ -1,44 +1,32 @@
-"""The general-loop-nest suite: every kernel accepted as written and equal to the same C built
-by gcc -O3; the harness's pieces (constant-size sources, inputs, the summary). Speed is the
-benchmark's business, not asserted here."""
+"""The general-loop-nest benchmark's pieces: constant-size sources, one kernel's row (built,
+refused), the distributions of the report and the driver's command line. Speed is the
+benchmark's business, not asserted here; correctness per kernel is test_general_corpus."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import shutil
 from pathlib import Path
+from types import ModuleType
 
-import numpy as np
 import pytest
 
-from polydl.bench import general
+from polydl.bench import general, general_report
+from polydl.bench.general_corpus import CORPUS, kernels_of
 from polydl.errors import PolyDLError
-from polydl.frontends import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "general.py"
-# isl needs minutes for these even at small sizes (the time limit then keeps the written
-# order): checked by the benchmark, not here
-SLOW_TO_SCHEDULE = {"heat_3d", "adi"}
 
 
-def test_every_kernel_file_has_sizes_and_every_size_a_file() -> None:
-    files = {p.stem for p in general.KERNEL_DIR.glob("*.c")}
-    assert files | set(general.FROM_EXAMPLES) == set(general.SIZES)
-    assert not files & set(general.FROM_EXAMPLES)
-    assert all(general.kernel_path(name).is_file() for name in general.SIZES)
-    assert len(general.CLASSIC) == 30 and len(general.DL_OPERATORS) == 6
-
-
-@pytest.mark.parametrize("name", [n for n in general.SIZES if n not in SLOW_TO_SCHEDULE])
-@pytest.mark.slow
-def test_kernel_is_accepted_and_equals_gcc(name: str, tmp_path: Path) -> None:
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
-    result = general.run_kernel(name, general.SIZES[name][1], ("gcc",), 1, tmp_path)
-    assert result.status == "ok", result.status
-    assert set(result.ms) == {"polydl", "gcc"}
-    assert result.errors["polydl"] <= general.tolerance(np.dtype("float32"))
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("general_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_constant_size_source_drops_the_size_parameters() -> None:
@@ -51,26 +39,76 @@ def test_constant_size_source_drops_the_size_parameters() -> None:
         general.constant_size_source(source, "g", {"N": 4})
 
 
-def test_inputs_are_conditioned_for_factorisations() -> None:
-    nest, params = load_spec(general.kernel_path("cholesky"), general.SIZES["cholesky"][1])
-    args = general.arguments(nest, params)
-    a = general.make_inputs("cholesky", args, params)["A"]
-    np.testing.assert_allclose(a, a.T)
-    assert np.linalg.eigvalsh(a).min() > 0.5
+def test_a_kernel_row_is_built_checked_and_timed(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    result = general.run_kernel("bias_leaky_relu", CORPUS["bias_leaky_relu"].sizes("test"),
+                                ("polydl", "gcc", "gcc_fastmath"), 2, tmp_path, threads=1)
+    assert result.status == "ok"
+    assert set(result.ms) == {"polydl", "gcc", "gcc_fastmath"}
+    assert result.errors["polydl"] <= 1e-6 and result.errors["gcc"] == 0.0
 
 
-def test_summary_counts_geomeans_and_slow_kernels() -> None:
-    spec = importlib.util.spec_from_file_location("general_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = [
-        {"kernel": "gemm", "status": "ok", "ms": {"polydl": 1.0, "gcc": 4.0, "polly": 2.0}},
-        {"kernel": "atax", "status": "ok", "ms": {"polydl": 2.0, "gcc": 1.0, "polly": 1.0}},
-        {"kernel": "lu", "status": "wrong: x", "ms": {"polydl": 1.0, "gcc": 9.0}},
-        {"kernel": "softmax", "status": "ok", "ms": {"polydl": 1.0, "gcc": 3.0, "torch": 2.0}},
-    ]
-    values = module._summary(rows)["values"]
-    assert values["classic_accepted_and_correct"] == 2
-    assert values["polydl_over_gcc_geomean"] == pytest.approx((4.0 * 0.5) ** 0.5)
-    assert values["slower_than_gcc"] == ["atax"]
-    assert values["dl_polydl_over_torch_geomean"] == pytest.approx(2.0)
+def test_a_refused_kernel_is_a_row_with_the_refusal(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    result = general.run_kernel("embedding", CORPUS["embedding"].sizes("test"),
+                                ("polydl", "gcc"), 1, tmp_path)
+    assert result.status.startswith("refused: benchmarks/general/embedding.c:5:23: ")
+    assert "indirect indexing" in result.status
+    assert set(result.ms) == {"gcc"}  # the reference is still timed
+
+
+def _row(kernel: str, status: str = "ok", threads: int = 2, **ms: float) -> dict:
+    return {"kernel": kernel, "suite": CORPUS[kernel].suite, "threads": threads,
+            "status": status, "ms": ms, "notes": []}
+
+
+def test_distribution_geomean_p10_lowest_and_slowest() -> None:
+    rows = [_row(name, polydl=1.0, gcc=float(i + 1)) for i, name in enumerate(kernels_of("dl")[:12])]
+    rows.append(_row("gemm", polydl=1.0, gcc=0.5))  # another suite: its own group
+    rows.append(_row("embedding", "refused: x", gcc=1.0))
+    rows.append(_row("softmax", "wrong: x", polydl=1.0, gcc=100.0))  # not a correct row
+    d = general_report.distribution(rows[:12], "gcc")
+    assert d is not None and d["count"] == 12
+    assert d["geomean"] == pytest.approx(math.exp(sum(math.log(i) for i in range(1, 13)) / 12))
+    assert d["p10"] == pytest.approx(1 + 0.1 * 11)  # linear between order statistics
+    assert d["lowest"] == [rows[0]["kernel"], 1.0]
+    assert [v for _, v in d["slowest"]] == [float(i) for i in range(1, 11)]
+    assert general_report.distribution(rows, "polly") is None
+    summary = general_report.summarise(rows)
+    dl = summary["2 threads, dl"]
+    assert (dl["kernels"], dl["ok"], dl["refused"], dl["wrong"]) == (14, 12, 1, 1)
+    assert dl["distributions"]["gcc"]["count"] == 12
+    assert summary["2 threads, polybench"]["distributions"]["gcc"]["geomean"] == 0.5
+    text = "\n".join(general_report.summary_lines(summary))
+    assert "ten slowest: " + rows[0]["kernel"] + " 1.00" in text
+
+
+def test_table_row_shows_every_side_and_the_status() -> None:
+    line = general_report.table_row(_row("softmax", polydl=2.0, gcc=4.0, torch=1.0))
+    assert line.split()[:3] == ["softmax", "2", "2.000"]
+    assert "2.00" in line and "0.50" in line and line.endswith("ok")
+
+
+def test_thread_counts_parse_a_list() -> None:
+    module = _script()
+    assert module.thread_counts("1,2,16") == [1, 2, 16]
+    for bad in ("", "0", "a,b"):
+        with pytest.raises(Exception, match="expected thread counts"):
+            module.thread_counts(bad)
+
+
+@pytest.mark.slow
+def test_the_driver_writes_every_row_to_json(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    out = tmp_path / "general.json"
+    code = _script().main(["--kernels", "leaky_relu,embedding", "--sizes", "test", "--rounds",
+                           "1", "--threads", "1,2", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0  # a refusal is a row, not a failure
+    assert [(r["kernel"], r["threads"]) for r in data["results"]] == [
+        ("leaky_relu", 1), ("leaky_relu", 2), ("embedding", 1), ("embedding", 2)]
+    assert data["machine"]["cpu"] and "gcc" in data["machine"]["versions"]
+    assert data["summary"]["1 threads, dl"]["refused"] == 1
