@@ -260,7 +260,10 @@ class ValueReader:
             raise self.scope.error(f"this cast is not allowed; {_CAST_HINT}", node)
         operand = self._typed(node.expr, depth)
         if not DTYPES[dtype].is_integer:
-            return self.as_float(operand)
+            converted = self.as_float(operand)
+            # an index value left as it is would still be an integer to the arithmetic around
+            # it: `(float)k / D` divides in floating point
+            return ToFloat(converted) if isinstance(converted, IndexValue) else converted
         if self.is_integer(operand) and (dtype == "int64" or (
                 dtype == "int32" and isinstance(operand, IndexValue))):
             return operand  # nothing to convert: loop variables and sizes are C ints

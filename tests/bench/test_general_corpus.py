@@ -30,14 +30,10 @@ from polydl.errors import PolyDLError
 
 # kernel -> the words of polydl's refusal, naming what it does not support yet
 REFUSED = {
-    "cross_entropy": "indirect indexing",  # lp[n][label[n]]: a gather
-    "embedding": "indirect indexing",  # emb[tok[i]][j]
-    "embedding_backward": "indirect indexing",  # dW[tok[i]][j] += ...: a scatter
     "maxpool_argmax": "declarations in the body are float/double locals",  # `int arg = 0;`
 }
 # kernel -> the construct polydl computes differently from C (a wrong result, reported)
 WRONG = {
-    "rope_computed": "(float)(2 * k) / D divides as integers: y[k] = (float)k / D gives 0",
 }
 # isl needs minutes for these even at test sizes (the time limit then keeps the written order)
 SLOW_TO_SCHEDULE = {"heat_3d", "adi"}

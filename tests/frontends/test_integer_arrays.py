@@ -205,6 +205,27 @@ def test_casts_between_integer_and_float() -> None:
     _same(k.reference(x, a)[1], t)
 
 
+@pytest.mark.parametrize("n, d", [(1, 8), (7, 8), (13, 3)])
+def test_a_cast_of_a_loop_variable_or_size_divides_in_floating_point(n: int, d: int) -> None:
+    """`(float)k / D` is a float division in C, also where the cast is a helper's parameter."""
+    spec = """float half(float v) { return v / 2; }
+    void ramp(int N, int D, float y[N], float z[N], double w[N]) {
+      for (int k = 0; k < N; k++) {
+        y[k] = (float)k / D;
+        z[k] = half(k) + (float)(2 * k) / (float)D;
+        w[k] = (double)k / 3;
+      }
+    }"""
+    k = polydl.compile(spec, {"N": n, "D": d})
+    y, z, w = k()
+    i = np.arange(n, dtype=np.float64)
+    np.testing.assert_allclose(y, i / d, rtol=1e-6)
+    np.testing.assert_allclose(z, i / 2 + 2 * i / d, rtol=1e-6)
+    np.testing.assert_allclose(w, i / 3, rtol=1e-12)
+    for got, want in zip(k.reference(), (y, z, w), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_arguments_are_checked_against_their_integer_dtype() -> None:
     k = polydl.compile(COUNT, {"N": 3, "M": 4})
     x = np.zeros((3, 4), np.float32)
