@@ -8,7 +8,7 @@ elements. Nothing here knows about isl or C beyond the small renderers `to_isl` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
@@ -347,6 +347,19 @@ MATH_FUNCTIONS: dict[str, int] = {
     "fminf": 2,
     "powf": 2,
 }
+
+
+def replace_loads(value: Any, by: Mapping[Access, Access]) -> Any:
+    """`value` (an expression or a tuple of them) with each load of an access of `by` reading
+    its replacement instead (the loads inside subscripts are kept)."""
+    if isinstance(value, Load):
+        return Load(by.get(value.access, value.access))
+    if isinstance(value, tuple):
+        return tuple(replace_loads(v, by) for v in value)
+    if isinstance(value, Unary | Binary | Call | Select | IntOp | ToFloat | ToInt):
+        return replace(value, **{f.name: replace_loads(getattr(value, f.name), by)
+                                 for f in fields(value)})
+    return value
 
 
 def expr_loads(expr: Expr) -> list[Access]:

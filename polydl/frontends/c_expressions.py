@@ -115,6 +115,8 @@ class Scope:
     # local scalars in scope: name -> the access of its expanded array (one cell per iteration
     # of the loops around its declaration)
     local_scalars: dict[str, Access] = field(default_factory=dict)
+    # the expanded arrays of integer local scalars (`int arg = 0;`): integers to arithmetic
+    integer_locals: set[str] = field(default_factory=set)
     # local scalars declared without a value and not yet assigned on every path to here
     unassigned: set[str] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)  # names whose declaration was refused

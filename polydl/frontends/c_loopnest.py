@@ -63,6 +63,7 @@ from polydl.ir import (
     expr_loads,
     int_vars,
     renamed,
+    replace_loads,
     substitute,
     walk_statements,
 )
@@ -530,10 +531,35 @@ class _FunctionReader:
             and isinstance(t.type, c_ast.IdentifierType)
             and len(t.type.names) == 1
             and t.type.names[0] in ELEMENT_TYPES
-            and not DTYPES[ELEMENT_TYPES[t.type.names[0]]].is_integer
+            # an integer declared without a value names the variable of a later loop
+            and (not DTYPES[ELEMENT_TYPES[t.type.names[0]]].is_integer or decl.init is not None)
             and not decl.storage
             and set(decl.quals) <= {"const"}
         )
+
+    def _expanded_local(self, name: str, dtype: str, position: SourcePosition | None) -> Access:
+        """The access of a new local array holding the scalar `name` with one cell per
+        iteration of the loops around here, except loops whose bounds move with outer loops (a
+        triangle): their iterations share the cell, each assigning it before reading it."""
+        shape: list[IntExpr] = []
+        index: list[IntExpr] = []
+        for var, lowest, end in self.loop_ranges:
+            if (int_vars(lowest) - set(self.scope.sizes) or int_vars(end) - set(self.scope.sizes)
+                    or isinstance(lowest, IntMinMax) or isinstance(end, IntMinMax)):
+                continue
+            # at least one cell where the loop runs no iteration at some sizes (1 .. D - 1)
+            extent = IntBinary("-", end, lowest)
+            shape.append(extent if (constant_value(extent) or 0) >= 1
+                         else IntMinMax("max", (extent, IntConst(1))))
+            index.append(IntBinary("-", IntVar(var), lowest))
+        if not shape:
+            shape, index = [IntConst(1)], [IntConst(0)]
+        # `_pd_` and an IR name: a name only generated code uses (see polydl.names)
+        internal = f"_pd_{internal_name(name)}_{len(self.locals)}"
+        self.locals.append(Array(internal, dtype, tuple(shape), False, position, local=True))
+        if DTYPES[dtype].is_integer:
+            self.scope.integer_locals.add(internal)
+        return Access(internal, tuple(index), position)
 
     def _local_scalar(self, decl: c_ast.Decl) -> tuple[Node, ...]:
         """`float s = v;` in a loop body: expanded to one cell per iteration of the loops around
@@ -541,36 +567,20 @@ class _FunctionReader:
         stays affine; its initialiser is a statement. Loops with bounds that depend on outer
         loops are left out of the expansion (their iterations share the cell, in order)."""
         self._check_name(decl.name, decl, "local variable")
-        shape: list[IntExpr] = []
-        index: list[IntExpr] = []
-        for var, lowest, end in self.loop_ranges:
-            if (int_vars(lowest) - set(self.scope.sizes) or int_vars(end) - set(self.scope.sizes)
-                    or isinstance(lowest, IntMinMax) or isinstance(end, IntMinMax)):
-                # a loop whose bounds move with outer loops (a triangle) shares the cell
-                # among its iterations: still each one's own value, as every iteration
-                # assigns it before reading, but those iterations then run in order
-                continue
-            shape.append(IntBinary("-", end, lowest))
-            index.append(IntBinary("-", IntVar(var), lowest))
-        if not shape:
-            shape, index = [IntConst(1)], [IntConst(0)]
-        # `_pd_` and an IR name: a name only generated code uses (see polydl.names)
-        name = f"_pd_{internal_name(decl.name)}_{len(self.locals)}"
         t = decl.type
-        array = Array(name, ELEMENT_TYPES[t.type.names[0]], tuple(shape), False,
-                      self.scope.position(decl), local=True)
-        self.locals.append(array)
-        self.scope.local_scalars[decl.name] = Access(name, tuple(index), self.scope.position(decl))
+        access = self._expanded_local(decl.name, ELEMENT_TYPES[t.type.names[0]],
+                                      self.scope.position(decl))
+        self.scope.local_scalars[decl.name] = access
         # assigned later, before any read (checked at each read); with a value, after it
         self.scope.unassigned.add(decl.name)
         if decl.init is None:
             return ()
         if self.statements >= MAX_STATEMENTS:
             raise self.fatal(f"more than {MAX_STATEMENTS} statements", decl)
-        value = self.values.value(decl.init)
+        target = self.scope.local_scalars[decl.name]
+        _, value = self.values.assignment(target, "=", self.values.typed(decl.init))
         self.scope.unassigned.discard(decl.name)
-        statement = Statement(f"S{self.statements}", self.scope.local_scalars[decl.name], "=",
-                              value, self.scope.position(decl))
+        statement = Statement(f"S{self.statements}", target, "=", value, self.scope.position(decl))
         self.statements += 1
         return (statement,)
 
@@ -629,7 +639,8 @@ class _FunctionReader:
                 and decl.init is None
             ):
                 raise self.error(
-                    "declarations in the body are float/double locals (`float s = 0.0f;`), "
+                    "declarations in the body are locals (`float s = 0.0f;`, `double t;`, an "
+                    "integer with a value: `int arg = 0;`), "
                     "local arrays (`float z[N];`) or loop variables, `int i, j;` without a "
                     "value, used as `for (i = LO; i < HI; i++)`; or declare it in the loop: "
                     f"{_LOOP_FORM}",
@@ -808,14 +819,18 @@ class _FunctionReader:
     def _predicated(self, node: c_ast.If, depth: int) -> tuple[Node, ...]:
         """`if (COND on data) A else B`: each assignment of A and B keeps its place and takes
         its new value only where COND holds (A) or fails (B), as a select; the iterations are
-        not split, so the model stays affine."""
+        not split, so the model stays affine. Each select evaluates COND again: what COND reads
+        and a branch writes before its last assignment is copied into a local first
+        (`if (x > v) { v = x; arg = j; }` compares with v as it was before the if)."""
         before = set(self.scope.unassigned)
+        copies, copied = self._condition_copies(node)
         then = self._branch(node.iftrue, depth, before)
         unassigned = set(self.scope.unassigned)
         other = self._branch(node.iffalse, depth, before) if node.iffalse is not None else ()
         unassigned |= self.scope.unassigned if node.iffalse is not None else before
         self.scope.unassigned = before  # the condition is read before either branch runs
-        read = {acc.array for acc in expr_loads(self._select(node.cond, Const(1.0), Const(0.0)))}
+        read = {acc.array for acc in expr_loads(
+            self._select(node.cond, Const(1.0), Const(0.0), copied))}
         self.scope.unassigned = unassigned
         statements = walk_statements(then + other)
         for k, (stmt, enclosing) in enumerate(statements):
@@ -823,39 +838,73 @@ class _FunctionReader:
                 raise self.error(
                     "a loop under a condition on data is not allowed; put the condition "
                     "inside the loop", node)
-            # each predicated assignment evaluates the condition again: only the last may
-            # change what it reads (`if (x > top) top = x;`)
+            # left only where a subscript of the condition reads what the branch writes
             if stmt.target.array in read and k < len(statements) - 1:
                 raise self.error(
-                    f"the condition reads '{stmt.target.array}', which its branch writes "
-                    "before another assignment; compute the condition into another array first",
-                    node)
-        return tuple(self._predicate(n, node.cond, True) for n in then) + tuple(
-            self._predicate(n, node.cond, False) for n in other)
+                    f"the condition reads '{self._spelling(stmt.target.array)}', which its "
+                    "branch writes before another assignment; compute the condition into "
+                    "another array first", node)
+        return copies + tuple(self._predicate(n, node.cond, True, copied) for n in then) + tuple(
+            self._predicate(n, node.cond, False, copied) for n in other)
 
-    def _predicate(self, n: Node, cond: c_ast.Node, taken: bool) -> Node:
+    def _condition_copies(self, node: c_ast.If) -> tuple[tuple[Statement, ...], dict[Access, Access]]:
+        """The statements that copy what the condition of `node` reads and its branches assign
+        (where they make more than one assignment) into new locals, and each read's copy."""
+        assigned = [_assigned_name(n) for branch in (node.iftrue, node.iffalse)
+                    if branch is not None for n in _walk(branch)
+                    if isinstance(n, c_ast.Assignment | c_ast.Decl)]
+        if len(assigned) < 2:
+            return (), {}
+        written = {self.scope.local_scalars[n].array if n in self.scope.local_scalars else n
+                   for n in assigned if n is not None}
+        copies: list[Statement] = []
+        copied: dict[Access, Access] = {}
+        for acc in expr_loads(self._select(node.cond, Const(1.0), Const(0.0))):
+            if acc.array not in written or acc in copied:
+                continue
+            if self.statements >= MAX_STATEMENTS:
+                raise self.fatal(f"more than {MAX_STATEMENTS} statements", node)
+            dtype = next((a.dtype for a in self.locals if a.name == acc.array), None) or (
+                self.scope.arrays[acc.array].dtype)
+            position = self.scope.position(node)
+            copied[acc] = self._expanded_local(self._spelling(acc.array), dtype, position)
+            copies.append(Statement(f"S{self.statements}", copied[acc], "=", Load(acc), position))
+            self.statements += 1
+        return tuple(copies), copied
+
+    def _spelling(self, array: str) -> str:
+        """The name the user wrote for `array`: a local scalar's C name, else its own."""
+        return next((name for name, acc in self.scope.local_scalars.items()
+                     if acc.array == array), array)
+
+    def _predicate(self, n: Node, cond: c_ast.Node, taken: bool,
+                   copied: dict[Access, Access]) -> Node:
         if isinstance(n, Guard):
-            return Guard(n.conditions, tuple(self._predicate(c, cond, taken) for c in n.body),
-                         n.position)
+            return Guard(n.conditions, tuple(self._predicate(c, cond, taken, copied)
+                                             for c in n.body), n.position)
         assert isinstance(n, Statement)  # loops were refused
         # the value where the branch does not run: the target unchanged
         keep: Expr = (Load(n.target) if n.op == "=" else
                       Const(0.0) if n.op in ("+=", "-=") else Const(1.0))
-        value = (self._select(cond, n.value, keep) if taken
-                 else self._select(cond, keep, n.value))
+        value = (self._select(cond, n.value, keep, copied) if taken
+                 else self._select(cond, keep, n.value, copied))
         return Statement(n.name, n.target, n.op, value, n.position)
 
-    def _select(self, cond: c_ast.Node, yes: Expr, no: Expr) -> Expr:
-        """`cond ? yes : no` from comparisons joined by &&, || and !."""
+    def _select(self, cond: c_ast.Node, yes: Expr, no: Expr,
+                copied: dict[Access, Access] | None = None) -> Expr:
+        """`cond ? yes : no` from comparisons joined by &&, || and !; the values `cond` reads
+        that `copied` names are read from their copies."""
         if isinstance(cond, c_ast.UnaryOp) and cond.op == "!":
-            return self._select(cond.expr, no, yes)
+            return self._select(cond.expr, no, yes, copied)
         if isinstance(cond, c_ast.BinaryOp) and cond.op == "&&":
-            return self._select(cond.left, self._select(cond.right, yes, no), no)
+            return self._select(cond.left, self._select(cond.right, yes, no, copied), no, copied)
         if isinstance(cond, c_ast.BinaryOp) and cond.op == "||":
-            return self._select(cond.left, yes, self._select(cond.right, yes, no))
+            return self._select(cond.left, yes, self._select(cond.right, yes, no, copied), copied)
         if isinstance(cond, c_ast.BinaryOp) and cond.op in _NEGATION:
-            return self.values.select(cond.op, self.values.typed(cond.left),
-                                      self.values.typed(cond.right), yes, no)
+            left, right = self.values.typed(cond.left), self.values.typed(cond.right)
+            if copied:
+                left, right = replace_loads(left, copied), replace_loads(right, copied)
+            return self.values.select(cond.op, left, right, yes, no)
         raise self.error(
             "a condition on data compares values (<, <=, >, >=, ==, !=) joined by &&, || and !",
             cond,
@@ -954,3 +1003,23 @@ def _is_void(p: c_ast.Node) -> bool:
 
 
 __all__ = ["CSpec", "parse_c", "read_c"]
+
+
+def _walk(node: c_ast.Node) -> list[c_ast.Node]:
+    """`node` and every node below it."""
+    out, pending = [], [node]
+    while pending:
+        n = pending.pop()
+        out.append(n)
+        pending += [child for _, child in n.children()]
+    return out
+
+
+def _assigned_name(node: c_ast.Assignment | c_ast.Decl) -> str | None:
+    """The variable or array an assignment (or a declaration) assigns."""
+    if isinstance(node, c_ast.Decl):
+        return node.name if node.init is not None else None
+    target = node.lvalue
+    while isinstance(target, c_ast.ArrayRef):
+        target = target.name
+    return target.name if isinstance(target, c_ast.ID) else None

@@ -72,7 +72,8 @@ class ValueReader:
 
     @property
     def integer_arrays(self) -> set[str]:
-        return {n for n, a in self.scope.arrays.items() if DTYPES[a.dtype].is_integer}
+        return {n for n, a in self.scope.arrays.items() if DTYPES[a.dtype].is_integer} | (
+            self.scope.integer_locals)
 
     def is_integer(self, expr: Expr) -> bool:
         return is_integer_value(expr, self.integer_arrays)

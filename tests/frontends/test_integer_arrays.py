@@ -250,7 +250,7 @@ def test_polydl_run_verifies_an_integer_kernel(tmp_path, capsys) -> None:  # typ
         ("void f(int N, unsigned int $y[N]) { }", "unsigned int and unsigned long are not"),
         ("void f(int N, unsigned long $y[N]) { }", "unsigned int and unsigned long are not"),
         ("void f(int N, int y[N], const float x[N]) { y[0] = $x[0] % 2; }", "'%' needs integer"),
-        ("void f(int N, int y[N]) { int $t = 0; }", "without a value"),
+        ("void f(int N, int y[N]) { unsigned $t = 0; }", "without a value"),
         ("void f(int N, int y[N]) { y[0] = $(unsigned)y[1]; }", "cast"),
         ("void f(int N, int y[N], const int a[N]) { y[$a[0] * 2] = 1; }", "indirect indexing"),
         ("void f(int N, int y[N]) { y[0] = $'a'; }", "char constants"),

@@ -79,7 +79,7 @@ def test_errors_inside_loops_and_branches_are_all_found() -> None:
 def test_a_failed_local_is_not_reported_again_where_used() -> None:
     text = """void f(int N, float y[N], const float x[N]) {
   for (int i = 0; i < N; i++) {
-    char c = 1;
+    unsigned c = 1;
     y[i] = c + x[i];
     y[i] = x[i] % 2;
   }
