@@ -30,7 +30,7 @@ def thread_runs(units: int, threads: int) -> list[tuple[int, int]]:
     return runs
 
 
-def balance(sizes: Sequence[Sequence[int]], cores: int) -> float:
+def balance(sizes: Sequence[Sequence[float]], cores: int) -> float:
     """The busiest thread's work over an even share: `sizes` lists, per parallel loop (outer
     first), the work of each of its iterations (a ragged last tile does less)."""
     units = math.prod(len(s) for s in sizes)
