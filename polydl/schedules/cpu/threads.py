@@ -36,7 +36,7 @@ def balance(sizes: Sequence[Sequence[float]], cores: int) -> float:
     units = math.prod(len(s) for s in sizes)
     if units > MAX_UNITS:
         return math.ceil(units / cores) * cores / units
-    weights = [1]
+    weights: list[float] = [1.0]
     for loop in sizes:
         weights = [w * size for w in weights for size in loop]
     busiest = max(sum(weights[start:start + count]) for start, count in thread_runs(units, cores))
