@@ -131,7 +131,7 @@ def child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
     kernel = polydl.compile(path, params)
     workdir = Path(tempfile.gettempdir()) / "polydl-polybench-sizes"
     workdir.mkdir(parents=True, exist_ok=True)
-    src = workdir / f"{name}-{size}.c"
+    src = workdir / f"{name}-{size}-{os.getpid()}.c"
     lib = src.with_suffix(".so")
     src.write_text("#include <math.h>\n" + constant_size_source(path.read_text(), nest.name, params))
     subprocess.run([*GCC, "-fPIC", "-shared", *[f"-D{k}={v}" for k, v in params.items()],
