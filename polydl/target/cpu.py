@@ -88,7 +88,7 @@ _MARCH = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 _MACHINE_FLAG = re.compile(r"-m[a-z0-9][a-z0-9._,=-]{0,63}")
 # Fields the cost models read (bandwidths, fork and join); a description may override them.
 COST_FIELDS = ("l1_bytes_per_cycle", "l2_bytes_per_cycle", "memory_bytes_per_cycle",
-               "socket_copy_bytes_per_s", "fork_join_cycles")
+               "socket_copy_bytes_per_s", "fork_join_cycles", "barrier_cycles")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,10 @@ class CpuTarget:
     # Cycles of one fork and join of a parallel region's OpenMP threads, barrier included (~5 us
     # at 2.6 GHz).
     fork_join_cycles: float = 13000.0
+    # Cycles of one barrier of a parallel region's awake threads (the end of an `omp for`
+    # inside a region that forked once): a fraction of a fork and join (see benchmarks/README.md:
+    # Fork and barrier costs).
+    barrier_cycles: float = 6500.0
 
     def __post_init__(self) -> None:
         if self.isa not in ISAS:
@@ -223,7 +227,7 @@ class CpuTarget:
             f"bandwidth per core: L1 {self.l1_bytes_per_cycle:g}, L2 {self.l2_bytes_per_cycle:g}, "
             f"memory {self.memory_bytes_per_cycle:g} bytes/cycle; line copies "
             f"{self.socket_copy_bytes_per_s / 1e9:g} GB/s per socket; fork and join "
-            f"{self.fork_join_cycles:g} cycles"
+            f"{self.fork_join_cycles:g} cycles, barrier {self.barrier_cycles:g} cycles"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -199,9 +199,9 @@ def test_two_parallel_loops_run_as_one_on_many_cores() -> None:
 
 
 SIBLINGS = """
-void siblings(float a[8][4096], float b[8][4096], const float x[8][4096]) {
+void siblings(float a[8][65536], float b[8][65536], const float x[8][65536]) {
   for (int i = 0; i < 8; i++)
-    for (int j = 0; j < 4096; j++) {
+    for (int j = 0; j < 65536; j++) {
       a[i][j] = x[i][j] * 2.0f;
       b[i][j] = x[i][j] + 1.0f;
     }

@@ -20,7 +20,7 @@ from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_
 from polydl.poly.isl_parts import out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
-from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK
+from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK, PARALLEL_REGION_MARK
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
 InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
@@ -70,6 +70,9 @@ class LoopPrinter:
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
+        # inside a `parallel region` mark: the threads run every loop, parallel ones share out
+        # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
+        self.in_region = False
 
     def lines(self) -> list[str]:
         if self.plan.schedule_map.is_empty():
@@ -101,9 +104,17 @@ class LoopPrinter:
             args = [ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
             # a name that is no statement is a copy the schedule added (a packed operand)
             body = self.print_instance(self.statements.get(name, name), args)
+            if self.in_region and not in_parallel:
+                return [pad + "#pragma omp single", pad + "{", *("  " + pad + line for line in body),
+                        pad + "}"]
             return [pad + line for line in body]
         if kind == isl.ast_node_type.mark:
             name = node.mark_get_id().get_name()
+            if name == PARALLEL_REGION_MARK and not in_parallel and not self.in_region:
+                self.in_region = True
+                lines = self._node(node.mark_get_node(), indent + 1, in_parallel)
+                self.in_region = False
+                return [pad + "#pragma omp parallel", pad + "{", *lines, pad + "}"]
             if name in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) and not in_parallel:
                 self.marked_parallel = 2 if name == PARALLEL_COLLAPSE_MARK else 1
             lines = self._node(node.mark_get_node(), indent, in_parallel)
@@ -129,19 +140,23 @@ class LoopPrinter:
         if parallel_here:
             depth = self._collapsible(node, marked)
             pragma = self.parallel_pragma
+            if self.in_region:  # the threads are there: share out the iterations
+                pragma = pragma.replace("parallel for", "for", 1)
             if depth > 1:
-                pragma = pragma.replace("parallel for", f"parallel for collapse({depth})", 1)
+                pragma = re.sub(r"\bfor\b", f"for collapse({depth})", pragma, count=1)
                 self.collapsed_left = depth - 1
             out.append(pad + pragma)
         elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
             out.append(pad + "#pragma omp simd")
         header = _header(node)
-        if not out and not parallel_here and self.row_tiles is not None:
+        # a loop every thread of a region runs prints its statements one by one (each once)
+        shared = self.in_region and not (in_parallel or parallel_here)
+        if not out and not parallel_here and not shared and self.row_tiles is not None:
             tile = self.row_tiles.match(node, self.plain_statements, _header)
             if tile is not None:
                 loops = [header, *self._node(node.for_get_body(), 1, in_parallel), "}"]
                 return [pad + line for line in self.row_tiles.lines(tile, loops)]
-        if not out and not parallel_here and self.accumulators is not None:
+        if not out and not parallel_here and not shared and self.accumulators is not None:
             body = self._instances(node.for_get_body())
             sums = self.accumulators.accumulations(body, it) if body else []
             if sums:

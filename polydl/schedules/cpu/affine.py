@@ -10,9 +10,15 @@ bands. Then, per band, outermost first:
 - **Tiling.** A permutable band of two or more loops is tiled, with the largest tile size
   (the same along every loop) whose footprint (the cells one tile touches, counted with
   barvinok) fits half the target's L2.
-- **Parallelism.** The outermost loop that carries no dependence runs on the threads. Where a
-  tiled band has none (a time-skewed stencil), its tiles run as a wavefront: the first tile
-  loop becomes the sum of the first two, and the second one is then parallel.
+- **Parallelism.** The outermost loop that carries no dependence runs on the threads, where
+  the threads' saving pays for its forks (`forks.py`: each start of the loop counted exactly,
+  against the instances under it). Where a tiled band has none (a time-skewed stencil), its
+  tiles run as a wavefront: the first tile loop becomes the sum of the first two, and the
+  second one is then parallel, priced the same way (one fork per tile diagonal).
+- **Parallel regions.** Where sequential loops hold nothing but parallel loops (a wavefront's
+  diagonals, a time loop around parallel rows), the threads fork once around the outermost of
+  them (a `parallel region` mark: `#pragma omp parallel`, each parallel loop an `omp for`
+  whose end is a barrier), and a start of a parallel loop inside costs a barrier, not a fork.
 
 Every parallel loop is checked exactly against the dependences before it is marked (the
 `parallel` mark the code generator reads); the tree itself is legal by construction (isl keeps
@@ -33,6 +39,7 @@ from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.isl_parts import affs_of, maps_of, out_width, pw_affs_of, sets_of
 from polydl.poly.model import PolyModel
+from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
 from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
@@ -41,15 +48,18 @@ PARALLEL_MARK = "parallel"
 # the loop below and the next one run as one parallel loop (OpenMP collapse(2)): both carry
 # no dependence, and one alone may have fewer iterations than the machine has cores
 PARALLEL_COLLAPSE_MARK = "parallel collapse"
+# A parallel loop with fewer iterations than this per core takes the next loop with it
+# (collapse(2)).
+COLLAPSE_BELOW_ITERATIONS = 4
 ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
 # Seconds isl's scheduler may take for one nest before the written order is kept.
 SCHEDULE_SECONDS = 20.0
 TILE_SIZES = (128, 64, 32, 16, 8)
 # A tile's footprint may take this share of L2: the rest holds what the next tiles reuse.
 L2_SHARE = 0.5
-# Operations a parallel loop must run per entry to pay for the fork and join of the threads
-# (a few microseconds).
-MIN_WORK_PER_FORK = 50_000
+# the sequential loop below runs inside one parallel region (OpenMP `parallel`): every
+# instance under it runs in a parallel loop (an `omp for`), so the threads fork once
+PARALLEL_REGION_MARK = "parallel region"
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,9 @@ class AffineSchedule:
     tree: isl.Schedule
     bands: tuple[BandDecision, ...]
     origin: str = ISL_ORIGIN  # or "written order (why)"
+    # the model's cycles on the target's cores and on one thread (`forks.tree_cycles`)
+    cycles: float = 0.0
+    sequential_cycles: float = 0.0
 
     @property
     def parallel(self) -> bool:
@@ -189,8 +202,16 @@ class _Scheduler:
     def bands_of(self, tree: isl.Schedule, origin: str) -> AffineSchedule:
         """`tree` with its bands tiled and parallelised."""
         self.bands = []
-        root = self._visit(tree.get_root(), False)
-        return AffineSchedule(root.get_schedule(), tuple(self.bands), origin)
+        root = _with_regions(self._visit(tree.get_root(), False))
+        scheduled = root.get_schedule()
+        marks = (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK)
+
+        def cycles(cores: int) -> float:
+            return tree_cycles(self.model, self.target, scheduled, self.deps, marks,
+                               PARALLEL_REGION_MARK, cores)
+
+        return AffineSchedule(scheduled, tuple(self.bands), origin, cycles(self.target.cores),
+                              cycles(1))
 
     def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
         """Transform the subtree at `node`; returns the node at the same position."""
@@ -233,11 +254,15 @@ class _Scheduler:
                     node = _permuted(node.child(0), order).parent()
                     innermost = members[order[-1]]
         parallel = ""
-        if not parallel_above and self._worth_forking(node):
+        if not parallel_above:
             first = next((i for i in range(n) if coincident[i]), None)
-            if first is not None:
-                pair = first + 1 < n and coincident[first + 1]
-                if not pair and first == n - 1 and not tiles:
+            priced = None if first is None else self._pays(node, first)
+            if first is not None and priced is not None:
+                # a second loop joins only where the first leaves cores idle or unevenly
+                # loaded: collapsing them stops gcc vectorising the inner one
+                few = priced.units < COLLAPSE_BELOW_ITERATIONS * self.target.cores * priced.entries
+                pair = few and first + 1 < n and coincident[first + 1]
+                if few and not pair and first == n - 1 and not tiles:
                     # the next loop is the next band's (the written order has a band per loop)
                     child = node.child(0)
                     pair = (child.get_type() == isl.schedule_node_type.band
@@ -247,7 +272,7 @@ class _Scheduler:
                     node, extra = marked
                     depth += extra
                     parallel = f"loops {first}, {first + 1}" if pair else f"loop {first}"
-            elif tiles:
+            elif first is None and tiles:
                 marked = self._wavefront(node)
                 if marked is not None:
                     node, extra = marked
@@ -257,17 +282,27 @@ class _Scheduler:
             BandDecision(statements, members, tiles, parallel, footprint, skewed, innermost))
         return node, depth, bool(parallel)
 
-    def _worth_forking(self, band: isl.ScheduleNode) -> bool:
-        """Whether each entry into a parallel loop here has enough work to pay for waking
-        the threads (a loop inside many sequential iterations may not)."""
+    def _pays(self, band: isl.ScheduleNode, member: int) -> ParallelLoop | None:
+        """Whether running member `member` of the band in parallel saves more than its starts
+        cost: a fork and join each, or a barrier where the band alone fills a loop around it
+        (the threads then fork once around that loop, `_with_regions`)."""
         domain = band.get_domain()
-        entries = max(count_points(band.get_prefix_schedule_union_map()
-                                   .intersect_domain(domain).range()), 1)
-        work = 0
-        for instances in sets_of(domain):
-            flops = self.model.statement(instances.get_tuple_name()).statement.flops
-            work += count_points(instances) * max(flops, 1)
-        return work / entries >= MIN_WORK_PER_FORK
+        outer = band.get_prefix_schedule_union_map()
+        partial = band.band_get_partial_schedule()
+        for d in range(member):
+            outer = outer.flat_range_product(
+                isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(d)))
+        loop = isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(member))
+        if self.target.cores <= 1:
+            return None
+        priced = price_loop(domain, outer, loop, self.target.cores, self._instance_cycles)
+        start = (self.target.barrier_cycles if _fills_a_loop_around(band)
+                 else self.target.fork_join_cycles)
+        return priced if priced.pays(start) else None
+
+    def _instance_cycles(self, statement: str) -> float:
+        """An instance's cycles as if vectorised: the least work a fork may count on."""
+        return instance_cycles(self.model, self.target, statement)
 
     def _mark_parallel(
         self, band: isl.ScheduleNode, member: int, pair: bool = False
@@ -300,7 +335,7 @@ class _Scheduler:
             skewed = band.delete().insert_partial_schedule(schedule.set_union_pw_aff(k, front))
             skewed = skewed.band_set_permutable(1)
             inner = skewed.band_split(k + 1).child(0)
-            if self._can_run_in_parallel(inner):
+            if self._can_run_in_parallel(inner) and self._pays(inner, 0) is not None:
                 marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
                 return marked.parent(), 2
         return None
@@ -359,6 +394,50 @@ class _Scheduler:
             dtype = self.model.nest.array(cell_set.get_tuple_name()).dtype
             total += count_points(cell_set) * DTYPES[dtype].bytes
         return total
+
+
+def _fills_a_loop_around(band: isl.ScheduleNode) -> bool:
+    """Whether a band above `band` runs exactly its instances (nothing else runs in that
+    loop, so a parallel region can hold it)."""
+    domain = band.get_domain()
+    node = band
+    while node.has_parent():
+        node = node.parent()
+        if node.get_type() == isl.schedule_node_type.band:
+            if node.get_domain().is_equal(domain):
+                return True
+            return False
+    return False
+
+
+def _with_regions(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """Mark the outermost sequential bands that hold only parallel loops as parallel regions
+    (see `PARALLEL_REGION_MARK`); returns the node at `node`'s position."""
+    kind = node.get_type()
+    if kind == isl.schedule_node_type.mark:
+        return node  # a parallel loop and what runs inside it
+    if kind == isl.schedule_node_type.band:
+        marked = _parallel_domains(node)
+        if marked is not None and marked.is_equal(node.get_domain()):
+            return node.insert_mark(isl.Id(PARALLEL_REGION_MARK, context=node.get_ctx()))
+    for i in range(node.n_children()):
+        node = _with_regions(node.child(i)).parent()
+    return node
+
+
+def _parallel_domains(node: isl.ScheduleNode) -> isl.UnionSet | None:
+    """The instances under the outermost parallel marks below `node`; None if there is none."""
+    found: isl.UnionSet | None = None
+    for i in range(node.n_children()):
+        child = node.child(i)
+        if (child.get_type() == isl.schedule_node_type.mark
+                and child.mark_get_id().get_name() in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK)):
+            part: isl.UnionSet | None = child.get_domain()
+        else:
+            part = _parallel_domains(child)
+        if part is not None:
+            found = part if found is None else found.union(part)
+    return found
 
 
 def _multi_val(band: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.MultiVal:

@@ -30,13 +30,13 @@ def thread_runs(units: int, threads: int) -> list[tuple[int, int]]:
     return runs
 
 
-def balance(sizes: Sequence[Sequence[int]], cores: int) -> float:
+def balance(sizes: Sequence[Sequence[float]], cores: int) -> float:
     """The busiest thread's work over an even share: `sizes` lists, per parallel loop (outer
     first), the work of each of its iterations (a ragged last tile does less)."""
     units = math.prod(len(s) for s in sizes)
     if units > MAX_UNITS:
         return math.ceil(units / cores) * cores / units
-    weights = [1]
+    weights: list[float] = [1.0]
     for loop in sizes:
         weights = [w * size for w in weights for size in loop]
     busiest = max(sum(weights[start:start + count]) for start, count in thread_runs(units, cores))

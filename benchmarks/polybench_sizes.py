@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""PolyBench kernels at PolyBench 4.2's dataset sizes, polydl against `gcc -O3 -march=native
+-fopenmp` of the same C, on 1 and on 2 threads.
+
+    python benchmarks/polybench_sizes.py [--kernels lu,syrk] [--sizes mini,small,medium,large]
+                                         [--threads 1,2] [--json FILE]
+
+Each kernel and size runs in a child process that builds both sides once, checks polydl's
+result against gcc's, then for each thread count (set with `omp_set_num_threads`) times the
+sides interleaved, round after round; the medians are compared. Both libraries are called
+through ctypes (no Python argument checks on either side). A sample is K calls, each after the
+outputs are restored from the pristine inputs (K sized so a sample takes a few milliseconds:
+MINI and SMALL calls take microseconds); the restoring alone is timed the same way and taken
+off. Prints every case with its ratio (gcc time / polydl time: above 1 polydl is faster), the
+ratio distribution per size and thread count, and every case below 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+# PolyBench 4.2's official dataset sizes (polybench's <kernel>.h), in the parameter names of
+# benchmarks/general/*.c and examples/jacobi2d.c.
+POLYBENCH_SIZES: dict[str, dict[str, dict[str, int]]] = {
+    "2mm": {"mini": {"NI": 16, "NJ": 18, "NK": 22, "NL": 24},
+            "small": {"NI": 40, "NJ": 50, "NK": 70, "NL": 80},
+            "medium": {"NI": 180, "NJ": 190, "NK": 210, "NL": 220},
+            "large": {"NI": 800, "NJ": 900, "NK": 1100, "NL": 1200}},
+    "3mm": {"mini": {"NI": 16, "NJ": 18, "NK": 20, "NL": 22, "NM": 24},
+            "small": {"NI": 40, "NJ": 50, "NK": 60, "NL": 70, "NM": 80},
+            "medium": {"NI": 180, "NJ": 190, "NK": 200, "NL": 210, "NM": 220},
+            "large": {"NI": 800, "NJ": 900, "NK": 1000, "NL": 1100, "NM": 1200}},
+    "adi": {"mini": {"TSTEPS": 20, "N": 20}, "small": {"TSTEPS": 40, "N": 60},
+            "medium": {"TSTEPS": 100, "N": 200}, "large": {"TSTEPS": 500, "N": 1000}},
+    "atax": {"mini": {"M": 38, "N": 42}, "small": {"M": 116, "N": 124},
+             "medium": {"M": 390, "N": 410}, "large": {"M": 1900, "N": 2100}},
+    "bicg": {"mini": {"M": 38, "N": 42}, "small": {"M": 116, "N": 124},
+             "medium": {"M": 390, "N": 410}, "large": {"M": 1900, "N": 2100}},
+    "cholesky": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400},
+                 "large": {"N": 2000}},
+    "correlation": {"mini": {"M": 28, "N": 32}, "small": {"M": 80, "N": 100},
+                    "medium": {"M": 240, "N": 260}, "large": {"M": 1200, "N": 1400}},
+    "covariance": {"mini": {"M": 28, "N": 32}, "small": {"M": 80, "N": 100},
+                   "medium": {"M": 240, "N": 260}, "large": {"M": 1200, "N": 1400}},
+    "deriche": {"mini": {"W": 64, "H": 64}, "small": {"W": 192, "H": 128},
+                "medium": {"W": 720, "H": 480}, "large": {"W": 4096, "H": 2160}},
+    "doitgen": {"mini": {"NQ": 8, "NR": 10, "NP": 12}, "small": {"NQ": 20, "NR": 25, "NP": 30},
+                "medium": {"NQ": 40, "NR": 50, "NP": 60},
+                "large": {"NQ": 140, "NR": 150, "NP": 160}},
+    "durbin": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400},
+               "large": {"N": 2000}},
+    "fdtd_2d": {"mini": {"TMAX": 20, "NX": 20, "NY": 30},
+                "small": {"TMAX": 40, "NX": 60, "NY": 80},
+                "medium": {"TMAX": 100, "NX": 200, "NY": 240},
+                "large": {"TMAX": 500, "NX": 1000, "NY": 1200}},
+    "floyd_warshall": {"mini": {"N": 60}, "small": {"N": 180}, "medium": {"N": 500},
+                       "large": {"N": 2800}},
+    "gemm": {"mini": {"NI": 20, "NJ": 25, "NK": 30}, "small": {"NI": 60, "NJ": 70, "NK": 80},
+             "medium": {"NI": 200, "NJ": 220, "NK": 240},
+             "large": {"NI": 1000, "NJ": 1100, "NK": 1200}},
+    "gemver": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400},
+               "large": {"N": 2000}},
+    "gesummv": {"mini": {"N": 30}, "small": {"N": 90}, "medium": {"N": 250},
+                "large": {"N": 1300}},
+    "gramschmidt": {"mini": {"M": 20, "N": 30}, "small": {"M": 60, "N": 80},
+                    "medium": {"M": 200, "N": 240}, "large": {"M": 1000, "N": 1200}},
+    "heat_3d": {"mini": {"T": 20, "N": 10}, "small": {"T": 40, "N": 20},
+                "medium": {"T": 100, "N": 40}, "large": {"T": 500, "N": 120}},
+    "jacobi_1d": {"mini": {"T": 20, "N": 30}, "small": {"T": 40, "N": 120},
+                  "medium": {"T": 100, "N": 400}, "large": {"T": 500, "N": 2000}},
+    "jacobi_2d": {"mini": {"T": 20, "N": 30}, "small": {"T": 40, "N": 90},
+                  "medium": {"T": 100, "N": 250}, "large": {"T": 500, "N": 1300}},
+    "lu": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400}, "large": {"N": 2000}},
+    "ludcmp": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400},
+               "large": {"N": 2000}},
+    "mvt": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400}, "large": {"N": 2000}},
+    "nussinov": {"mini": {"N": 60}, "small": {"N": 180}, "medium": {"N": 500},
+                 "large": {"N": 2500}},
+    "seidel_2d": {"mini": {"T": 20, "N": 40}, "small": {"T": 40, "N": 120},
+                  "medium": {"T": 100, "N": 400}, "large": {"T": 500, "N": 2000}},
+    "symm": {"mini": {"M": 20, "N": 30}, "small": {"M": 60, "N": 80},
+             "medium": {"M": 200, "N": 240}, "large": {"M": 1000, "N": 1200}},
+    "syr2k": {"mini": {"M": 20, "N": 30}, "small": {"M": 60, "N": 80},
+              "medium": {"M": 200, "N": 240}, "large": {"M": 1000, "N": 1200}},
+    "syrk": {"mini": {"M": 20, "N": 30}, "small": {"M": 60, "N": 80},
+             "medium": {"M": 200, "N": 240}, "large": {"M": 1000, "N": 1200}},
+    "trisolv": {"mini": {"N": 40}, "small": {"N": 120}, "medium": {"N": 400},
+                "large": {"N": 2000}},
+    "trmm": {"mini": {"M": 20, "N": 30}, "small": {"M": 60, "N": 80},
+             "medium": {"M": 200, "N": 240}, "large": {"M": 1000, "N": 1200}},
+}
+SIZE_NAMES = ("mini", "small", "medium", "large")
+GCC = ["gcc", "-O3", "-march=native", "-fopenmp"]
+SAMPLE_SECONDS = 0.004  # a sample is at least this long (K calls of a short kernel)
+TIME_BUDGET_SECONDS = 4.0  # rounds per thread count: as many as fit, 3 to 9
+
+
+def child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
+    import numpy as np
+
+    import polydl
+    from polydl.bench.general import (
+        arguments,
+        constant_size_source,
+        kernel_path,
+        make_inputs,
+        relative_error,
+        tolerance,
+    )
+    from polydl.frontends import load_spec
+
+    sizes = POLYBENCH_SIZES[name][size]
+    path = kernel_path(name)
+    nest, params = load_spec(path, dict(sizes), target_kind="c")
+    args = arguments(nest, params)
+    kernel = polydl.compile(path, params)
+    workdir = Path(tempfile.gettempdir()) / "polydl-polybench-sizes"
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = workdir / f"{name}-{size}-{os.getpid()}.c"
+    lib = src.with_suffix(".so")
+    src.write_text("#include <math.h>\n" + constant_size_source(path.read_text(), nest.name, params))
+    subprocess.run([*GCC, "-fPIC", "-shared", *[f"-D{k}={v}" for k, v in params.items()],
+                    str(src), "-o", str(lib), "-lm"], check=True, capture_output=True, text=True)
+    gcc_fn = getattr(ctypes.CDLL(str(lib)), nest.name)
+    gcc_fn.restype = None
+    polydl_fn = getattr(ctypes.CDLL(str(kernel.library_path)), kernel.name)
+    polydl_fn.restype = ctypes.c_int
+    order = {"gcc": [a.name for a in args], "polydl": [a.name for a in kernel.arguments]}
+    pristine = make_inputs(name, args, sizes)
+    outputs = [a.name for a in args if not a.is_input]
+    buffers = {side: {k: v.copy() for k, v in pristine.items()} for side in order}
+
+    def bound(side: str, fn: Any) -> Any:
+        values = buffers[side]
+        cargs = [ctypes.c_void_p(values[n].ctypes.data) if values[n].shape
+                 else (ctypes.c_float if values[n].dtype == np.float32 else ctypes.c_double)(
+                     float(values[n])) for n in order[side]]
+
+        def call() -> None:
+            for n in outputs:
+                np.copyto(values[n], pristine[n])
+            fn(*cargs)
+
+        return call
+
+    def restore_only() -> None:
+        for n in outputs:
+            np.copyto(buffers["gcc"][n], pristine[n])
+
+    calls = {"gcc": bound("gcc", gcc_fn), "polydl": bound("polydl", polydl_fn)}
+    for call in calls.values():
+        call()
+    dtype = np.dtype(next(a.dtype for a in args if not a.is_input))
+    error = max(relative_error(buffers["polydl"][n], buffers["gcc"][n]) for n in outputs)
+    gomp = ctypes.CDLL("libgomp.so.1")
+    result: dict[str, Any] = {"kernel": name, "size": size, "sizes": sizes,
+                              "schedule": kernel.schedule.describe(), "error": error,
+                              "correct": bool(error <= tolerance(dtype)), "ms": {}}
+    for t in threads:
+        gomp.omp_set_num_threads(t)
+        for call in calls.values():
+            call()
+        start = time.perf_counter()
+        calls["gcc"]()
+        once = max(time.perf_counter() - start, 1e-7)
+        repeat = max(1, math.ceil(SAMPLE_SECONDS / once))
+        rounds = int(min(9, max(3, TIME_BUDGET_SECONDS / (2 * once * repeat))))
+        samples: dict[str, list[float]] = {"gcc": [], "polydl": [], "restore": []}
+        for _ in range(rounds):
+            for side, fn in (*calls.items(), ("restore", restore_only)):
+                fn()  # untimed: the threads of the side before may still spin
+                start = time.perf_counter()
+                for _ in range(repeat):
+                    fn()
+                samples[side].append((time.perf_counter() - start) / repeat)
+        restore = statistics.median(samples["restore"])
+        result["ms"][str(t)] = {side: max(statistics.median(samples[side]) - restore, 1e-9) * 1e3
+                                for side in ("gcc", "polydl")}
+    return result
+
+
+def run_child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
+    env = dict(os.environ, OMP_STACKSIZE="64M")
+    env.pop("OMP_NUM_THREADS", None)
+    command = (f"ulimit -s unlimited 2>/dev/null || ulimit -s 1048576; exec {sys.executable} "
+               f"{Path(__file__).resolve()} --child {name}:{size} "
+               f"--threads {','.join(map(str, threads))}")
+    proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            data: dict[str, Any] = json.loads(line[len("RESULT "):])
+            return data
+    return {"kernel": name, "size": size, "error": math.inf, "correct": False, "ms": {},
+            "status": "child failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1]}
+
+
+def ratio(entry: dict[str, Any], threads: int) -> float | None:
+    ms = entry["ms"].get(str(threads))
+    return ms["gcc"] / ms["polydl"] if ms else None
+
+
+def summary(results: list[dict[str, Any]], threads: list[int]) -> list[str]:
+    lines = []
+    for size in SIZE_NAMES:
+        for t in threads:
+            values = sorted(r for e in results if e["size"] == size
+                            for r in [ratio(e, t)] if r is not None)
+            if not values:
+                continue
+            q = (statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1
+                 else values * 3)
+            lines.append(f"{size:6s} {t} thread(s): {len(values)} kernels, min {values[0]:.2f}x "
+                         f"q1 {q[0]:.2f}x median {q[1]:.2f}x q3 {q[2]:.2f}x max {values[-1]:.2f}x; "
+                         f"{sum(v < 1.0 for v in values)} below 1.0x")
+    slow = [(e["kernel"], e["size"], t, r) for e in results for t in threads
+            for r in [ratio(e, t)] if r is not None and r < 1.0]
+    lines.append("below 1.0x: " + (", ".join(f"{k} {s} {t}T {r:.2f}x" for k, s, t, r in slow)
+                                   or "none"))
+    wrong = [f"{e['kernel']} {e['size']}" for e in results if not e["correct"]]
+    if wrong:
+        lines.append("wrong or failed: " + ", ".join(wrong))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--kernels", default=",".join(POLYBENCH_SIZES))
+    parser.add_argument("--sizes", default=",".join(SIZE_NAMES))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.child:
+        name, size = args.child.split(":")
+        print("RESULT " + json.dumps(child(name, size, threads)), flush=True)
+        return 0
+    names = [k for k in args.kernels.split(",") if k]
+    sizes = [s for s in args.sizes.split(",") if s]
+    unknown = [k for k in names if k not in POLYBENCH_SIZES] + [s for s in sizes if s not in SIZE_NAMES]
+    if unknown:
+        parser.error(f"unknown kernels or sizes {unknown}")
+    results = []
+    for size in sizes:
+        for name in names:
+            entry = run_child(name, size, threads)
+            results.append(entry)
+            cells = " ".join(
+                f"{t}T {entry['ms'][str(t)]['polydl']:9.3f}/{entry['ms'][str(t)]['gcc']:9.3f} ms "
+                f"{ratio(entry, t):5.2f}x" for t in threads if str(t) in entry["ms"])
+            status = entry.get("status", "ok" if entry["correct"] else
+                               f"WRONG (error {entry['error']:.1e})")
+            print(f"{name:15s} {size:6s} {cells}  {status}", flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
+    for line in summary(results, threads):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
