@@ -21,6 +21,7 @@ from polydl.ir import (
     Const,
     Expr,
     IndexValue,
+    IntExpr,
     IntOp,
     Load,
     Select,
@@ -63,6 +64,10 @@ class ArrayLayout:
     shape: tuple[int, ...]
     # one slice of the first index per thread, the thread's own (`codegen.c.thread_scratch`)
     per_thread: bool = False
+    # a local contracted to the cells one iteration of its loops touches
+    # (`schedules.contraction`): the subscripts it keeps, each wrapped to its extent in `shape`
+    # (a power of two); None: every subscript, unwrapped
+    kept: tuple[int, ...] | None = None
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -86,6 +91,18 @@ def compute_type(layouts: dict[str, ArrayLayout]) -> str:
 _INTEGER_CALLS = {"/": "_pd_idiv", "%": "_pd_irem"}
 
 
+@dataclass(frozen=True)
+class _Wrapped:
+    """A subscript of a contracted local (never negative: a cell's offset from the array's
+    start) wrapped to `extent`, a power of two."""
+
+    index: IntExpr
+    extent: int
+
+    def to_c(self) -> str:
+        return f"(({self.index.to_c()}) & {self.extent - 1}L)"
+
+
 class StatementPrinter:
     def __init__(self, layouts: dict[str, ArrayLayout]) -> None:
         self.layouts = layouts
@@ -101,7 +118,9 @@ class StatementPrinter:
         if not layout.shape:  # a scalar parameter, passed by value
             return acc.array
         terms = []
-        for d, (idx, stride) in enumerate(zip(acc.indices, layout.strides, strict=True)):
+        indices = acc.indices if layout.kept is None else [
+            _Wrapped(acc.indices[k], extent) for k, extent in zip(layout.kept, layout.shape, strict=True)]
+        for d, (idx, stride) in enumerate(zip(indices, layout.strides, strict=True)):
             text = "_pd_thread()" if layout.per_thread and d == 0 else idx.to_c()
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
         return f"{acc.array}[{' + '.join(terms) or '0'}]"

@@ -72,7 +72,7 @@ class AccumulatorPrinter:
             s = inst.statement.statement
             layout = self.printer.layouts[s.target.array]
             dtype = DTYPES[layout.dtype]
-            if dtype.is_integer or dtype.name == "bfloat16" or not layout.shape:
+            if dtype.is_integer or dtype.name == "bfloat16":
                 continue
             if touched[s.target.array] != 1:
                 continue

@@ -22,6 +22,7 @@ from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
+from polydl.schedules.contraction import local_storage
 from polydl.schedules.cpu.amx_pairs import pairs_b
 from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.fusion import vector_dims
@@ -102,10 +103,15 @@ def _printers(
 ) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter]:
     model = scheduled.model
     sliced = per_thread_arrays(scheduled)
+    storage = local_storage(scheduled)
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
         for a in model.nest.arrays
     }
+    for name, held in storage.items():
+        if not held.whole:  # a register scalar (no subscripts), or the cells one iteration touches
+            layouts[name] = ArrayLayout(name, layouts[name].dtype, tuple(e for _, e in held.kept),
+                                        kept=tuple(k for k, _ in held.kept))
     printer = StatementPrinter(layouts)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
     paired = pairs_b(model, target, scheduled.schedule)
@@ -170,6 +176,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if started:  # the start's own nest runs nowhere: the calls overwrite C instead
             placed[-1] = None
         placed.append(plan)
+    contracted = frozenset(name for name, held in local_storage(scheduled).items() if not held.whole)
     for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
@@ -177,13 +184,18 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
-                            simd_dims=simd_dims, accumulators=sums,
+                            simd_dims=simd_dims, accumulators=sums, contracted=contracted,
+                            threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()
     # inputs read in vectors that the caller may give off a cache line: copied onto one
     given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
+    # contracted locals: C locals of the function, each thread's own where a parallel loop's
+    # body writes them (`LoopPrinter`)
+    body = [f"{layouts[a].c_type} {a}" + "".join(f"[{e}]" for e in layouts[a].shape) + ";"
+            for a in sorted(contracted)] + body
     locals_ = []
-    for a in model.nest.locals:
+    for a in (a for a in model.nest.locals if a.name not in contracted):
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
         shape = layouts[a.name].shape
         count = (f"_pd_slices({shape[0]}) * {math.prod(shape[1:])}L" if layouts[a.name].per_thread
@@ -236,7 +248,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     source = render(
         "c/kernel.c.j2",
         **{**values, "parameters": c_parameters(arguments, given)},
-        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
+        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements),
+                            *(f"{name}: {held.describe()}" for name, held in local_storage(scheduled).items())]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else ""),
         microkernels=[mk.source for mk in calls.microkernels.values()],
