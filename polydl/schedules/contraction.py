@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polydl.dtypes import DTYPES
+from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import PolyModel, StatementModel
@@ -103,10 +104,7 @@ def _storage(scheduled: ScheduledNest, array: str) -> LocalStorage:
         return _whole(array, "no statement touches it")
     names = {s.name for s in users}
     plans = [p for p in scheduled.groups if names & {s.name for s in p.printed_statements}]
-    if len(plans) != 1:
-        return _whole(array, f"{len(plans)} nests use it, one after the other")
-    plan = plans[0]
-    if names & set(plan.calls) or names & {s.name for s in plan.feeds}:
+    if any(names & set(p.calls) or names & {s.name for s in p.feeds} for p in plans):
         return _whole(array, "a microkernel call or a copy of the nest reads it in place")
     domains = _union(isl.UnionMap.from_domain(s.domain) for s in users).domain()
     reads = model.reads.intersect_domain(domains).intersect_range(_cells(model, array))
@@ -115,6 +113,14 @@ def _storage(scheduled: ScheduledNest, array: str) -> LocalStorage:
     flow = info.set_schedule_map(model.original_schedule).compute_flow()
     if not flow.get_may_no_source().is_empty():
         return _whole(array, "some cells are read before anything writes them (its zero fill)")
+    accesses = reads.union(writes)
+    if len(plans) != 1:
+        # nests run one after the other: one value for the whole call, where it has one cell
+        if count_points(accesses.range()) == 1:
+            return LocalStorage(array, False, 0, (), (), f"the {len(plans)} nests that use it "
+                                "run one after the other and touch its one cell")
+        return _whole(array, f"{len(plans)} nests use it, one after the other")
+    plan = plans[0]
     smap = plan.schedule_map.intersect_domain(domains)
     if smap.is_empty() or not domains.is_subset(smap.domain()):
         return _whole(array, "the schedule does not run every statement that uses it")
@@ -128,19 +134,20 @@ def _storage(scheduled: ScheduledNest, array: str) -> LocalStorage:
         reason = "each value is read in the iteration that writes it, carried along the loop inside"
     else:
         reason = "each value is read in the iteration that writes it"
-    accesses = reads.union(writes)
     if _one_cell_per_iteration(smap, accesses, level):
         return LocalStorage(array, False, level, loops, (), reason)
     if level == 0:
         return _whole(array, "the schedule writes it in one sweep over the nest and reads it in a later one"
                       if not _is_loop(smap, 0) else "the outermost loop carries its values")
-    kept = _spans(isl.Map.from_union_map(_prefix(smap, level).reverse().apply_range(accesses)))
+    spans = _spans(isl.Map.from_union_map(_prefix(smap, level).reverse().apply_range(accesses)))
+    kept = tuple((k, 1 << (span - 1).bit_length()) for k, span in spans)
     dtype = model.nest.array(array).dtype
     cells = math.prod(extent for _, extent in kept)
     whole = math.prod(model.nest.array(array).concrete_shape(model.params))
-    touched = f"one iteration of ({', '.join(loops)}) touches {cells} of its cells"
+    touched = (f"one iteration of ({', '.join(loops)}) touches up to "
+               f"{math.prod(span for _, span in spans)} of its {whole} cells")
     if cells >= whole:
-        return _whole(array, f"{touched}, as many as the array has")
+        return _whole(array, f"{touched}, and wrapped storage would be no smaller")
     if cells * DTYPES[dtype].bytes > MAX_CONTRACTED_BYTES:
         return _whole(array, f"{touched}, more than a thread's stack holds")
     return LocalStorage(array, False, level, loops, kept, f"{touched}; {reason}")
@@ -148,8 +155,8 @@ def _storage(scheduled: ScheduledNest, array: str) -> LocalStorage:
 
 def _spans(cells: isl.Map) -> tuple[tuple[int, int], ...]:
     """For a map from one iteration to the cells it touches: each array dimension along which
-    the cells of one iteration differ, with the power of two above their widest span (the
-    index wrapped to it tells apart the cells of one iteration)."""
+    the cells of one iteration differ, with their widest span (an index wrapped to a power of
+    two no smaller tells apart the cells of one iteration)."""
     out = []
     n = cells.dim(isl.dim_type.out)
     for k in range(n):
@@ -157,8 +164,7 @@ def _spans(cells: isl.Map) -> tuple[tuple[int, int], ...]:
         if along.is_single_valued():
             continue  # one cell along k per iteration: the dimension goes
         spread = along.reverse().apply_range(along).deltas()
-        span = int(spread.dim_max_val(0).to_python()) + 1
-        out.append((k, 1 << (span - 1).bit_length()))
+        out.append((k, int(spread.dim_max_val(0).to_python()) + 1))
     return tuple(out)
 
 

@@ -36,6 +36,12 @@ from polydl.version import __version__
 # for C++, which has no `restrict`
 HEADER_RESTRICT = "POLYDL_RESTRICT"
 
+# The kernels never read the floating-point exception flags: the C compiler may then compute
+# both arms of a data-dependent select (`t > 0 ? t : slope * t`) and blend them in vectors,
+# which it refuses where an arm might raise a flag (`-ftrapping-math`, its default). No value
+# changes.
+SELECT_FLAGS = ("-fno-trapping-math",)
+
 
 def comment_text(text: str) -> str:
     """`text` made safe inside a C block comment: one printable line that cannot end it (a
@@ -176,7 +182,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if started:  # the start's own nest runs nowhere: the calls overwrite C instead
             placed[-1] = None
         placed.append(plan)
-    contracted = frozenset(name for name, held in local_storage(scheduled).items() if not held.whole)
+    contracted = {name: frozenset(s.name for s in model.statements
+                                  if name in {a.access.array for a in s.accesses})
+                  for name, held in local_storage(scheduled).items() if not held.whole}
     for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
@@ -273,7 +281,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         header=header,
         kind="c",
         compile_flags=tuple(
-            sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
+            sorted({*SELECT_FLAGS, *(flag for mk in calls.microkernels.values() for flag in mk.link_flags)})
         ),
         target_flags=target.compile_flags(),
         fallback_flags=target.portable_flags(),

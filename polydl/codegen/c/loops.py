@@ -54,7 +54,7 @@ class LoopPrinter:
         simd_dims: frozenset[int] = frozenset(),
         accumulators: AccumulatorPrinter | None = None,
         row_tiles: RowTilePrinter | None = None,
-        contracted: frozenset[str] = frozenset(),
+        contracted: dict[str, frozenset[str]] | None = None,
         threads: int = 0,
     ) -> None:
         self.plan = plan
@@ -72,11 +72,9 @@ class LoopPrinter:
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
-        # locals held as C locals (`schedules.contraction`) and the statements touching each
-        self.contracted = {
-            name: frozenset(s.name for s in plan.printed_statements
-                            if name in {a.access.array for a in s.accesses})
-            for name in contracted}
+        # locals held as C locals (`schedules.contraction`): the statements touching each, in
+        # every nest
+        self.contracted = contracted or {}
         self.threads = threads
         self.runs: dict[str, int] = {}  # how often the AST runs each statement (its user nodes)
 
@@ -175,7 +173,8 @@ class LoopPrinter:
                    if (s := self.statements.get(name)) is not None}
         own = tuple(sorted(name for name in self.contracted if name in written))
         for name in own:
-            if any(inside.get(user, 0) < self.runs.get(user, 0) for user in self.contracted[name]):
+            if any(user not in self.statements or inside.get(user, 0) < self.runs.get(user, 0)
+                   for user in self.contracted[name]):
                 return None
         return own
 
