@@ -236,7 +236,14 @@ def test_locals_are_listed_as_locals_with_where_they_live() -> None:
     arrays = explain(_softmax(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]
     assert "_pd_top_0: float32[512] local, the C local 'top' at " in arrays
     assert "_pd_sum_1: float32[512] local, the C local 'sum' at " in arrays
-    assert arrays.count("the whole array") == 2 and "_pd_top_0: float32[512] output" not in arrays
+    # the schedule keeps each row's maximum and sum in one iteration of the row loop
+    assert arrays.count("a register scalar per iteration of (i)") == 2
+    assert "_pd_top_0: float32[512] output" not in arrays
+    # the generated code's schedule line says the same of each
+    code = _softmax().code.source
+    for line in arrays.splitlines():
+        if "register scalar" in line:
+            assert line.split(": ", 1)[0].strip() + ": a register scalar per iteration of (i)" in code
     arrays = explain(_conv2d_fed(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]
     assert "xp: float32[4x32x11x9] local (scratch), one slice of its first index per thread" in arrays
     arrays = explain(_conv2d(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]
