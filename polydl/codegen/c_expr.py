@@ -173,7 +173,10 @@ class StatementPrinter:
                 return f"{_INTEGER_CALLS[e.op]}({a}, {b})"
             return f"({a} {e.op} {b})"
         if isinstance(e, ToInt):
-            inner = self.integer(e.operand) if self.is_integer(e.operand) else self.expr(e.operand)
+            # a float through long first: C leaves a float out of a narrow type's range
+            # undefined (a vectorised conversion saturates), a long narrowed wraps
+            inner = (self.integer(e.operand) if self.is_integer(e.operand)
+                     else f"(long)({self.expr(e.operand)})")
             return f"((long)({DTYPES[e.dtype].c_type})({inner}))"
         if isinstance(e, Select):
             return (f"({self.comparison(e)} ? {self.integer(e.if_true)} : "
