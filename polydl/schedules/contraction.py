@@ -105,7 +105,7 @@ def _storage(scheduled: ScheduledNest, array: str) -> LocalStorage:
     names = {s.name for s in users}
     plans = [p for p in scheduled.groups if names & {s.name for s in p.printed_statements}]
     if any(names & set(p.calls) or names & {s.name for s in p.feeds} for p in plans):
-        return _whole(array, "a microkernel call or a copy of the nest reads it in place")
+        return _whole(array, "a microkernel call or a copy in the nest reads its cells directly")
     domains = _union(isl.UnionMap.from_domain(s.domain) for s in users).domain()
     reads = model.reads.intersect_domain(domains).intersect_range(_cells(model, array))
     writes = model.writes.intersect_domain(domains).intersect_range(_cells(model, array))

@@ -200,8 +200,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     given = {a: f"_pd_given_{a}" for a in line_copies(scheduled, target)}
     # contracted locals: C locals of the function, each thread's own where a parallel loop's
     # body writes them (`LoopPrinter`)
-    body = [f"{layouts[a].c_type} {a}" + "".join(f"[{e}]" for e in layouts[a].shape) + ";"
-            for a in sorted(contracted)] + body
+    # (an array's cells flat, as the statements index them)
+    body = [f"{layouts[a].c_type} {a}" + (f"[{math.prod(layouts[a].shape)}]" if layouts[a].shape else "")
+            + ";" for a in sorted(contracted)] + body
     locals_ = []
     for a in (a for a in model.nest.locals if a.name not in contracted):
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
@@ -257,7 +258,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         "c/kernel.c.j2",
         **{**values, "parameters": c_parameters(arguments, given)},
         schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements),
-                            *(f"{name}: {held.describe()}" for name, held in local_storage(scheduled).items())]),
+                            *(f"{name}: {held.describe()}" for name, held in local_storage(scheduled).items()
+                              if not held.whole)]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else ""),
         microkernels=[mk.source for mk in calls.microkernels.values()],
