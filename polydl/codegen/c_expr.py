@@ -67,6 +67,10 @@ class ArrayLayout:
     shape: tuple[int, ...]
     # one slice of the first index per thread, the thread's own (`codegen.c.thread_scratch`)
     per_thread: bool = False
+    # a local contracted to the cells one iteration of its loops touches
+    # (`schedules.contraction`): the subscripts it keeps, each wrapped to its extent in `shape`
+    # (a power of two); None: every subscript, unwrapped
+    kept: tuple[int, ...] | None = None
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -113,6 +117,24 @@ class CheckedAt:
     at_access: bool
 
 
+@dataclass(frozen=True)
+class _Wrapped:
+    """A subscript of a contracted local (never negative: a cell's offset from the array's
+    start) wrapped to `extent`, a power of two."""
+
+    index: IntExpr
+    extent: int
+
+    def to_c(self) -> str:
+        return f"(({self.index.to_c()}) & {self.extent - 1}L)"
+
+
+def _affine(idx: IntExpr | Indirect) -> IntExpr:
+    if isinstance(idx, Indirect):
+        raise TypeError("a subscript read from an index array has no affine form")
+    return idx
+
+
 class StatementPrinter:
     def __init__(self, layouts: dict[str, ArrayLayout], math: MathCalls | None = None,
                  index_checks: dict[IndexSite, CheckedAt] | None = None) -> None:
@@ -136,8 +158,14 @@ class StatementPrinter:
         """The flat offset of `acc` in its array."""
         layout = self.layouts[acc.array]
         terms = []
-        for d, (idx, stride) in enumerate(zip(acc.indices, layout.strides, strict=True)):
-            text = "_pd_thread()" if layout.per_thread and d == 0 else self.subscript(acc, d, idx)
+        if layout.kept is None:
+            texts = [self.subscript(acc, d, idx) for d, idx in enumerate(acc.indices)]
+        else:  # a contracted local (never indexed through an index array): its kept subscripts
+            texts = [_Wrapped(_affine(acc.indices[k]), extent).to_c()
+                     for k, extent in zip(layout.kept, layout.shape, strict=True)]
+        for d, (text, stride) in enumerate(zip(texts, layout.strides, strict=True)):
+            if layout.per_thread and d == 0:
+                text = "_pd_thread()"
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
         return " + ".join(terms) or "0"
 
@@ -203,7 +231,10 @@ class StatementPrinter:
                 return f"{_INTEGER_CALLS[e.op]}({a}, {b})"
             return f"({a} {e.op} {b})"
         if isinstance(e, ToInt):
-            inner = self.integer(e.operand) if self.is_integer(e.operand) else self.expr(e.operand)
+            # a float through long first: C leaves a float out of a narrow type's range
+            # undefined (a vectorised conversion saturates), a long narrowed wraps
+            inner = (self.integer(e.operand) if self.is_integer(e.operand)
+                     else f"(long)({self.expr(e.operand)})")
             return f"((long)({DTYPES[e.dtype].c_type})({inner}))"
         if isinstance(e, Select):
             return (f"({self.comparison(e)} ? {self.integer(e.if_true)} : "

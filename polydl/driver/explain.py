@@ -20,6 +20,7 @@ from polydl.names import respell, spelling
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import dependences_of
 from polydl.poly.isl_parts import maps_of
+from polydl.schedules.contraction import LocalStorage, local_storage
 from polydl.schedules.cpu.nests import describe_plan
 from polydl.schedules.fusion import level_loop
 from polydl.schedules.schedule import GENERAL_SCHEDULER_NOTE
@@ -40,10 +41,12 @@ def explain(c: Compilation, ranking: int = 5) -> str:
     lines.append("  sizes: " + (", ".join(f"{k}={v}" for k, v in model.params.items()) or "none"))
     lines.append("  arrays:")
     per_thread = per_thread_arrays(c.scheduled) if c.scheduled is not None else frozenset()
+    storage = local_storage(c.scheduled) if c.scheduled is not None else {}
     # the scheduled model's: with the scratch arrays the schedule added (scaled operands)
     for a in (c.scheduled.model if c.scheduled is not None else model).nest.arrays:
         shape = "x".join(str(e) for e in a.concrete_shape(model.params))
-        lines.append(f"    {a.name}: {a.dtype}[{shape}] {_role(a, a.name in per_thread)}")
+        lines.append(f"    {a.name}: {a.dtype}[{shape}] "
+                     f"{_role(a, a.name in per_thread, storage.get(a.name))}")
     lines.append("")
     lines.append("statements:")
     for s in model.statements:
@@ -118,17 +121,23 @@ def _summary(c: Compilation) -> list[str]:
     return lines
 
 
-def _role(array: Array, per_thread: bool) -> str:
-    """input, output, or a local with where the code holds it: whole (one cell per iteration of
-    the loops it was expanded along), or one slice of its first index per thread."""
+def _role(array: Array, per_thread: bool, storage: LocalStorage | None = None) -> str:
+    """input, output, or a local with where the code holds it, as the chosen schedule allows
+    (`schedules.contraction`): a register scalar or the cells one iteration touches, with the
+    loops it lives one iteration of and why; else one slice of its first index per thread, or
+    the whole array (one cell per iteration of the loops it was expanded along)."""
     if not array.local:
         return "input" if array.is_input else "output"
-    where = "one slice of its first index per thread" if per_thread else "the whole array"
+    if per_thread:
+        where = "one slice of its first index per thread"
+    elif storage is not None:
+        where = storage.describe()
+    else:
+        where = "the whole array"
     scalar = _C_LOCAL.fullmatch(array.name)
     if scalar is None or array.position is None:
         return f"local (scratch), {where}"
-    return (f"local, the C local '{spelling(scalar.group(1))}' at {array.position} with a cell "
-            f"per iteration of the loops around it; {where}")
+    return f"local, the C local '{spelling(scalar.group(1))}' at {array.position}: {where}"
 
 
 def _fusion(c: Compilation) -> list[str]:

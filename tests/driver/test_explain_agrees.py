@@ -45,13 +45,14 @@ def _layernorm() -> Compilation:
     return lower(*load_spec(EXAMPLES / "layernorm.c", {"N": 256, "D": 768}), machine=MACHINE)
 
 
-def _jacobi_tiles() -> Compilation:
+def _jacobi_rows() -> Compilation:
+    # the written order: each sweep's rows in parallel inside the sequential time loop
     return lower(*load_spec(EXAMPLES / "jacobi2d.c", {"T": 20, "N": 200}), machine=MACHINE)
 
 
-def _jacobi_wavefront() -> Compilation:
-    # a sweep too small to pay a fork per time step: the time loop is tiled with the space
-    return lower(*load_spec(EXAMPLES / "jacobi2d.c", {"T": 100, "N": 100}), machine=MACHINE)
+def _wavefront() -> Compilation:
+    # no parallel loop: tiles along the anti-diagonals run in parallel
+    return lower(*load_spec(EXAMPLES / "wavefront.c", {"N": 2000}), machine=MACHINE)
 
 
 def _matmul() -> Compilation:
@@ -86,8 +87,8 @@ def _trisolv() -> Compilation:
 CASES = {
     "softmax": (_softmax, [["parallel loop 0"]]),  # written order, rows in parallel
     "layernorm": (_layernorm, [["parallel loop 0"]]),
-    "jacobi2d tiles": (_jacobi_tiles, [["parallel loops 0, 1", "parallel loops 0, 1"]]),
-    "jacobi2d wavefront": (_jacobi_wavefront, [["parallel: wavefront of tiles"]]),
+    "jacobi2d rows": (_jacobi_rows, [["parallel loop 0", "parallel loop 0"]]),
+    "wavefront": (_wavefront, [["parallel: wavefront of tiles"]]),
     "matmul": (_matmul, [["parallel "]]),
     "gemm_blas": (_gemm_blas, [["parallel "], ["parallel "]]),  # C *= beta, then the GEMM
     "conv2d": (_conv2d, [["parallel "], ["parallel "]]),  # the padding copy, then the convolution
@@ -162,13 +163,14 @@ def _loops_claimed(claim: str) -> int:
 
 
 def _pragmas(c: Compilation) -> list[int]:
-    """The collapse depth of each `#pragma omp parallel for` on a loop of the kernel's nests, in
-    order (the kernel function only; a scratch array's clearing per thread slice is no nest)."""
+    """The collapse depth of each `#pragma omp parallel for` (or `#pragma omp for` in a parallel
+    region) on a loop of the kernel's nests, in order (the kernel function only; a scratch
+    array's clearing per thread slice is no nest; a region's own pragma claims no loop)."""
     source = c.code.source
     body = source[source.index(f"\nint {c.model.nest.name}("):].splitlines()
     depths = []
     for i, line in enumerate(body):
-        if not line.strip().startswith("#pragma omp parallel"):
+        if not re.match(r"#pragma omp (parallel )?for\b", line.strip()):
             continue
         loop = body[i + 1].strip()
         if loop.startswith("for (long _pd_slice "):
@@ -218,16 +220,18 @@ def test_summary_schedule_section_describe_and_pragmas_agree(case: str) -> None:
 def test_a_kernel_describes_what_the_general_scheduler_did() -> None:
     """`describe()` of a general-scheduler kernel names its bands, tiles and parallel loop,
     built or taken from the compile cache."""
-    params = {"T": 20, "N": 200}
-    built = polydl.compile(EXAMPLES / "jacobi2d.c", params, machine=MACHINE)
-    cached = polydl.compile(EXAMPLES / "jacobi2d.c", params, machine=MACHINE)
+    params = {"N": 2000}
+    built = polydl.compile(EXAMPLES / "wavefront.c", params, machine=MACHINE)
+    cached = polydl.compile(EXAMPLES / "wavefront.c", params, machine=MACHINE)
     text = built.schedule.describe()
-    assert text == cached.schedule.describe() == _jacobi_tiles().schedule.describe()
+    assert text == cached.schedule.describe() == _wavefront().schedule.describe()
     assert text.startswith("main nest by the general (affine) scheduler: affine scheduler: ")
-    assert "band (t) of S0, S1; sequential" in text
-    assert re.search(r"band \(i, j\) of S0; tiles (\d+)x\1 \(\d+ KiB per tile\); parallel loops 0, 1", text)
-    assert "#pragma omp parallel for collapse(2)" in built.source
-    assert "wavefront of tiles" in _jacobi_wavefront().schedule.describe()
+    assert re.search(r"band \(i, j\) of S0; tiles (\d+)x\1 \(\d+ KiB per tile\); parallel: wavefront of tiles",
+                     text)
+    # one parallel region, the tiles of each anti-diagonal shared out in it
+    assert "#pragma omp parallel\n" in built.source and "#pragma omp for" in built.source
+    rows = _jacobi_rows().schedule.describe()
+    assert "written order" in rows and "band (t) of S0, S1; sequential" in rows
     # what is generated does not depend on the description
     assert "schedule: main nest by the general (affine) scheduler\n" in built.source
 
@@ -236,7 +240,14 @@ def test_locals_are_listed_as_locals_with_where_they_live() -> None:
     arrays = explain(_softmax(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]
     assert "_pd_top_0: float32[512] local, the C local 'top' at " in arrays
     assert "_pd_sum_1: float32[512] local, the C local 'sum' at " in arrays
-    assert arrays.count("the whole array") == 2 and "_pd_top_0: float32[512] output" not in arrays
+    # the schedule keeps each row's maximum and sum in one iteration of the row loop
+    assert arrays.count("a register scalar per iteration of (i)") == 2
+    assert "_pd_top_0: float32[512] output" not in arrays
+    # the generated code's schedule line says the same of each
+    code = _softmax().code.source
+    for line in arrays.splitlines():
+        if "register scalar" in line:
+            assert line.split(": ", 1)[0].strip() + ": a register scalar per iteration of (i)" in code
     arrays = explain(_conv2d_fed(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]
     assert "xp: float32[4x32x11x9] local (scratch), one slice of its first index per thread" in arrays
     arrays = explain(_conv2d(), ranking=0).split("  arrays:\n", 1)[1].split("\n\n", 1)[0]

@@ -7,12 +7,14 @@ variable: loaded before the loop, stored after it, and only where the loop runs 
 an OpenMP region (the outlined function loses `restrict`), so every iteration stores it and the
 loop is neither vectorised nor free of a store-to-load chain.
 
-A statement qualifies where it is `c += e`, `c -= e`, `c = c + e` or `c = e + c` on a float
-cell whose subscripts do not move with the loop, no instance reads that cell in e, and no
-other statement in the loop touches that array. Where the loop writes nothing but those sums
-it carries no other dependence, so it also gets `#pragma omp simd reduction(+: ...)`: the
-sums are then split over the vector lanes and added at the end, a reassociation, as the
-microkernels' split reductions already are.
+A statement qualifies where it is `c += e`, `c -= e`, `c = c + e` or `c = e + c` (a sum), or
+`c = e > c ? e : c`, `c = fmaxf(c, e)` and their minima (an extremum, `poly.sums.extremum_of`),
+on a float cell whose subscripts do not move with the loop, no instance reads that cell in e,
+and no other statement in the loop touches that array. Where the loop writes nothing but
+those reductions it carries no other dependence, so it also gets `#pragma omp simd
+reduction(+: ...)` (and `reduction(max: ...)`, `reduction(min: ...)`): each lane then reduces
+its share and the lanes are combined at the end; for a sum a reassociation, as the
+microkernels' split reductions already are, for an extremum the same value (NaNs aside).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from dataclasses import dataclass
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.dtypes import DTYPES
-from polydl.ir import Expr, expr_loads, int_vars
+from polydl.ir import Expr, Statement, expr_loads, int_vars
 from polydl.poly.model import StatementModel
-from polydl.poly.sums import addend_of, reads_own_cell
+from polydl.poly.sums import addend_of, extremum_of, reads_own_cell
 
 ACCUMULATOR_PREFIX = "_pd_acc"
 
@@ -41,8 +43,13 @@ class Accumulation:
 
     instance: Instance
     variable: str
-    addend: Expr  # what each iteration adds (or subtracts, `sign` "-")
-    sign: str
+    addend: Expr  # what each iteration adds (or subtracts, `sign` "-"), or compares
+    sign: str  # "+" or "-" for a sum; "max" or "min" for an extremum
+
+    @property
+    def reduction(self) -> str:
+        """The OpenMP reduction operator."""
+        return self.sign if self.sign in ("max", "min") else "+"
 
 
 def _target_vars(s: StatementModel) -> set[str]:
@@ -72,11 +79,11 @@ class AccumulatorPrinter:
             s = inst.statement.statement
             layout = self.printer.layouts[s.target.array]
             dtype = DTYPES[layout.dtype]
-            if dtype.is_integer or dtype.name == "bfloat16" or not layout.shape:
+            if dtype.is_integer or dtype.name == "bfloat16":
                 continue
             if touched[s.target.array] != 1:
                 continue
-            form = addend_of(s)
+            form = addend_of(s) or _extremum(s)
             # a scatter's cell is read from an index array, which the loop may change
             if form is None or s.target.is_indirect or reads_own_cell(inst.statement, form[0]):
                 continue
@@ -105,12 +112,18 @@ class AccumulatorPrinter:
             out.append(f"    {layout.c_type} {acc.variable};")
             out.append(f"    {{ {' '.join(self._binds(acc.instance, True))} {acc.variable} = {cell}; }}")
         if only_sums:
-            out.append(f"    #pragma omp simd reduction(+: {', '.join(a.variable for a in sums)})")
+            clauses = " ".join(
+                f"reduction({op}: {', '.join(a.variable for a in sums if a.reduction == op)})"
+                for op in dict.fromkeys(a.reduction for a in sums))
+            out.append(f"    #pragma omp simd {clauses}")
         out.append(f"    {header}")
         for inst in body:
             held = by_name.get(inst.statement.name)
             if held is None:
                 text = self.printer.statement(inst.statement.statement)
+            elif held.reduction != "+":
+                value, cmp = self.printer.expr(held.addend), ">" if held.sign == "max" else "<"
+                text = f"{held.variable} = ({value} {cmp} {held.variable}) ? {value} : {held.variable};"
             else:
                 text = f"{held.variable} {held.sign}= {self.printer.expr(held.addend)};"
             out += ["      {", *(f"        {b}" for b in self._binds(inst)), f"        {text}",
@@ -120,3 +133,9 @@ class AccumulatorPrinter:
             cell = self.printer.element(acc.instance.statement.statement.target)
             out.append(f"    {{ {' '.join(self._binds(acc.instance, True))} {cell} = {acc.variable}; }}")
         return out + ["  }", "}"]
+
+
+def _extremum(s: Statement) -> tuple[Expr, str] | None:
+    """A float extremum (`extremum_of`) as an accumulation's (what it compares, max or min)."""
+    form = extremum_of(s)
+    return None if form is None else (form[0], form[1])

@@ -25,6 +25,7 @@ from polydl.codegen.c_expr import C_HELPERS, ArrayLayout, StatementPrinter
 from polydl.codegen.templating import render
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan, ScheduledNest
+from polydl.schedules.contraction import local_storage
 from polydl.schedules.cpu.amx_pairs import pairs_b
 from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.fusion import vector_dims
@@ -37,6 +38,12 @@ from polydl.version import __version__
 # the header's spelling of `restrict`: kernel.h.j2 defines it as `restrict` for C and `__restrict`
 # for C++, which has no `restrict`
 HEADER_RESTRICT = "POLYDL_RESTRICT"
+
+# The kernels never read the floating-point exception flags: the C compiler may then compute
+# both arms of a data-dependent select (`t > 0 ? t : slope * t`) and blend them in vectors,
+# which it refuses where an arm might raise a flag (`-ftrapping-math`, its default). No value
+# changes.
+SELECT_FLAGS = ("-fno-trapping-math",)
 
 
 def comment_text(text: str) -> str:
@@ -105,10 +112,15 @@ def _printers(
 ) -> tuple[dict[str, ArrayLayout], StatementPrinter, CallPrinter, IndexChecks]:
     model = scheduled.model
     sliced = per_thread_arrays(scheduled)
+    storage = local_storage(scheduled)
     layouts = {
         a.name: ArrayLayout(a.name, a.dtype, a.concrete_shape(model.params), a.name in sliced)
         for a in model.nest.arrays
     }
+    for name, held in storage.items():
+        if not held.whole:  # a register scalar (no subscripts), or the cells one iteration touches
+            layouts[name] = ArrayLayout(name, layouts[name].dtype, tuple(e for _, e in held.kept),
+                                        kept=tuple(k for k, _ in held.kept))
     checks = plan_index_checks(model, layouts, given)
     printer = StatementPrinter(layouts, math_form(target, model.nest.exact_math), checks.sites)
     constant = frozenset(a.name for a in model.nest.parameters if a.is_input)
@@ -177,6 +189,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if started:  # the start's own nest runs nowhere: the calls overwrite C instead
             placed[-1] = None
         placed.append(plan)
+    contracted = {name: frozenset(s.name for s in model.statements
+                                  if name in {a.access.array for a in s.accesses})
+                  for name, held in local_storage(scheduled).items() if not held.whole}
     for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
@@ -184,11 +199,17 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
-                            simd_dims=simd_dims, accumulators=sums,
+                            simd_dims=simd_dims, accumulators=sums, contracted=contracted,
+                            threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()
+    # contracted locals: C locals of the function, each thread's own where a parallel loop's
+    # body writes them (`LoopPrinter`)
+    # (an array's cells flat, as the statements index them)
+    body = [f"{layouts[a].c_type} {a}" + (f"[{math.prod(layouts[a].shape)}]" if layouts[a].shape else "")
+            + ";" for a in sorted(contracted)] + body
     locals_ = []
-    for a in model.nest.locals:
+    for a in (a for a in model.nest.locals if a.name not in contracted):
         zeroed, clear = clearing(model, layouts[a.name], a.filled)
         shape = layouts[a.name].shape
         count = (f"_pd_slices({shape[0]}) * {math.prod(shape[1:])}L" if layouts[a.name].per_thread
@@ -241,7 +262,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     source = render(
         "c/kernel.c.j2",
         **{**values, "parameters": c_parameters(arguments, given)},
-        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements)]),
+        schedule="; ".join([scheduled.schedule.describe(), *(p.describe() for p in placements),
+                            *(f"{name}: {held.describe()}" for name, held in local_storage(scheduled).items()
+                              if not held.whole)]),
         includes=[],  # each microkernel source includes the headers it needs
         helpers=C_HELPERS + (THREAD_HELPERS if any(lay.per_thread for lay in layouts.values()) else "")
         + math_calls.preamble(model.nest, printer.ctype)
@@ -270,8 +293,9 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         header=header,
         kind="c",
         compile_flags=tuple(
-            sorted({flag for mk in calls.microkernels.values() for flag in mk.link_flags})
-        ) + math_calls.compile_flags(model.nest),
+            sorted({*SELECT_FLAGS, *(flag for mk in calls.microkernels.values() for flag in mk.link_flags),
+                    *math_calls.compile_flags(model.nest)})
+        ),
         target_flags=target.compile_flags(),
         fallback_flags=target.portable_flags(),
         placements=tuple(placements),

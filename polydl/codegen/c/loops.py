@@ -54,6 +54,8 @@ class LoopPrinter:
         simd_dims: frozenset[int] = frozenset(),
         accumulators: AccumulatorPrinter | None = None,
         row_tiles: RowTilePrinter | None = None,
+        contracted: dict[str, frozenset[str]] | None = None,
+        threads: int = 0,
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
@@ -73,11 +75,18 @@ class LoopPrinter:
         # inside a `parallel region` mark: the threads run every loop, parallel ones share out
         # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
         self.in_region = False
+        # locals held as C locals (`schedules.contraction`): the statements touching each, in
+        # every nest
+        self.contracted = contracted or {}
+        self.threads = threads
+        self.runs: dict[str, int] = {}  # how often the AST runs each statement (its user nodes)
 
     def lines(self) -> list[str]:
         if self.plan.schedule_map.is_empty():
             return []
-        return self._node(build_ast(self.plan), 0, False)
+        root = build_ast(self.plan)
+        self.runs = _user_nodes(root)
+        return self._node(root, 0, False)
 
     def _node(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
         pad = "  " * indent
@@ -136,18 +145,21 @@ class LoopPrinter:
         if self.collapsed_left:  # a loop of a collapsed parallel nest: no pragma may come between
             self.collapsed_left -= 1
             return [pad + _header(node), *self._node(node.for_get_body(), indent + 1, in_parallel), f"{pad}}}"]
-        parallel_here = not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
+        own = self._own_locals(node)
+        parallel_here = (not in_parallel and (marked or _dim_of(it) in self.parallel_dims)
+                         and own is not None)
         if parallel_here:
             depth = self._collapsible(node, marked)
-            pragma = self.parallel_pragma
+            pragma = self.parallel_pragma + _private(own or ())
             if self.in_region:  # the threads are there: share out the iterations
                 pragma = pragma.replace("parallel for", "for", 1)
             if depth > 1:
                 pragma = re.sub(r"\bfor\b", f"for collapse({depth})", pragma, count=1)
                 self.collapsed_left = depth - 1
             out.append(pad + pragma)
-        elif _dim_of(it) in self.simd_dims and self._simd_body(node.for_get_body()):
-            out.append(pad + "#pragma omp simd")
+        elif (_dim_of(it) in self.simd_dims and own is not None
+              and self._simd_body(node.for_get_body())):
+            out.append(pad + "#pragma omp simd" + _private(own or ()))
         header = _header(node)
         # a loop every thread of a region runs prints its statements one by one (each once)
         shared = self.in_region and not (in_parallel or parallel_here)
@@ -166,6 +178,21 @@ class LoopPrinter:
         out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
 
+    def _own_locals(self, node: isl.AstNode) -> tuple[str, ...] | None:
+        """The contracted locals that the body of loop `node` writes, which each of its
+        iterations may hold as its own (`private`): every statement touching them runs inside
+        the loop only. None where one is touched outside the loop too: a value that enters or
+        leaves the loop, which then runs as it is written (neither parallel nor SIMD)."""
+        inside = _user_nodes(node.for_get_body())
+        written = {s.statement.target.array for name in inside
+                   if (s := self.statements.get(name)) is not None}
+        own = tuple(sorted(name for name in self.contracted if name in written))
+        for name in own:
+            if any(user not in self.statements or inside.get(user, 0) < self.runs.get(user, 0)
+                   for user in self.contracted[name]):
+                return None
+        return own
+
     def _collapsible(self, node: isl.AstNode, marked: int = 0) -> int:
         """How many loops from `node` down run as one parallel loop: the schedule's parallel
         dimensions, or the `marked` ones of a scheduled tree's mark (each carries no
@@ -176,7 +203,10 @@ class LoopPrinter:
         wanted = set(range(first, first + marked)) if marked else self.parallel_dims
         depth, outer = 1, [node.for_get_iterator().get_id().get_name()]
         inner = node.for_get_body()
-        while (inner.get_type() == AST_FOR and not inner.for_is_degenerate()
+        trips = _trips(node)
+        while (inner.get_type() == AST_FOR
+               and (not self._loop_free(inner.for_get_body())
+                    or (trips is not None and trips < self.threads)) and not inner.for_is_degenerate()
                and _dim_of(inner.for_get_iterator().get_id().get_name()) == first + depth
                and first + depth in wanted):
             bounds = ast_expr_to_c(inner.for_get_init()) + " " + ast_expr_to_c(inner.for_get_cond())
@@ -184,6 +214,8 @@ class LoopPrinter:
                 break
             depth += 1
             outer.append(inner.for_get_iterator().get_id().get_name())
+            more = _trips(inner)
+            trips = None if more is None or trips is None else trips * more
             inner = inner.for_get_body()
         return depth
 
@@ -246,6 +278,36 @@ class LoopPrinter:
         if kind == isl.ast_node_type.mark:
             return self._leaves_all(node.mark_get_node(), test)
         return False
+
+
+def _user_nodes(node: isl.AstNode) -> dict[str, int]:
+    """How many places of the AST under `node` run each statement (or call), by name."""
+    out: dict[str, int] = {}
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            name = n.user_get_expr().get_op_arg(0).get_id().get_name()
+            out[name] = out.get(name, 0) + 1
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return out
+
+
+def _private(names: tuple[str, ...]) -> str:
+    return f" private({', '.join(names)})" if names else ""
+
+
+def _trips(node: isl.AstNode) -> int | None:
+    """How many iterations loop `node` runs, where its bounds are numbers."""
+    it = node.for_get_iterator().get_id().get_name()
+    init, cond = ast_expr_to_c(node.for_get_init()), _strip(ast_expr_to_c(node.for_get_cond()))
+    step = ast_expr_to_c(node.for_get_inc())
+    bound = re.fullmatch(rf"{re.escape(it)} (<=|<) (-?\d+)", cond)
+    if bound is None or not re.fullmatch(r"-?\d+", init) or not step.isdigit():
+        return None
+    last = int(bound.group(2)) - (bound.group(1) == "<")
+    return max(0, (last - int(init)) // int(step) + 1)
 
 
 def _header(node: isl.AstNode) -> str:
