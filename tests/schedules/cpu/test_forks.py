@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import islpy as isl
+import pytest
 
 from polydl.frontends.c_loopnest import parse_c
 from polydl.poly.dependences import dependences_of
@@ -102,6 +103,7 @@ def test_floyd_warshall_at_2800_forks_once_and_waits_at_a_barrier_per_diagonal()
     assert "#pragma omp for schedule(static)" in body
 
 
+@pytest.mark.slow
 def test_a_parallel_region_computes_what_the_reference_does() -> None:
     k = compile_c(FLOYD, {"N": 70}, target=FREE_FORKS)
     assert "#pragma omp parallel\n" in k.source and "#pragma omp for" in k.source
