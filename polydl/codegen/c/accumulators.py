@@ -14,7 +14,9 @@ and no other statement in the loop touches that array. Where the loop writes not
 those reductions it carries no other dependence, so it also gets `#pragma omp simd
 reduction(+: ...)` (and `reduction(max: ...)`, `reduction(min: ...)`): each lane then reduces
 its share and the lanes are combined at the end; for a sum a reassociation, as the
-microkernels' split reductions already are, for an extremum the same value (NaNs aside).
+microkernels' split reductions already are, for an extremum the same value (NaNs aside). So
+does a loop whose other statements carry nothing along it (softmax's `e = expf(x - m); y = e;
+s += e`: `schedules.fusion.reduction_vector_dims`), its contracted locals private to each lane.
 """
 
 from __future__ import annotations
@@ -101,21 +103,29 @@ class AccumulatorPrinter:
                 for v, a in zip(inst.statement.iterators, inst.args, strict=True) if v in used]
 
     def loop(self, body: list[Instance], sums: list[Accumulation], header: str,
-             iterator: str, init: str, cond: str) -> list[str]:
-        """The loop (`header` is its `for (...) {` line) with `sums` in registers."""
+             iterator: str, init: str, cond: str,
+             simd: tuple[str, ...] | None = None) -> list[str]:
+        """The loop (`header` is its `for (...) {` line) with `sums` in registers. `simd`: where
+        the loop carries no dependence but its reductions', the contracted locals its body
+        writes (each lane's own); then the loop is SIMD beside its other statements too, if
+        every reduction of the body is one of `sums`."""
         by_name = {a.instance.statement.name: a for a in sums}
         only_sums = len(sums) == len(body)
+        beside = simd is not None and all(
+            inst.statement.name in by_name for inst in body
+            if addend_of(inst.statement.statement) or _extremum(inst.statement.statement))
         out = ["{", f"  long {iterator} = {init};", f"  if ({cond}) {{"]
         for acc in sums:
             layout = self.printer.layouts[acc.instance.statement.statement.target.array]
             cell = self.printer.element(acc.instance.statement.statement.target)
             out.append(f"    {layout.c_type} {acc.variable};")
             out.append(f"    {{ {' '.join(self._binds(acc.instance, True))} {acc.variable} = {cell}; }}")
-        if only_sums:
+        if only_sums or beside:
             clauses = " ".join(
                 f"reduction({op}: {', '.join(a.variable for a in sums if a.reduction == op)})"
                 for op in dict.fromkeys(a.reduction for a in sums))
-            out.append(f"    #pragma omp simd {clauses}")
+            private = f" private({', '.join(simd)})" if simd else ""
+            out.append(f"    #pragma omp simd {clauses}{private}")
         out.append(f"    {header}")
         for inst in body:
             held = by_name.get(inst.statement.name)

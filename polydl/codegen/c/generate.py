@@ -28,7 +28,7 @@ from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.contraction import local_storage
 from polydl.schedules.cpu.amx_pairs import pairs_b
 from polydl.schedules.cpu.register_blocking import unit_for
-from polydl.schedules.fusion import vector_dims
+from polydl.schedules.fusion import reduction_vector_dims, vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
 from polydl.schedules.start import start_statement
@@ -198,8 +198,10 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         # a nest of one statement needs no dependence analysis per dimension for it
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
+        reduction_dims = reduction_vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
-                            simd_dims=simd_dims, accumulators=sums, contracted=contracted,
+                            simd_dims=simd_dims, reduction_dims=reduction_dims,
+                            accumulators=sums, contracted=contracted,
                             threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()

@@ -17,7 +17,7 @@ import islpy as isl
 from polydl.codegen.c.accumulators import AccumulatorPrinter, Instance
 from polydl.codegen.c.register_tiles import RowTilePrinter
 from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
-from polydl.poly.isl_parts import out_width
+from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
 from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK, PARALLEL_REGION_MARK
@@ -52,6 +52,7 @@ class LoopPrinter:
         print_instance: InstancePrinter,
         parallel_pragma: str = "#pragma omp parallel for schedule(static)",
         simd_dims: frozenset[int] = frozenset(),
+        reduction_dims: frozenset[int] = frozenset(),
         accumulators: AccumulatorPrinter | None = None,
         row_tiles: RowTilePrinter | None = None,
         contracted: dict[str, frozenset[str]] | None = None,
@@ -65,6 +66,9 @@ class LoopPrinter:
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
+        # loops that carry only sums and extrema on their own cells: SIMD with those in registers
+        self.reduction_dims = reduction_dims
+        self.band_dims: dict[str, tuple[int, ...]] | None = None  # `_band_dims` of a tree plan
         self.accumulators = accumulators
         self.row_tiles = row_tiles
         self.epilogue_names = {s.name for s in plan.epilogues}
@@ -157,7 +161,7 @@ class LoopPrinter:
                 pragma = re.sub(r"\bfor\b", f"for collapse({depth})", pragma, count=1)
                 self.collapsed_left = depth - 1
             out.append(pad + pragma)
-        elif (_dim_of(it) in self.simd_dims and own is not None
+        elif (self._map_dim(node) in self.simd_dims and own is not None
               and self._simd_body(node.for_get_body())):
             out.append(pad + "#pragma omp simd" + _private(own or ()))
         header = _header(node)
@@ -172,26 +176,45 @@ class LoopPrinter:
             body = self._instances(node.for_get_body())
             sums = self.accumulators.accumulations(body, it) if body else []
             if sums:
-                lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond))
+                simd = (self._own_locals(node, frozenset(
+                    a.instance.statement.statement.target.array for a in sums))
+                    if self._map_dim(node) in self.reduction_dims else None)
+                lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond), simd)
                 return [pad + line for line in lines]
         out.append(pad + header)
         out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
 
-    def _own_locals(self, node: isl.AstNode) -> tuple[str, ...] | None:
+    def _own_locals(self, node: isl.AstNode, held: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """The contracted locals that the body of loop `node` writes, which each of its
         iterations may hold as its own (`private`): every statement touching them runs inside
         the loop only. None where one is touched outside the loop too: a value that enters or
-        leaves the loop, which then runs as it is written (neither parallel nor SIMD)."""
+        leaves the loop, which then runs as it is written (neither parallel nor SIMD). `held`:
+        locals the loop's register accumulators hold instead (read before it, stored after)."""
         inside = _user_nodes(node.for_get_body())
         written = {s.statement.target.array for name in inside
                    if (s := self.statements.get(name)) is not None}
-        own = tuple(sorted(name for name in self.contracted if name in written))
+        own = tuple(sorted(name for name in self.contracted if name in written - held))
         for name in own:
             if any(user not in self.statements or inside.get(user, 0) < self.runs.get(user, 0)
                    for user in self.contracted[name]):
                 return None
         return own
+
+    def _map_dim(self, node: isl.AstNode) -> int | None:
+        """The output dimension of the plan's schedule map that loop `node` runs (what
+        `simd_dims` and `reduction_dims` name). A schedule map's AST names its loops by that
+        dimension; a schedule tree's by its depth in bands, while the tree's map has a
+        dimension for each sequence too: there the statements under the loop say which (None
+        where they disagree)."""
+        depth = _dim_of(node.for_get_iterator().get_id().get_name())
+        if self.plan.tree is None:
+            return depth
+        if self.band_dims is None:
+            self.band_dims = _band_dims(self.plan.tree)
+        dims = {self.band_dims[name][depth] if depth < len(self.band_dims.get(name, ())) else None
+                for name in _user_nodes(node.for_get_body())}
+        return dims.pop() if len(dims) == 1 else None
 
     def _collapsible(self, node: isl.AstNode, marked: int = 0) -> int:
         """How many loops from `node` down run as one parallel loop: the schedule's parallel
@@ -278,6 +301,30 @@ class LoopPrinter:
         if kind == isl.ast_node_type.mark:
             return self._leaves_all(node.mark_get_node(), test)
         return False
+
+
+def _band_dims(tree: isl.Schedule) -> dict[str, tuple[int, ...]]:
+    """For each statement of `tree`, the output dimensions of the tree's schedule map that its
+    band members make, from the root down: each band member makes one, and each sequence or
+    set one more (the position of its child)."""
+    out: dict[str, tuple[int, ...]] = {}
+
+    def walk(node: isl.ScheduleNode, dims: tuple[int, ...], next_dim: int) -> None:
+        kind = node.get_type()
+        if kind == isl.schedule_node_type.leaf:
+            for part in maps_of(isl.UnionMap.from_domain(node.get_domain())):
+                out[part.get_tuple_name(isl.dim_type.in_)] = dims
+            return
+        if kind == isl.schedule_node_type.band:
+            members = node.band_n_member()
+            dims, next_dim = dims + tuple(range(next_dim, next_dim + members)), next_dim + members
+        elif kind in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+            next_dim += 1
+        for k in range(node.n_children()):
+            walk(node.child(k), dims, next_dim)
+
+    walk(tree.get_root(), (), 0)
+    return out
 
 
 def _user_nodes(node: isl.AstNode) -> dict[str, int]:

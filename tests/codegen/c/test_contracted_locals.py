@@ -157,3 +157,60 @@ def test_selects_and_maxima_run_in_vectors(preset: str, register: str, tmp_path:
         for mnemonic in wanted:
             assert re.search(rf"\t{mnemonic}\w*ps\s.*%{register}", asm) or re.search(
                 rf"\t{mnemonic}\s.*%{register}", asm), (spec, mnemonic)
+
+
+# a row loop holding a statement and then a loop of two: the tree's map has a dimension for the
+# sequence between the bands, which the loops' SIMD decisions must not take for the inner loop's
+RECURRENCE_AFTER_A_STATEMENT = """
+void scan(int N, int M, float a[N][M], float b[N][M], float c[N], const float x[N][M]) {
+  for (int i = 0; i < N; i++) {
+    c[i] = 0.0f;
+    for (int j = 1; j < M; j++) {
+      b[i][j] = x[i][j] * 2.0f;
+      a[i][j] = a[i][j - 1] * 0.5f + b[i][j];
+    }
+  }
+}
+"""
+
+
+def test_a_loop_carrying_a_recurrence_below_a_sequence_is_not_declared_simd() -> None:
+    k = compile_c(RECURRENCE_AFTER_A_STATEMENT, {"N": 6, "M": 300}, machine="x86-64-v4")
+    assert "omp simd" not in k.source.split("int scan(")[1]
+
+    def expected(x):  # type: ignore[no-untyped-def]
+        a, b = np.zeros(x.shape), 2.0 * x.astype(np.float64)  # outputs start at zero
+        for j in range(1, a.shape[1]):
+            a[:, j] = a[:, j - 1] * 0.5 + b[:, j]
+        b[:, 0] = 0
+        return a, b, np.zeros(a.shape[0])
+
+    run_and_check(k, expected)
+
+
+SOFTMAX_ONE_SWEEP_SUM = """
+#include <math.h>
+void softmax(int N, int D, float y[N][D], const float x[N][D]) {
+  for (int i = 0; i < N; i++) {
+    float m = -INFINITY;
+    for (int j = 0; j < D; j++) m = fmaxf(m, x[i][j]);
+    float s = 0.0f;
+    for (int j = 0; j < D; j++) { float e = expf(x[i][j] - m); y[i][j] = e; s += e; }
+    float inv = 1.0f / s;
+    for (int j = 0; j < D; j++) y[i][j] *= inv;
+  }
+}
+"""
+
+
+def test_a_sum_beside_stores_is_a_simd_reduction_with_the_loops_locals_private() -> None:
+    """softmax's `e = expf(x - m); y = e; s += e`: the loop carries only the sum, which a
+    register holds; each lane has its own `e`."""
+    k = compile_c(SOFTMAX_ONE_SWEEP_SUM, {"N": 33, "D": 517}, machine="x86-64-v4")
+    assert re.search(r"#pragma omp simd reduction\(\+: _pd_acc\d+\) private\(_pd_e_\d+\)", k.source)
+
+    def expected(x):  # type: ignore[no-untyped-def]
+        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    run_and_check(k, expected)
