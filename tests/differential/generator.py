@@ -56,6 +56,7 @@ from tests.differential.program import (
     const,
     expr_accesses,
     expr_children,
+    statements,
     var,
     walk_domains,
     with_children,
@@ -68,6 +69,9 @@ TIME_SIZES = (1, 2, 3, 4, 5)
 # Upper bound on the iteration points of one nest at one size set: keeps gcc -O0 and the
 # domain walk fast.
 MAX_POINTS = 60_000
+# Statements of one program: enough for several nests, few enough for isl's scheduler to take
+# well under a second and for a failure to shrink quickly.
+MAX_STATEMENTS = 14
 LOOP_VARS = ("i", "j", "k", "l")
 FLOAT_FUNCTIONS = ("tanhf", "sinf", "cosf", "erff", "fabsf", "expf", "logf", "sqrtf", "powf")
 
@@ -420,7 +424,7 @@ class _Generator:
 
     def items(self, scope: _Scope, depth: int) -> tuple[Node, ...]:
         out: list[Node] = []
-        count = int(self.rng.integers(1, 4))
+        count = int(self.rng.choice([1, 2, 3], p=[0.45, 0.4, 0.15]))
         for _ in range(count):
             roll = self.rng.random()
             if roll < 0.3 and depth < self.options.max_depth:
@@ -480,6 +484,7 @@ class _Generator:
                 "+", Load(Access(b.name, here)), extra) if self.chance(0.3) else Load(Access(b.name, here))),))
             return (Loop(tname, const(0), var(tcls), first + second),)
         if kind == "dp":  # a wavefront: each cell from its upper and left neighbours
+            extra = Binary("*", self.lit(0.1), self.read(_Scope(inner_scope.loops[1:], ()), growing_ok=True))
             back = [Load(Access(a.name, tuple(var(n, -1 if k == d else 0) for k, n in enumerate(names))))
                     for d in range(len(dims))]
             best = back[0] if len(back) == 1 else Call(self.fn(self.pick(["fmaxf", "fminf"])), tuple(back))
@@ -700,6 +705,7 @@ def generate(seed: int, options: Options = Options()) -> Program:
         g = _Generator(seed * 1000 + attempt, options)
         program = g.program()
         program = replace(program, name=f"fz{seed}")
-        if all(points_of(program, s) <= MAX_POINTS for s in program.sizes()):
+        if (sum(1 for _ in statements(program.body)) <= MAX_STATEMENTS
+                and all(points_of(program, s) <= MAX_POINTS for s in program.sizes())):
             return fit_extents(program)
     return fit_extents(program)

@@ -488,7 +488,8 @@ def walk_domains(program: Program, sizes: Mapping[str, int],
                 mask = np.broadcast_to(n.cond.holds(env), _length(env))
                 block(n.then, {k: v[mask] for k, v in env.items()})
                 block(n.otherwise, {k: v[~mask] for k, v in env.items()})
-            else:
+            else:  # a condition on data: its reads, then both branches on every point
+                visit(Declare("", "", Binary(n.op, n.left, n.right)), env)
                 block(n.then, env)
                 block(n.otherwise, env)
 
