@@ -168,3 +168,46 @@ def compare(program: Program, got: Mapping[str, np.ndarray], own: Mapping[str, n
             first = [(tuple(int(v) for v in i), p[tuple(i)].item(), g[tuple(i)].item()) for i in idx]
             out.append(Difference(a.name, int(bad.sum()), first))
     return out
+
+
+def differences_from_gcc(text: str, sizes: Mapping[str, int], kernel: object, workdir: Path,
+                         calls: int = 1, seed: int = 0) -> list[str]:
+    """A reproducer's check: `kernel` (polydl's build of the C `text`) against gcc -O0 of the
+    same text, `calls` times on the same random inputs; ints exactly, floats within 1e-5 of
+    the array's magnitude (reproducers are small), NaNs in the same places."""
+    from polydl.frontends import load_spec
+
+    nest, bound = load_spec(text, dict(sizes))
+    lib = ctypes.CDLL(str(build(text, workdir, "reproducer")))
+    rng = np.random.default_rng(seed)
+    values = {}
+    for a in nest.parameters:
+        shape = a.concrete_shape(dict(bound))
+        if np.dtype(a.dtype).kind == "i":
+            values[a.name] = rng.integers(-100, 101, shape).astype(a.dtype)
+        else:
+            values[a.name] = np.asarray(rng.uniform(-1, 1, shape)).astype(a.dtype)
+    want = {k: v.copy() for k, v in values.items()}
+    args: list[object] = [ctypes.c_int(bound[p]) for p in nest.params]
+    for a in nest.parameters:
+        if want[a.name].ndim:
+            args.append(ctypes.c_void_p(want[a.name].ctypes.data))
+        else:
+            args.append((ctypes.c_float if a.dtype == "float32" else ctypes.c_double)(float(want[a.name])))
+    getattr(lib, nest.name)(*args)
+    problems = []
+    for call in range(calls):
+        got = {k: v.copy() for k, v in values.items()}
+        kernel(**got)  # type: ignore[operator]
+        for name, g in got.items():
+            w = want[name]
+            if g.dtype.kind == "i":
+                bad = g != w
+            else:
+                scale = max(float(np.nanmax(np.abs(w), initial=0.0)), 1.0)
+                bad = (np.abs(g.astype(np.float64) - w) > 1e-5 * scale) | (np.isnan(g) != np.isnan(w))
+            if np.any(bad):
+                i = tuple(int(v) for v in np.argwhere(bad)[0])
+                problems.append(f"call {call + 1}: {name}{list(i)}: polydl {g[i]!r}, gcc {w[i]!r} "
+                                f"({int(np.sum(bad))} elements differ)")
+    return problems

@@ -1,0 +1,102 @@
+"""Programs the differential tests (tests/differential, tools/differential.py) found compiled
+wrongly or refused: each a minimal C reproducer checked against gcc -O0 of the same C, with
+where the fault lies. An `xfail` names what is still wrong; it is strict, so a fix shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import polydl
+from tests.differential.oracle import differences_from_gcc
+from tests.differential.runner import machine_value, parallel_wherever_legal
+
+# Found at M=2 (seed 20165): the iteration of i = 1 takes the else branch, so each statement
+# runs at one iteration of the loop, S0 at i' = 1 and S2 at i' = 0 of the counted-up loop.
+SINGLE_ITERATIONS = """void f(int M, double y[M]) {
+  for (int i = M - 1; i >= 0; i--) {
+    if (!(i == 1)) {
+      y[i] = y[i + 1];
+    } else {
+      y[i] = 0.5;
+    }
+  }
+}
+"""
+
+
+def test_statements_at_single_iterations_keep_their_loop_order(tmp_path: Path) -> None:
+    """written_tree.py left a loop out of the written order wherever each statement held one
+    value of it, though the values differed: `{ S0[i = 1] -> [0]; S2[i = 0] -> [1] }` ran
+    y[0] = y[1] before y[1] = 0.5, and the plan's final check raised "the general schedule of
+    nest 0 violates a dependence". The loop stays unless all statements hold the same value."""
+    k = polydl.compile(SINGLE_ITERATIONS, {"M": 2})
+    assert not differences_from_gcc(SINGLE_ITERATIONS, {"M": 2}, k, tmp_path)
+    y = np.array([3.0, 4.0])
+    k(y=y)
+    np.testing.assert_array_equal(y, [0.5, 0.5])
+
+
+# Found at N=29 (seed 20253, minimised). The local s0 is declared in the j loop, whose bounds
+# move with i (a triangle): j's iterations share its cell _pd_s0_0[i], in order, as the
+# contract says; so y1[j + 2] = s0 (S3 at j) must read before s0 = 0.0f (S0 at j + 1) writes.
+SHARED_LOCAL = """void f(int N, float y0[N][N], float y1[N + 2]) {
+  for (int i = 0; i <= N - 1; i += 3) {
+    for (int j = i + 1; j < N; j++) {
+      float s0 = 0.0f;
+      for (int k = 1; k < N - 2; k++) {
+        if (!(j == 2)) {
+          s0 = y0[0][k + 2];
+        }
+      }
+      y1[j + 2] = s0;
+    }
+  }
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "codegen/c/loops.py puts a parallel mark's pragma on 'the next loop below it'. affine.py "
+    "marked the band { S3, S0 -> [0]; S2[i,j,k] -> [29 - j - k] } parallel (it carries "
+    "nothing; _can_run_in_parallel found it not single-valued over the whole band), but isl's "
+    "AST splits the domain, and where only S0 and S3 run (_t0 == 100) that loop has the one "
+    "value 0 and is left out: the pragma lands on the next band, "
+    "{ S3 -> [0]; S0 -> [1] }, which carries the write-after-read S3[i=0,j=3] -> S0[i=0,j=4] "
+    "on _pd_s0_0[0]: `#pragma omp parallel for` over `_t3 <= 1` runs `y1[j + 2] = s0` (j=3) "
+    "and `s0 = 0.0f` (j=4) at once, and y1[5] reads 0"))
+def test_parallel_pragma_stays_on_the_marked_loop(tmp_path: Path) -> None:
+    with parallel_wherever_legal():  # the isl schedule is taken only with its parallel loop
+        k = polydl.compile(SHARED_LOCAL, {"N": 29}, machine=machine_value("native"))
+    # every parallel loop is the marked band's (its iterator _t2), never the band below it
+    loops = re.findall(r"#pragma omp parallel for[^\n]*\n\s*for \(long (_t\d+)", k.source)
+    assert loops and set(loops) == {"_t2"}, loops
+    assert not differences_from_gcc(SHARED_LOCAL, {"N": 29}, k, tmp_path, calls=20)
+
+
+# Found at N=2, M=2 (seeds 1009, 1016, 1026): the k loop runs no iteration at these sizes.
+EMPTY_LOOP_LOCAL = """void f(int N, float y[N], const float x[N]) {
+  for (int i = 0; i < N; i++) {
+    y[i] = x[i];
+    for (int k = 2; k < N - 1; k++) {
+      float s = x[k];
+      y[i] += s;
+    }
+  }
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "frontends/c_loopnest.py (_local_scalar) expands a local declared in a loop into one cell "
+    "per iteration, with the extent `end - lowest` of each size-bounded loop around it; where "
+    "that loop runs no iteration at the sizes given (k from 2 to N - 1 at N = 2) the extent is "
+    "0 and binding the sizes refuses the valid program: \"dimension 1 of array '_pd_s_0' has "
+    "extent ((N - 1) - 2) = -1; every extent must be >= 1\", naming an array the user never "
+    "wrote; the extent wants a floor of 1"))
+def test_local_in_a_loop_that_runs_zero_times(tmp_path: Path) -> None:
+    k = polydl.compile(EMPTY_LOOP_LOCAL, {"N": 2})
+    assert not differences_from_gcc(EMPTY_LOOP_LOCAL, {"N": 2}, k, tmp_path)
