@@ -57,10 +57,12 @@ def _worker(conn: Connection, options: Options, minimize_budget: int) -> None:
             conn.send(("minimized", None))
             continue
         keep: list[dict[str, Any]] = []
+        before = _cpu_seconds()
         outcome = check(program, seed=seed, keep=keep)
         runs = [r.to_dict() for r in outcome.runs]
         reports = [{"run": k["run"].to_dict(), "source": k["source"], "explain": k["explain"]} for k in keep]
-        conn.send(("result", {"seed": seed, "status": outcome.status, "runs": runs, "reports": reports}))
+        conn.send(("result", {"seed": seed, "status": outcome.status, "runs": runs, "reports": reports,
+                              "cpu": _cpu_seconds() - before}))
         bad = [(i, r) for i, r in enumerate(outcome.runs)
                if r.status in NOT_OK or (r.status == "refused" and not r.expected)]
         if bad and minimize_budget > 0:
@@ -71,6 +73,15 @@ def _worker(conn: Connection, options: Options, minimize_budget: int) -> None:
                                      "machine": run.machine}))
         else:
             conn.send(("minimized", None))
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the compilers it ran."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 class Worker:
@@ -157,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     last_print = 0.0
     finished = 0
+    cpu = 0.0
 
     def record(w: Worker, status: str, data: dict[str, Any] | None, minimized: dict[str, Any] | None) -> None:
-        nonlocal finished
+        nonlocal finished, cpu
         assert w.seed is not None
+        cpu += (data or {}).get("cpu", 0.0)
         finished += 1
         programs[status] += 1
         reasons = []
@@ -236,8 +249,6 @@ def main(argv: list[str] | None = None) -> int:
         for w in workers:
             w.stop()
     wall = time.monotonic() - start
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = usage.ru_utime + usage.ru_stime
     print()
     print(f"programs run: {finished} (seeds {args.seed}..{args.seed + args.count - 1}), "
           f"size sets compiled: {sum(runs.values())}")
@@ -254,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mismatches: {runs['mismatch']}, polydl failures: {runs['failed']}, tracebacks: {runs['error']}, "
           f"crashes: {programs['crash']}, timeouts: {programs['timeout']}")
     print(f"wall {wall:.0f} s, {finished / wall:.2f} programs/s with {len(workers)} job(s) "
-          f"({finished / wall / len(workers):.2f} per job); CPU {cpu:.0f} s of workers and compilers, "
-          f"{finished / max(cpu, 1e-9):.2f} programs per CPU-second")
+          f"({finished / wall / len(workers):.2f} per job); CPU {cpu:.0f} s in the checks and their "
+          f"compilers: {finished / max(cpu, 1e-9):.2f} programs per CPU-second")
     if cache is not None:
         cache.cleanup()
     bad = runs["mismatch"] + runs["failed"] + runs["error"] + programs["crash"] + programs["timeout"]

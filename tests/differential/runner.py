@@ -106,6 +106,8 @@ def reason_of(err: PolyDLError) -> str:
     message = message.splitlines()[0]
     message = re.sub(r"^.*?error: ", "", message)
     message = re.sub(r"'[^']*'", "'X'", message)
+    message = re.sub(r" runs at [^:]*:", " runs at SIZES:", message)
+    message = re.sub(r"extent \(.*\) = ", "extent E = ", message)
     return re.sub(r"-?\d+", "#", message)[:120]
 
 

@@ -94,7 +94,7 @@ EMPTY_LOOP_LOCAL = """void f(int N, float y[N], const float x[N]) {
     "frontends/c_loopnest.py (_local_scalar) expands a local declared in a loop into one cell "
     "per iteration, with the extent `end - lowest` of each size-bounded loop around it; where "
     "that loop runs no iteration at the sizes given (k from 2 to N - 1 at N = 2) the extent is "
-    "0 and binding the sizes refuses the valid program: \"dimension 1 of array '_pd_s_0' has "
+    "0 and binding the sizes refuses the valid program: \"dimension 2 of array '_pd_s_0' has "
     "extent ((N - 1) - 2) = -1; every extent must be >= 1\", naming an array the user never "
     "wrote; the extent wants a floor of 1"))
 def test_local_in_a_loop_that_runs_zero_times(tmp_path: Path) -> None:
