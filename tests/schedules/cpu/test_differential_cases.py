@@ -59,6 +59,26 @@ SHARED_LOCAL = """void f(int N, float y0[N][N], float y1[N + 2]) {
 """
 
 
+# Found at M=7, N=3 (seed 30111, minimised): the same fault without a shared local. The band
+# { S3 -> [k]; S2 -> [i]; S0 -> [k] }, { [j] } is marked parallel on its first member; where
+# only S2 runs (k >= i + 2) that member is i, one value, so the pragma falls on the j loop,
+# which carries S2's own flow dependence y2[N-1-j][k] -> y2[N-j][k].
+DEGENERATE_PART = """void f(int N, int M, float y0[N + 1], const float x0[N + 1], float y1[1], float y2[N + 1][M + 1]) {
+  for (int i = 1; i <= M; i++) {
+    for (int j = N - 1; j >= 0; j--) {
+      for (int k = i; k < M; k += 2) {
+        y2[j][k] = ((0.2838f * y0[j + 1]) + (0.2737f * (y0[j] <= 0.412f ? x0[j + 1] : y2[j + 1][k + 1])));
+        float s0 = (0.6299f * (0.0312f * (j + 2)));
+        y2[j][k] = ((0.5f * s0) + (((0.1855f * sqrtf(fabsf(x0[0]))) + (0.0933f * y2[j + 1][k]))
+                    + (0.2718f * y2[j][i + 1])));
+        y2[j][k + 1] += ((0.135f * cosf(y1[0])) - (0.4044f * tanhf(y0[0])));
+      }
+    }
+  }
+}
+"""
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "codegen/c/loops.py puts a parallel mark's pragma on 'the next loop below it'. affine.py "
     "marked the band { S3, S0 -> [0]; S2[i,j,k] -> [29 - j - k] } parallel (it carries "
@@ -68,13 +88,14 @@ SHARED_LOCAL = """void f(int N, float y0[N][N], float y1[N + 2]) {
     "{ S3 -> [0]; S0 -> [1] }, which carries the write-after-read S3[i=0,j=3] -> S0[i=0,j=4] "
     "on _pd_s0_0[0]: `#pragma omp parallel for` over `_t3 <= 1` runs `y1[j + 2] = s0` (j=3) "
     "and `s0 = 0.0f` (j=4) at once, and y1[5] reads 0"))
-def test_parallel_pragma_stays_on_the_marked_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "sizes"), [(SHARED_LOCAL, {"N": 29}), (DEGENERATE_PART, {"M": 7, "N": 3})])
+def test_parallel_pragma_stays_on_the_marked_loop(text: str, sizes: dict[str, int], tmp_path: Path) -> None:
     with parallel_wherever_legal():  # the isl schedule is taken only with its parallel loop
-        k = polydl.compile(SHARED_LOCAL, {"N": 29}, machine=machine_value("native"))
-    # every parallel loop is the marked band's (its iterator _t2), never the band below it
+        k = polydl.compile(text, sizes, machine=machine_value("native"))
+    # every parallel loop is a marked band's (its iterator _t2), never the band below it
     loops = re.findall(r"#pragma omp parallel for[^\n]*\n\s*for \(long (_t\d+)", k.source)
     assert loops and set(loops) == {"_t2"}, loops
-    assert not differences_from_gcc(SHARED_LOCAL, {"N": 29}, k, tmp_path, calls=20)
+    assert not differences_from_gcc(text, sizes, k, tmp_path, calls=20)
 
 
 # Found at N=2, M=2 (seeds 1009, 1016, 1026): the k loop runs no iteration at these sizes.
