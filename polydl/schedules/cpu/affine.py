@@ -42,6 +42,23 @@ PARALLEL_MARK = "parallel"
 # no dependence, and one alone may have fewer iterations than the machine has cores
 PARALLEL_COLLAPSE_MARK = "parallel collapse"
 ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
+
+
+def parallel_mark_name(depth: int, collapse: bool = False) -> str:
+    """The name of a parallel mark over the band whose first loop is schedule dimension
+    `depth`. isl's AST leaves a dimension out of a part of the domain where it has one value
+    there; the mark then marks no loop of that part, never the next one (which may carry a
+    dependence), so the code generator needs the dimension."""
+    return f"{PARALLEL_COLLAPSE_MARK if collapse else PARALLEL_MARK}@{depth}"
+
+
+def read_parallel_mark(name: str) -> tuple[int, int] | None:
+    """(how many loops run as one parallel loop, the schedule dimension of the first) of a
+    parallel mark's name; None for any other mark."""
+    kind, _, depth = name.partition("@")
+    if kind not in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) or not depth.isdigit():
+        return None
+    return (2 if kind == PARALLEL_COLLAPSE_MARK else 1), int(depth)
 # Seconds isl's scheduler may take for one nest before the written order is kept.
 SCHEDULE_SECONDS = 20.0
 TILE_SIZES = (128, 64, 32, 16, 8)
@@ -282,7 +299,7 @@ class _Scheduler:
             extra = 1
         if not self._can_run_in_parallel(band):
             return None
-        mark = PARALLEL_COLLAPSE_MARK if pair else PARALLEL_MARK
+        mark = parallel_mark_name(band.get_schedule_depth(), collapse=pair)
         marked = band.insert_mark(isl.Id(mark, context=band.get_ctx()))
         top = marked
         for _ in range(extra):
@@ -301,7 +318,8 @@ class _Scheduler:
             skewed = skewed.band_set_permutable(1)
             inner = skewed.band_split(k + 1).child(0)
             if self._can_run_in_parallel(inner):
-                marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+                name = parallel_mark_name(inner.get_schedule_depth())
+                marked = inner.insert_mark(isl.Id(name, context=band.get_ctx()))
                 return marked.parent(), 2
         return None
 
