@@ -24,6 +24,7 @@ import json
 import multiprocessing as mp
 import os
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restart", type=int, default=200, help="programs a worker runs before it is replaced")
     args = ap.parse_args(argv)
 
+    # stop with the summary on Ctrl-C or a kill: a shell's background job inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.setdefault("OMP_NUM_THREADS", "4")
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     cache = None
@@ -253,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"programs run: {finished} (seeds {args.seed}..{args.seed + args.count - 1}), "
           f"size sets compiled: {sum(runs.values())}")
     print(f"programs by worst outcome: {dict(programs)}")
-    print(f"size sets: {dict(runs)}")
+    print(f"size sets: {dict(runs)}; accepted (compiled by polydl and compared): "
+          f"{sum(n for k, n in runs.items() if k != 'refused')}")
     print(f"refusals the contract documents: {sum(n for (e, _), n in refusals.items() if e)}")
     for (expected, reason), n in refusals.most_common():
         if expected:

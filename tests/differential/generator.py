@@ -632,12 +632,13 @@ def fit_extents(program: Program) -> Program:
                 scaled = dim.scale * sizes[dim.param] if dim.param else 0
                 c = max(highs.get((array.name, d), 1), 1) - scaled
                 need[(array.name, d)] = max(need.get((array.name, d), -10**9), c)
+    # a dimension of a size is at least that size (a gathered one is read at every index the
+    # index array holds, drawn in its extent)
     arrays = tuple(
         replace(a, dims=tuple(replace(dim, const=need[(a.name, d)] if dim.param is None else
-                                      max(need[(a.name, d)], 0 if a.gathers is None else 0))
+                                      max(need[(a.name, d)], 0))
                               for d, dim in enumerate(a.dims)))
         for a in program.arrays)
-    # a gathered dimension holds at least its size class (the index values are drawn in it)
     return replace(program, arrays=arrays)
 
 
