@@ -120,3 +120,21 @@ EMPTY_LOOP_LOCAL = """void f(int N, float y[N], const float x[N]) {
 def test_local_in_a_loop_that_runs_zero_times(tmp_path: Path) -> None:
     k = polydl.compile(EMPTY_LOOP_LOCAL, {"N": 2})
     assert not differences_from_gcc(EMPTY_LOOP_LOCAL, {"N": 2}, k, tmp_path)
+
+
+# Found at N=2 (seed 31295, minimised), on one thread, with parallel loops wherever legal (at
+# the default least work per fork the written order is kept and the result is right).
+SET_BELOW_BAND = open(Path(__file__).with_name("differential_set_below_band.c")).read()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the plan's tree (nest 1: band { S11 -> [4 + 4i]; S9 -> [4i] }, band { S11 -> [2]; "
+    "S9 -> [3] }, then a set) orders S11[i=0,j=1] (y1[j + i] += 0.5f * s1) at [1, 4, 2, 2, 1, 1] "
+    "before S9[i=1,j=0] (s1 = ... fminf(y1[j + i], y0[j])) at [1, 4, 3, 5, 0, 0], and the "
+    "dependences allow it; the generated code runs S9 at (_t0 = 4, _t1 = 0) and S11 at "
+    "(_t0 = 4, _t1 = 1): its second loop is not the tree's second dimension, and S9 reads "
+    "y1[1] before S11 adds to it. Already at 109d490, before the parallel-mark fix"))
+def test_code_keeps_the_order_of_a_band_of_constants(tmp_path: Path) -> None:
+    with parallel_wherever_legal():
+        k = polydl.compile(SET_BELOW_BAND, {"N": 2})
+    assert not differences_from_gcc(SET_BELOW_BAND, {"N": 2}, k, tmp_path, seed=0)
