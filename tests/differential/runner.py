@@ -14,6 +14,7 @@ polydl error: a raw traceback).
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import traceback
@@ -84,13 +85,20 @@ def parallel_wherever_legal() -> Iterator[None]:
     at the sizes generated no loop would be worth its forks, and the schedules that only pay
     with parallel loops would never be chosen. A profitability threshold, not a legality rule."""
     from polydl.schedules.cpu import affine
+    from polydl.settings import cache_dir
 
-    saved = affine.MIN_WORK_PER_FORK
+    # the compile cache's key does not hold the threshold: these lowerings get a cache of their own
+    saved, saved_cache = affine.MIN_WORK_PER_FORK, os.environ.get("POLYDL_CACHE_DIR")
     affine.MIN_WORK_PER_FORK = 0
+    os.environ["POLYDL_CACHE_DIR"] = str(Path(cache_dir()) / "parallel-wherever-legal")
     try:
         yield
     finally:
         affine.MIN_WORK_PER_FORK = saved
+        if saved_cache is None:
+            del os.environ["POLYDL_CACHE_DIR"]
+        else:
+            os.environ["POLYDL_CACHE_DIR"] = saved_cache
 
 
 def machine_for(program: Program, index: int) -> str:
