@@ -5,7 +5,9 @@ Tolerance, element by element (`compare`): integers exactly; floating-point valu
     4 * s_i + eps * (16 + 4 * R) * (|g_i| + floor)
 of gcc's value g_i, where eps is the element type's machine epsilon, R the reduction length (the
 most instances any accumulating statement runs into one cell, summed over such statements:
-polydl may reassociate sums, and each reassociated add may round differently), and s_i the
+polydl may reassociate sums, and each reassociated add may round differently; plus 2 sqrt(n)
+for each recurrence of n instances, whose roundings, contracted into FMAs by -O3 and not by
+-O0, are carried from value to value), and s_i the
 element's measured sensitivity to rounding: the difference between gcc's result and that of
 the same C built at the other precision (float programs: double, s_i as measured; double
 programs: float, s_i scaled down by the precisions' ratio). `floor` is max(|g|, 1) of the array

@@ -29,7 +29,7 @@ import numpy as np
 import polydl
 from polydl.errors import PolyDLError, SpecError
 from tests.differential.oracle import Reference, compare, make_inputs
-from tests.differential.program import Access, Affine, Assign, Declare, Program, walk_domains
+from tests.differential.program import Access, Affine, Assign, Declare, Program, expr_accesses, walk_domains
 
 # Machines the kernels are built for, by weight: this host's ISA, AVX2, portable C, and
 # AVX-512 with caches of a few KiB (`small_caches`), whose tiles are smaller than the sizes
@@ -120,7 +120,8 @@ def reason_of(err: PolyDLError) -> str:
 
 
 def reduction_length(program: Program, sizes: Mapping[str, int]) -> int:
-    """The most instances an accumulating statement runs into one cell, summed over them."""
+    """The most instances an accumulating statement runs into one cell, summed over them, plus
+    the chain length of each recurrence."""
     total = 0
     declared: dict[str, int] = {}  # local -> instances of its declaration
 
@@ -129,6 +130,11 @@ def reduction_length(program: Program, sizes: Mapping[str, int]) -> int:
         n = len(next(iter(env.values())))
         if isinstance(stmt, Declare):
             declared[stmt.name] = n
+        elif stmt.op == "=" and n and not isinstance(stmt.target, str) and any(
+                a.array == stmt.target.array for a in expr_accesses(stmt.value)):
+            # a recurrence (a stencil, a wavefront): each value from earlier ones of the same
+            # array, its rounding carried along a chain of about 2 sqrt(n) instances
+            total += int(2 * n ** 0.5)
         elif stmt.op != "=" and n:
             if isinstance(stmt.target, str):
                 total += max(1, n // max(declared.get(stmt.target, 1), 1))
