@@ -20,7 +20,7 @@ from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
-from polydl.schedules.cpu.affine import PARALLEL_COLLAPSE_MARK, PARALLEL_MARK, PARALLEL_REGION_MARK
+from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
 InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
@@ -75,6 +75,7 @@ class LoopPrinter:
         # set by a `parallel` mark of a scheduled tree: the next loop below it runs parallel
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
+        self.marked_dim = -1  # the schedule dimension of the marked loop
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
         # inside a `parallel region` mark: the threads run every loop, parallel ones share out
         # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
@@ -128,8 +129,9 @@ class LoopPrinter:
                 lines = self._node(node.mark_get_node(), indent + 1, in_parallel)
                 self.in_region = False
                 return [pad + "#pragma omp parallel", pad + "{", *lines, pad + "}"]
-            if name in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) and not in_parallel:
-                self.marked_parallel = 2 if name == PARALLEL_COLLAPSE_MARK else 1
+            mark = read_parallel_mark(name)
+            if mark is not None and not in_parallel:
+                self.marked_parallel, self.marked_dim = mark
             lines = self._node(node.mark_get_node(), indent, in_parallel)
             self.marked_parallel = 0
             return lines
@@ -140,6 +142,8 @@ class LoopPrinter:
         it = node.for_get_iterator().get_id().get_name()
         init = ast_expr_to_c(node.for_get_init())
         marked, self.marked_parallel = self.marked_parallel, 0
+        if marked and _dim_of(it) != self.marked_dim:
+            marked = 0  # the marked loop has one value in this part: isl left it out
         if node.for_is_degenerate():
             out = [f"{pad}{{", f"{pad}  const long {it} = {init};"]
             out += self._node(node.for_get_body(), indent + 1, in_parallel)

@@ -52,6 +52,23 @@ PARALLEL_COLLAPSE_MARK = "parallel collapse"
 # (collapse(2)).
 COLLAPSE_BELOW_ITERATIONS = 4
 ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
+
+
+def parallel_mark_name(depth: int, collapse: bool = False) -> str:
+    """The name of a parallel mark over the band whose first loop is schedule dimension
+    `depth`. isl's AST leaves a dimension out of a part of the domain where it has one value
+    there; the mark then marks no loop of that part, never the next one (which may carry a
+    dependence), so the code generator needs the dimension."""
+    return f"{PARALLEL_COLLAPSE_MARK if collapse else PARALLEL_MARK}@{depth}"
+
+
+def read_parallel_mark(name: str) -> tuple[int, int] | None:
+    """(how many loops run as one parallel loop, the schedule dimension of the first) of a
+    parallel mark's name; None for any other mark."""
+    kind, _, depth = name.partition("@")
+    if kind not in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) or not depth.isdigit():
+        return None
+    return (2 if kind == PARALLEL_COLLAPSE_MARK else 1), int(depth)
 # Seconds isl's scheduler may take for one nest before the written order is kept.
 SCHEDULE_SECONDS = 20.0
 TILE_SIZES = (128, 64, 32, 16, 8)
@@ -317,7 +334,7 @@ class _Scheduler:
             extra = 1
         if not self._can_run_in_parallel(band):
             return None
-        mark = PARALLEL_COLLAPSE_MARK if pair else PARALLEL_MARK
+        mark = parallel_mark_name(band.get_schedule_depth(), collapse=pair)
         marked = band.insert_mark(isl.Id(mark, context=band.get_ctx()))
         top = marked
         for _ in range(extra):
@@ -336,7 +353,8 @@ class _Scheduler:
             skewed = skewed.band_set_permutable(1)
             inner = skewed.band_split(k + 1).child(0)
             if self._can_run_in_parallel(inner) and self._pays(inner, 0) is not None:
-                marked = inner.insert_mark(isl.Id(PARALLEL_MARK, context=band.get_ctx()))
+                name = parallel_mark_name(inner.get_schedule_depth())
+                marked = inner.insert_mark(isl.Id(name, context=band.get_ctx()))
                 return marked.parent(), 2
         return None
 
@@ -431,7 +449,7 @@ def _parallel_domains(node: isl.ScheduleNode) -> isl.UnionSet | None:
     for i in range(node.n_children()):
         child = node.child(i)
         if (child.get_type() == isl.schedule_node_type.mark
-                and child.mark_get_id().get_name() in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK)):
+                and read_parallel_mark(child.mark_get_id().get_name()) is not None):
             part: isl.UnionSet | None = child.get_domain()
         else:
             part = _parallel_domains(child)

@@ -201,7 +201,8 @@ def _marked(node: isl.ScheduleNode, names: tuple[str, ...], region_mark: str,
     whether a region mark holds each."""
     if node.get_type() == isl.schedule_node_type.mark:
         name = node.mark_get_id().get_name()
-        if name in names and node.child(0).get_type() == isl.schedule_node_type.band:
+        # a parallel mark's name carries its loop's dimension (`affine.parallel_mark_name`)
+        if name.partition("@")[0] in names and node.child(0).get_type() == isl.schedule_node_type.band:
             return [(node, in_region)]
         if region_mark and name == region_mark:
             in_region = True

@@ -47,8 +47,11 @@ def _build(leaf: isl.ScheduleNode, domain: isl.UnionSet, times: isl.UnionMap, di
             child = _build(node.child(i).child(0), positions[value], times, dim + 1, width)
             node = child.parent().parent()
         return node
-    if all(m.range().dim_min_val(0) == m.range().dim_max_val(0) for m in maps):
-        return _build(leaf, domain, times, dim + 1, width)  # no loop here
+    # no loop here only where every statement holds one and the same value: statements that
+    # each run once, at different iterations of one loop, still run in that loop's order
+    values = {(m.range().dim_min_val(0).to_python(), m.range().dim_max_val(0).to_python()) for m in maps}
+    if len(values) == 1 and len({v for pair in values for v in pair}) == 1:
+        return _build(leaf, domain, times, dim + 1, width)
     band = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(here))
     band = band.band_member_set_coincident(0, 1)
     return _build(band.child(0), domain, times, dim + 1, width).parent()
