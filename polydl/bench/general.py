@@ -233,8 +233,12 @@ def run_kernel(name: str, sizes: Mapping[str, int], sides: tuple[str, ...], roun
                     result.status = f"wrong: relative error {result.errors[side]:.1e} vs gcc"
                 result.notes.append(f"{side} differs from gcc: {result.errors[side]:.1e}")
     samples: dict[str, list[float]] = {side: [] for side in callers}
-    for _ in range(rounds):
-        for side, call in callers.items():
+    sides_in_order = list(callers)
+    for r in range(rounds):
+        # each round starts one side later: every side follows every other one as often (the
+        # side before leaves its caches and its threads behind)
+        for side in sides_in_order[r % len(sides_in_order):] + sides_in_order[:r % len(sides_in_order)]:
+            call = callers[side]
             # an untimed call first: the OpenMP threads of the side before spin for a while
             # after its call (PyTorch's runtime and libgomp are separate pools on the same
             # cores), and this side's own threads are then awake
