@@ -114,8 +114,15 @@ def build_reference(side: str, path: Path, function: str, sizes: Mapping[str, in
         scratch = Path(tempfile.mkdtemp(dir=workdir))
         src = scratch / f"{path.stem}.c"
         src.write_text(source)
-        subprocess.run([*command, "-fPIC", "-shared", *defines, str(src), "-o",
-                        str(scratch / lib.name), "-lm"], check=True, capture_output=True, text=True)
+        # compiled and linked apart: gcc before 13 links a shared library built with
+        # -ffast-math with crtfastmath.o, whose constructor flushes subnormals to zero in
+        # the whole process that loads it (the tests, polydl's own kernels beside it)
+        obj = scratch / f"{path.stem}.o"
+        subprocess.run([*command, "-fPIC", "-c", *defines, str(src), "-o", str(obj)],
+                       check=True, capture_output=True, text=True)
+        link = [f for f in command[1:] if f == "-fopenmp" or f.startswith("-l")]
+        subprocess.run([command[0], "-shared", str(obj), "-o", str(scratch / lib.name), *link, "-lm"],
+                       check=True, capture_output=True, text=True)
         os.replace(scratch / lib.name, lib)  # whole or absent, for concurrent builders
         shutil.rmtree(scratch, ignore_errors=True)
     return lib

@@ -4,6 +4,7 @@ benchmark's business, not asserted here; correctness per kernel is test_general_
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import math
@@ -11,10 +12,12 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 from polydl.bench import general, general_report
 from polydl.bench.general_corpus import CORPUS, kernels_of
+from polydl.bench.general_signature import read_signature
 from polydl.errors import PolyDLError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,3 +122,16 @@ def test_the_driver_writes_every_row_to_json(tmp_path: Path) -> None:
         ("leaky_relu", 1), ("leaky_relu", 2), ("embedding", 1), ("embedding", 2)]
     assert data["machine"]["cpu"] and "gcc" in data["machine"]["versions"]
     assert data["summary"]["1 threads, dl"]["refused"] == 1
+
+
+def test_loading_the_fast_math_build_keeps_subnormals_in_this_process(tmp_path: Path) -> None:
+    """A library linked with -ffast-math by gcc before 13 flushes subnormals to zero in every
+    process that loads it: the reference is linked without it."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    kernel = CORPUS["gelu_tanh"]
+    signature = read_signature(kernel.path)
+    lib = general.build_reference("gcc_fastmath", kernel.path, signature.function,
+                                  kernel.sizes("test"), tmp_path)
+    ctypes.CDLL(str(lib))
+    assert np.float32(1e-40) * np.float32(1.0) != 0  # a subnormal float32 is not flushed
