@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -16,11 +16,9 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 # Hypothesis budgets: "ci" (chosen when CI is set) is derandomized and fixed, so the suite's
-# time stays bounded; "deep" is for long local fuzzing runs (HYPOTHESIS_PROFILE=deep). Data
-# generation is not timed: a loaded 2-core runner makes any example slow to draw.
-UNTIMED = (HealthCheck.too_slow,)
-settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=UNTIMED)
+# time stays bounded; "deep" is for long local fuzzing runs (HYPOTHESIS_PROFILE=deep).
+settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
-                          print_blob=True, suppress_health_check=UNTIMED)
-settings.register_profile("deep", max_examples=5000, deadline=None, suppress_health_check=UNTIMED)
+                          print_blob=True)
+settings.register_profile("deep", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
