@@ -19,6 +19,7 @@ from polydl.schedules.cpu.nests import plan_nests
 from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target import resolve_target
 from tests.kernels import compile_c, run_and_check
+from tests.schedules.cpu.test_general_scheduler import JACOBI_2D as JACOBI
 
 ROOT = Path(__file__).resolve().parents[3]
 TWO_CORES = replace(resolve_target("c", "x86-64-v3"), cores=2)
@@ -33,17 +34,6 @@ void syrk(int N, int M, double C[N][N], const double A[N][M]) {
     for (int k = 0; k < M; k++)
       for (int j = 0; j <= i; j++)
         C[i][j] += A[i][k] * A[j][k];
-}"""
-JACOBI = """
-void jacobi(int T, int N, double A[N][N], double B[N][N]) {
-  for (int t = 0; t < T; t++) {
-    for (int i = 1; i < N - 1; i++)
-      for (int j = 1; j < N - 1; j++)
-        B[i][j] = 0.2 * (A[i][j] + A[i][j-1] + A[i][j+1] + A[i+1][j] + A[i-1][j]);
-    for (int i = 1; i < N - 1; i++)
-      for (int j = 1; j < N - 1; j++)
-        A[i][j] = 0.2 * (B[i][j] + B[i][j-1] + B[i][j+1] + B[i+1][j] + B[i-1][j]);
-  }
 }"""
 
 
