@@ -117,11 +117,12 @@ def test_the_driver_writes_every_row_to_json(tmp_path: Path) -> None:
     code = _script().main(["--kernels", "leaky_relu,embedding", "--sizes", "test", "--rounds",
                            "1", "--threads", "1,2", "--json", str(out)])
     data = json.loads(out.read_text())
-    assert code == 0  # a refusal is a row, not a failure
+    assert code == 0
     assert [(r["kernel"], r["threads"]) for r in data["results"]] == [
         ("leaky_relu", 1), ("leaky_relu", 2), ("embedding", 1), ("embedding", 2)]
     assert data["machine"]["cpu"] and "gcc" in data["machine"]["versions"]
-    assert data["summary"]["1 threads, dl"]["refused"] == 1
+    summary = data["summary"]["1 threads, dl"]
+    assert (summary["ok"], summary["refused"], summary["wrong"], summary["error"]) == (2, 0, 0, 0)
 
 
 def test_loading_the_fast_math_build_keeps_subnormals_in_this_process(tmp_path: Path) -> None:
