@@ -59,6 +59,10 @@ class ParallelLoop:
         return self.saved_cycles > FORK_MARGIN * self.entries * overhead_cycles
 
 
+# sets of up to this many points are counted by enumerating them (`_count`)
+ENUMERATED_POINTS = 4096
+
+
 def instance_cycles(model: PolyModel, target: CpuTarget, statement: str,
                     vectorised: bool = True) -> float:
     """Cycles of one instance of `statement`: its operations and accesses, one a cycle, over
@@ -74,8 +78,8 @@ def price_loop(domain: isl.UnionSet, outer: isl.UnionMap, loop: isl.UnionMap, co
     `outer` (instances -> their values; one entry per point of its range)."""
     outer = outer.intersect_domain(domain)
     loop = loop.intersect_domain(domain)
-    entries = max(count_points(outer.range()), 1)
-    units = max(count_points(outer.flat_range_product(loop).range()), 1)
+    entries = max(_count(outer.range()), 1)
+    units = max(_count(outer.flat_range_product(loop).range()), 1)
     work = _work(domain, cycles)
     if cores <= 1:
         return ParallelLoop(entries, units, work, 1.0)
@@ -92,7 +96,27 @@ def price_loop(domain: isl.UnionSet, outer: isl.UnionMap, loop: isl.UnionMap, co
 
 
 def _work(instances: isl.UnionSet, cycles: InstanceCycles) -> float:
-    return sum(count_points(s) * cycles(s.get_tuple_name()) for s in sets_of(instances))
+    return sum(_count(s) * cycles(s.get_tuple_name()) for s in sets_of(instances))
+
+
+def _count(points: isl.Set | isl.UnionSet) -> int:
+    """The points of `points`: enumerated where there are few, else counted by barvinok. Tile
+    and skew coordinates come with divisions, and barvinok can take hours on a union of such
+    parts (a skewed, tiled band of seven statements at M = 7, with a few dozen points)."""
+    found = 0
+
+    def see(_: isl.Point) -> isl.stat | None:
+        nonlocal found
+        found += 1
+        return isl.stat.error if found > ENUMERATED_POINTS else None  # stops the enumeration
+
+    try:
+        points.foreach_point(see)  # type: ignore[arg-type]  # (the stubs omit the stop value)
+    except isl.Error:
+        if found <= ENUMERATED_POINTS:
+            raise
+        return count_points(points)
+    return found
 
 
 def vectorised_statements(model: PolyModel, schedule: isl.UnionMap,

@@ -153,3 +153,15 @@ def test_wavefront_of_tiles_keeps_the_order_of_its_tree(tmp_path: Path) -> None:
     with parallel_wherever_legal():
         k = polydl.compile(WAVEFRONT_TILES, sizes, machine=machine_value("small-caches"))
     assert not differences_from_gcc(WAVEFRONT_TILES, sizes, k, tmp_path, seed=0)
+
+
+# Found at M=7, N=2 (seed 60178): the compile never finished. Pricing a parallel loop of isl's
+# skewed, tiled band counted the band's tile coordinates (a few dozen points, with divisions)
+# with barvinok, which took hours; `forks._count` enumerates sets that small.
+@pytest.mark.slow
+def test_a_skewed_tiled_band_is_priced_in_seconds(tmp_path: Path) -> None:
+    from tests.differential.generator import Options, generate
+
+    text = generate(60178, Options()).c()
+    k = polydl.compile(text, {"M": 7, "N": 2})
+    assert not differences_from_gcc(text, {"M": 7, "N": 2}, k, tmp_path)
