@@ -329,14 +329,7 @@ class If:
     otherwise: tuple[Node, ...] = ()
 
     def lines(self, indent: str) -> list[str]:
-        out = [f"{indent}if ({self.cond.c()}) {{"]
-        for n in self.then:
-            out += n.lines(indent + "  ")
-        if self.otherwise:
-            out.append(f"{indent}}} else {{")
-            for n in self.otherwise:
-                out += n.lines(indent + "  ")
-        return out + [f"{indent}}}"]
+        return _if_lines(indent, self.cond.c(), self.then, self.otherwise)
 
 
 @dataclass(frozen=True)
@@ -350,17 +343,24 @@ class DataIf:
     otherwise: tuple[Node, ...] = ()
 
     def lines(self, indent: str) -> list[str]:
-        out = [f"{indent}if ({self.left.c()} {self.op} {self.right.c()}) {{"]
-        for n in self.then:
-            out += n.lines(indent + "  ")
-        if self.otherwise:
-            out.append(f"{indent}}} else {{")
-            for n in self.otherwise:
-                out += n.lines(indent + "  ")
-        return out + [f"{indent}}}"]
+        return _if_lines(indent, f"{self.left.c()} {self.op} {self.right.c()}", self.then,
+                         self.otherwise)
 
 
 Node = Assign | Declare | Loop | If | DataIf
+
+
+def _if_lines(indent: str, condition: str, then: tuple[Node, ...],
+              otherwise: tuple[Node, ...]) -> list[str]:
+    """`if (condition) { then } else { otherwise }` as C lines (no else where it is empty)."""
+    out = [f"{indent}if ({condition}) {{"]
+    for n in then:
+        out += n.lines(indent + "  ")
+    if otherwise:
+        out.append(f"{indent}}} else {{")
+        for n in otherwise:
+            out += n.lines(indent + "  ")
+    return out + [f"{indent}}}"]
 
 
 def children(n: Node) -> tuple[tuple[Node, ...], ...]:
