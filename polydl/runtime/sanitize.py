@@ -77,7 +77,9 @@ def sanitized_environment(base: dict[str, str] | None = None, sanitizers: str = 
     env[settings.VARIABLES["sanitize"]] = sanitizers
     compiler = shlex.split(env.get(settings.VARIABLES["cc"]) or "cc")[0]
     if "address" in sanitizers:
-        preload = [runtime_library(compiler)]
+        # The C++ runtime right after ASan's: ASan's `__cxa_throw` interceptor binds the real one
+        # at start-up, and without it islpy's first exception (an isl error) aborts the process.
+        preload = [runtime_library(compiler), runtime_library(compiler, "libstdc++.so.6")]
         if env.get("LD_PRELOAD"):
             preload.append(env["LD_PRELOAD"])
         env["LD_PRELOAD"] = " ".join(preload)
