@@ -19,7 +19,10 @@ from __future__ import annotations
 import weakref
 from dataclasses import replace
 
+import islpy as isl
+
 from polydl.errors import ScheduleError
+from polydl.poly.ast_order import ast_schedule, keeps, tree_ast
 from polydl.poly.dependences import dependences_of
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.sums import addend_of, reads_own_cell
@@ -48,6 +51,9 @@ from polydl.target.cpu import CpuTarget
 # this much faster: the model counts work, vectorisation and forks, and the written order is
 # what gcc compiles well.
 TRANSFORM_MARGIN = 1.25
+# isl's operations the check of the printed loops' order may take (a tiled, skewed 2-d stencil
+# of 1000 x 4000 points: a few million, 2 s); beyond it the loops are printed unchecked
+AST_CHECK_OPERATIONS = 20_000_000
 
 _GROUP_MODELS: weakref.WeakKeyDictionary[PolyModel, dict[int, PolyModel]] = (
     weakref.WeakKeyDictionary()
@@ -149,6 +155,13 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
                                          "beat it by the margin")
         if not _beats(chosen, written):
             chosen = written
+    if chosen.origin == ISL_ORIGIN and not _code_keeps_order(chosen, model):
+        chosen = written_order_schedule(
+            model, target, "isl's code for the affine scheduler's tree runs a dependence's sink "
+            "before its source")
+        if not _code_keeps_order(chosen, model):
+            raise ScheduleError(f"isl's code for the written order of nest {group} runs a "
+                                "dependence's sink before its source")
     smap = chosen.tree.get_map()
     if not dependences_of(model).is_respected_by(smap):  # isl keeps validity: never expected
         raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
@@ -156,6 +169,24 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
         group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.origin,
         bands=tuple(b.describe() for b in chosen.bands),
     )
+
+
+def _code_keeps_order(schedule: AffineSchedule, model: PolyModel) -> bool:
+    """Whether the loops isl's AST generator prints for the tree run every instance and every
+    dependence's source before its sink (`poly.ast_order`: the generator can break a tree's
+    order). An AST the check cannot read, or cannot check within `AST_CHECK_OPERATIONS` of
+    isl's operations (or where isl fails), is taken as it is."""
+    ctx = schedule.tree.get_ctx()
+    ctx.reset_operations()
+    ctx.set_max_operations(AST_CHECK_OPERATIONS)
+    try:
+        order = ast_schedule(tree_ast(schedule.tree))
+        return order is None or (order.domain().is_equal(schedule.tree.get_domain())
+                                 and keeps(order, dependences_of(model).all))
+    except isl.Error:
+        return True
+    finally:
+        ctx.set_max_operations(0)
 
 
 def _beats(transformed: AffineSchedule, written: AffineSchedule) -> bool:
