@@ -12,6 +12,10 @@ element's measured sensitivity to rounding: the difference between gcc's result 
 the same C built at the other precision (float programs: double, s_i as measured; double
 programs: float, s_i scaled down by the precisions' ratio). `floor` is max(|g|, 1) of the array
 over 64 for float, over 1 for double (cancellation against values of the array's magnitude).
+Where that finds a difference, the program is built once more with FMA contraction (`gcc -O2
+-march=native`, as -O3 builds contract, -O0 ones do not) and the difference between gcc's two
+builds is added to s_i: a recurrence can carry one contracted rounding into a large relative
+difference (seed 303014: 5e-6 of a double, bit-exact with -ffp-contract=off).
 A NaN must be a NaN in both, an infinity the same infinity. An int element whose value differs
 between gcc's two builds depends on rounding (a float truncated to int) and is not compared.
 A skipped iteration or a wrong element moves a value by about one term of its sum, far more
@@ -32,6 +36,7 @@ import numpy as np
 from tests.differential.program import NUMPY_TYPES, Program
 
 GCC = ("gcc", "-O0", "-std=gnu11", "-shared", "-fPIC", "-include", "math.h", "-w")
+CONTRACTED = ("-O2", "-march=native", "-ffp-contract=fast")
 _F_FUNCTIONS = ("tanhf", "sinf", "cosf", "erff", "fabsf", "expf", "logf", "sqrtf", "powf", "fmaxf", "fminf")
 
 
@@ -51,10 +56,11 @@ def other_precision(source: str, float_type: str) -> str:
     return re.sub(r"\b(" + names + r")\(", lambda m: m.group(1) + "f(", source)
 
 
-def build(source: str, workdir: Path, stem: str) -> Path:
+def build(source: str, workdir: Path, stem: str, flags: tuple[str, ...] = ()) -> Path:
     src, lib = workdir / f"{stem}.c", workdir / f"lib{stem}.so"
     src.write_text(source)
-    proc = subprocess.run([*GCC, "-o", str(lib), str(src), "-lm"], capture_output=True, text=True)
+    proc = subprocess.run([*GCC, *flags, "-o", str(lib), str(src), "-lm"], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise ReferenceError(proc.stderr[-2000:])
     return lib
@@ -67,20 +73,27 @@ class Reference:
 
     program: Program
     library: ctypes.CDLL
+    workdir: Path
+    contracted_library: ctypes.CDLL | None = None
 
     @classmethod
     def built(cls, program: Program, workdir: Path) -> Reference:
         source = program.c()
         other = other_precision(source, program.float_type).replace(
             f"void {program.name}(", f"void {program.name}_other(", 1)
-        return cls(program, ctypes.CDLL(str(build(source + "\n" + other, workdir, "reference"))))
+        return cls(program, ctypes.CDLL(str(build(source + "\n" + other, workdir, "reference"))),
+                   workdir)
 
     def run(self, sizes: Mapping[str, int], values: Mapping[str, np.ndarray], *,
-            other: bool = False) -> dict[str, np.ndarray]:
-        """The arrays after one call (copies of `values`, converted for the other build)."""
+            other: bool = False, contracted: bool = False) -> dict[str, np.ndarray]:
+        """The arrays after one call (copies of `values`, converted for the other build), of
+        the -O0 build or (`contracted`) of the one with FMA contraction, built on first use."""
         p = self.program
         swap = {"float": "double", "double": "float"}
-        function = getattr(self.library, p.name + ("_other" if other else ""))
+        if contracted and self.contracted_library is None:
+            self.contracted_library = ctypes.CDLL(str(build(p.c(), self.workdir, "contracted", CONTRACTED)))
+        library = self.contracted_library if contracted else self.library
+        function = getattr(library, p.name + ("_other" if other else ""))
         args: list[object] = [ctypes.c_int(sizes[name]) for name in p.params]
         out: dict[str, np.ndarray] = {}
         for name, ctype in p.scalars:
@@ -139,8 +152,10 @@ EPS = {"float": float(np.finfo(np.float32).eps), "double": float(np.finfo(np.flo
 
 
 def compare(program: Program, got: Mapping[str, np.ndarray], own: Mapping[str, np.ndarray],
-            other: Mapping[str, np.ndarray], reduction: int) -> list[Difference]:
-    """The arrays of `got` (polydl) that differ from `own` (gcc) beyond the tolerance."""
+            other: Mapping[str, np.ndarray], reduction: int,
+            contracted: Mapping[str, np.ndarray] | None = None) -> list[Difference]:
+    """The arrays of `got` (polydl) that differ from `own` (gcc) beyond the tolerance
+    (`contracted`: gcc's build with FMA contraction, whose difference counts as rounding)."""
     out: list[Difference] = []
     for a in program.arrays:
         if a.is_input and a.name not in got:
@@ -159,6 +174,10 @@ def compare(program: Program, got: Mapping[str, np.ndarray], own: Mapping[str, n
             sensitivity = np.where(np.isfinite(diff), diff, 0.0)
             if a.ctype == "double":
                 sensitivity = sensitivity * (EPS["double"] / EPS["float"])
+            if contracted is not None:
+                with np.errstate(invalid="ignore"):
+                    fused = np.abs(gf - np.asarray(contracted[a.name], np.float64))
+                sensitivity = sensitivity + np.where(np.isfinite(fused), fused, 0.0)
             allowed = 4 * sensitivity + eps * (16 + 4 * reduction) * (np.abs(gf) + floor)
             with np.errstate(invalid="ignore"):
                 wrong_finite = finite & ~(np.abs(pf - gf) <= allowed)

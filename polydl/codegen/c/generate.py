@@ -192,6 +192,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     contracted = {name: frozenset(s.name for s in model.statements
                                   if name in {a.access.array for a in s.accesses})
                   for name, held in local_storage(scheduled).items() if not held.whole}
+    lifetimes = {name: held.level for name, held in local_storage(scheduled).items()
+                 if not held.whole and held.level is not None}
     for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
@@ -201,7 +203,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         reduction_dims = reduction_vector_dims(model, plan.schedule_map) if several else frozenset()
         body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, reduction_dims=reduction_dims,
-                            accumulators=sums, contracted=contracted,
+                            accumulators=sums, contracted=contracted, lifetimes=lifetimes,
                             threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes)).lines()

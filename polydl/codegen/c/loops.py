@@ -57,6 +57,7 @@ class LoopPrinter:
         accumulators: AccumulatorPrinter | None = None,
         row_tiles: RowTilePrinter | None = None,
         contracted: dict[str, frozenset[str]] | None = None,
+        lifetimes: dict[str, int] | None = None,
         threads: int = 0,
     ) -> None:
         self.plan = plan
@@ -84,6 +85,9 @@ class LoopPrinter:
         # locals held as C locals (`schedules.contraction`): the statements touching each, in
         # every nest
         self.contracted = contracted or {}
+        # each contracted local's storage lives one iteration of the schedule's dimensions
+        # before this one (`LocalStorage.level`)
+        self.lifetimes = lifetimes or {}
         self.threads = threads
         self.runs: dict[str, int] = {}  # how often the AST runs each statement (its user nodes)
 
@@ -204,7 +208,15 @@ class LoopPrinter:
             if any(user not in self.statements or inside.get(user, 0) < self.runs.get(user, 0)
                    for user in self.contracted[name]):
                 return None
-        return own
+        if not own:
+            return own
+        # a local whose storage outlives one iteration of this loop (a value written in one
+        # iteration is read in a later iteration of a loop outside) is shared, not each
+        # iteration's own: its cells tell this loop's iterations apart (`schedules.contraction`)
+        dim = self._map_dim(node)
+        if dim is None:
+            return None
+        return tuple(name for name in own if self.lifetimes.get(name, dim + 1) > dim)
 
     def _map_dim(self, node: isl.AstNode) -> int | None:
         """The output dimension of the plan's schedule map that loop `node` runs (what
