@@ -45,6 +45,10 @@ from polydl.settings import cache_dir as cache_root
 from polydl.version import __version__
 
 DEFAULT_CFLAGS = ("-O3", "-fopenmp")
+# gcc's loop splitting (on at -O3) turns a sum along an innermost loop, an `omp simd reduction`,
+# back into scalar code where it sits in a triangular loop (`j <= i`) of a parallel region
+# (gcc 12: syrk's dot products); isl has already split the loops where conditions change.
+GCC_CFLAGS = ("-fno-split-loops",)
 # Flags every shared library needs, whatever the user configures.
 SHARED_FLAGS = ("-shared", "-fPIC", "-std=gnu11")
 COMPILE_TIMEOUT_S = 600
@@ -77,8 +81,21 @@ class Toolchain:
 def current_toolchain() -> Toolchain:
     compiler = settings.cc()
     flags = settings.cflags()
-    chosen = flags if flags is not None else DEFAULT_CFLAGS
+    chosen = flags if flags is not None else DEFAULT_CFLAGS + (GCC_CFLAGS if is_gcc(compiler) else ())
     return Toolchain(compiler, chosen + sanitizer_flags())
+
+
+@cache
+def is_gcc(compiler: str) -> bool:
+    """Whether `compiler` is GCC (its `--version` names the FSF; clang's and others' do not)."""
+    path = shutil.which(compiler)
+    if path is None:
+        return False
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Free Software Foundation" in out.stdout and "clang" not in out.stdout.lower()
 
 
 @cache
