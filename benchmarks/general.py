@@ -9,7 +9,8 @@ with `-ffast-math`, and by `clang-19 -O3 -march=native -mllvm -polly -mllvm -pol
         [--json FILE]
 
 Every side runs with the same threads (OMP_NUM_THREADS and PyTorch's pool; each count of
---threads in turn, default: the cores this process may use). Each kernel and thread count runs
+--threads in turn, default: the cores this process may use), pinned to as many of this
+process's cores, for which polydl schedules. Each kernel and thread count runs
 in its own child process with an unlimited stack (Polly's 3mm overflows 8 MiB); a child that
 crashes is run again without Polly, then reported as an error; a kernel polydl refuses is a row
 with its refusal. Prints the per-kernel table as it goes (median ms, polydl's speedup over each
@@ -39,7 +40,7 @@ from polydl.bench.general_report import (  # noqa: E402
     table_header,
     table_row,
 )
-from polydl.bench.threads import import_torch  # noqa: E402
+from polydl.bench.threads import import_torch, pinned_cores  # noqa: E402
 
 
 def child(name: str, dataset: str, sides: tuple[str, ...], rounds: int, threads: int) -> None:
@@ -58,9 +59,13 @@ def run_child(name: str, threads: int, args: argparse.Namespace,
     command = (f"ulimit -s unlimited 2>/dev/null || ulimit -s 1048576; exec {sys.executable} "
                f"{Path(__file__).resolve()} --child {name} --sizes {args.sizes} "
                f"--rounds {args.rounds} --threads {threads} --sides {','.join(sides)}")
+    # pinned to as many cores as threads, as `polydl.bench` runs: polydl schedules for the
+    # cores the process may use, so a 1-thread run gets kernels scheduled for one core
+    cores = pinned_cores(threads)
     try:
         proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True,
-                              timeout=args.timeout, stdin=subprocess.DEVNULL)
+                              timeout=args.timeout, stdin=subprocess.DEVNULL,
+                              preexec_fn=lambda: os.sched_setaffinity(0, cores))
     except subprocess.TimeoutExpired:
         return Result(name, CORPUS[name].sizes(args.sizes), threads,
                       status=f"error: timed out after {args.timeout} s").to_json()

@@ -5,8 +5,9 @@
     python benchmarks/polybench_sizes.py [--kernels lu,syrk] [--sizes mini,small,medium,large]
                                          [--threads 1,2] [--json FILE]
 
-Each kernel and size runs in a child process that builds both sides once, checks polydl's
-result against gcc's, then for each thread count (set with `omp_set_num_threads`) times the
+Each kernel and size runs in a child process that builds gcc's side once and polydl's for each
+thread count (scheduled for that many cores), checks polydl's results against gcc's, then for
+each thread count (set with `omp_set_num_threads`) times the
 sides interleaved, round after round; the medians are compared. Both libraries are called
 through ctypes (no Python argument checks on either side). A sample is K calls, each after the
 outputs are restored from the pristine inputs (K sized so a sample takes a few milliseconds:
@@ -51,20 +52,27 @@ def child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
 
     import polydl
     from polydl.bench.general import (
-        arguments,
         constant_size_source,
         kernel_path,
         make_inputs,
         relative_error,
         tolerance,
     )
+    from polydl.bench.general_signature import read_signature
     from polydl.frontends import load_spec
 
     sizes = POLYBENCH_SIZES[name][size]
     path = kernel_path(name)
     nest, params = load_spec(path, dict(sizes), target_kind="c")
-    args = arguments(nest, params)
-    kernel = polydl.compile(path, params)
+    args = read_signature(path).arguments(params)
+    from dataclasses import replace
+
+    from polydl.api import target_of
+
+    # polydl schedules for as many cores as the threads it runs on (a 1-thread run gets a
+    # kernel without forks), as `polydl.bench` and benchmarks/general.py pin theirs
+    kernels = {t: polydl.compile(path, params, target=replace(target_of("c"), cores=t))
+               for t in threads}
     workdir = Path(tempfile.gettempdir()) / "polydl-polybench-sizes"
     workdir.mkdir(parents=True, exist_ok=True)
     src = workdir / f"{name}-{size}-{os.getpid()}.c"
@@ -74,8 +82,10 @@ def child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
                     str(src), "-o", str(lib), "-lm"], check=True, capture_output=True, text=True)
     gcc_fn = getattr(ctypes.CDLL(str(lib)), nest.name)
     gcc_fn.restype = None
-    polydl_fn = getattr(ctypes.CDLL(str(kernel.library_path)), kernel.name)
-    polydl_fn.restype = ctypes.c_int
+    polydl_fns = {}
+    for t, kernel in kernels.items():
+        polydl_fns[t] = getattr(ctypes.CDLL(str(kernel.library_path)), kernel.name)
+        polydl_fns[t].restype = ctypes.c_int
     order = {"gcc": [a.name for a in args], "polydl": [a.name for a in kernel.arguments]}
     pristine = make_inputs(name, args, sizes)
     outputs = [a.name for a in args if not a.is_input]
@@ -98,17 +108,19 @@ def child(name: str, size: str, threads: list[int]) -> dict[str, Any]:
         for n in outputs:
             np.copyto(buffers["gcc"][n], pristine[n])
 
-    calls = {"gcc": bound("gcc", gcc_fn), "polydl": bound("polydl", polydl_fn)}
-    for call in calls.values():
-        call()
     dtype = np.dtype(next(a.dtype for a in args if not a.is_input))
-    error = max(relative_error(buffers["polydl"][n], buffers["gcc"][n]) for n in outputs)
+    bound("gcc", gcc_fn)()
+    error = 0.0
+    for fn in polydl_fns.values():
+        bound("polydl", fn)()
+        error = max(error, *(relative_error(buffers["polydl"][n], buffers["gcc"][n]) for n in outputs))
     gomp = ctypes.CDLL("libgomp.so.1")
     result: dict[str, Any] = {"kernel": name, "size": size, "sizes": sizes,
-                              "schedule": kernel.schedule.describe(), "error": error,
-                              "correct": bool(error <= tolerance(dtype)), "ms": {}}
+                              "schedule": {str(t): k.schedule.describe() for t, k in kernels.items()},
+                              "error": error, "correct": bool(error <= tolerance(dtype)), "ms": {}}
     for t in threads:
         gomp.omp_set_num_threads(t)
+        calls = {"gcc": bound("gcc", gcc_fn), "polydl": bound("polydl", polydl_fns[t])}
         for call in calls.values():
             call()
         start = time.perf_counter()

@@ -91,7 +91,8 @@ CASES = {
     "wavefront": (_wavefront, [["parallel: wavefront of tiles"]]),
     "matmul": (_matmul, [["parallel "]]),
     "gemm_blas": (_gemm_blas, [["parallel "], ["parallel "]]),  # C *= beta, then the GEMM
-    "conv2d": (_conv2d, [["parallel "], ["parallel "]]),  # the padding copy, then the convolution
+    # the padding copy (8 K cells: worth no fork), then the convolution
+    "conv2d": (_conv2d, [[], ["parallel "]]),
     "conv2d fed": (_conv2d_fed, [["parallel "]]),  # the copy inside the convolution's band
     "trisolv": (_trisolv, [[]]),  # written order, sequential
 }

@@ -9,7 +9,9 @@ from polydl.poly.ast_order import ast_schedule, tree_ast
 
 # isl's AST of this tree runs S9[i + 1] before S11[i] at c0 = 4 and 8, though the second band
 # puts S11 (2) before S9 (3): found by the differential tests (seed 31295, minimised).
-BROKEN = """{ domain: "{ S11[i, j] : 0 <= i <= 2 and 0 <= j <= 1; S9[i, j] : 0 <= i <= 2 and 0 <= j <= 1; S10[i, j, k = 1] : 0 <= i <= 2 and 0 <= j <= 1; S4[i] : 0 <= i <= 2 }",
+_DOMAIN = ("{ S11[i, j] : 0 <= i <= 2 and 0 <= j <= 1; S9[i, j] : 0 <= i <= 2 and 0 <= j <= 1; "
+           "S10[i, j, k = 1] : 0 <= i <= 2 and 0 <= j <= 1; S4[i] : 0 <= i <= 2 }")
+BROKEN = '{ domain: "' + _DOMAIN + '",' + """
   child: { schedule: "[{ S11[i, j] -> [(4 + 4i)]; S9[i, j] -> [(4i)]; S10[i, j, k] -> [(6i)]; S4[i] -> [(0)] }]",
   child: { schedule: "[{ S11[i, j] -> [(2)]; S9[i, j] -> [(3)]; S10[i, j, k] -> [(4 - i)]; S4[i] -> [(1 + 5i)] }]",
   child: { sequence: [

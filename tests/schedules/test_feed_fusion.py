@@ -93,7 +93,8 @@ def test_a_copy_read_by_every_iteration_of_the_parallel_loop_stays_a_pass_of_its
     schedule = Schedule(order=("i", "j", "k"), parallel=("i",))
     kernel = build_kernel(nest, params, _cores(2), schedule)
     assert not _copies(kernel)
-    assert _body(kernel).count("#pragma omp parallel for") == 2
+    # the GEMM's loop; the copy's pass (320 cells) is worth no fork (`cost._evaluate`)
+    assert _body(kernel).count("#pragma omp parallel for") == 1
     _check(kernel)
     # with j outermost each cell is read in one iteration of j: fused there
     by_j = Schedule(order=("j", "i", "k"), parallel=("j",))

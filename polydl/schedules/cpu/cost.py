@@ -153,9 +153,12 @@ def _evaluate(
                  "l3": target.memory_bytes_per_cycle}  # into each level, from the one below
     from_other_core = target.memory_bytes_per_cycle / FROM_OTHER_CORE_SHARE
     memory = sum(traffic[c] * (dram if c == "l3" else 1.0) / bandwidth[c] for c in traffic)
-    if final.parallel and cores > 1:
-        memory += shared_read_bytes(model, final, cores) / bandwidth["l3"]
-        memory += copied_elsewhere_bytes(model, final, cores) / from_other_core
+    threaded = final.parallel and cores > 1
+    # what only the threads add: lines other cores read or wrote
+    sharing = 0.0
+    if threaded:
+        sharing += shared_read_bytes(model, final, cores) / bandwidth["l3"]
+        sharing += copied_elsewhere_bytes(model, final, cores) / from_other_core
     mk = final.microkernel
     # B packed in every call (a kept B is packed once for all of them)
     packs_per_call = mk is not None and mk.pack_b and not kept_b(model, mk)
@@ -167,10 +170,10 @@ def _evaluate(
         if b_bytes and not mk.batch:
             memory += sum(_packed_rereads(model, final, b_bytes, caches[c]) for c in ("l2", "l3")) / bandwidth["l3"]
         if b_bytes and cores > 1:
-            memory += packed_elsewhere(model, final, cores) * b_bytes / from_other_core
+            sharing += packed_elsewhere(model, final, cores) * b_bytes / from_other_core
     memory += amx_repacked_bytes(model, target, final, plan.order) / bandwidth["l3"]
-    cost = (compute + memory) * balance / cores
-    if final.parallel and cores > 1:
+    cost = (compute + memory + sharing) * balance / cores
+    if threaded:
         # waking and joining each thread of the team, once: on many cores a small nest runs
         # faster on one core than split over all
         cost += target.fork_join_cycles / THREAD_WAKES_PER_FORK_JOIN * cores
@@ -180,7 +183,7 @@ def _evaluate(
         summed = summed_output(model, plan.statements)[0]
         out_bytes = array_bytes(model, summed) if summed else 0
         cost += out_bytes / bandwidth["l1"] + cores * 2 * out_bytes / bandwidth["l3"]
-    if final.parallel and cores > 1:
+    if threaded:
         # every entry into the parallel loop forks and joins the threads (and a packed copy
         # inside the loops around it is one more parallel loop): a few microseconds each
         # (convolutions' batch-reduce calls were ranked without it where they fork once)
@@ -189,6 +192,14 @@ def _evaluate(
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         if around > 1 or not (mk is not None and mk.batch):
             cost += target.fork_join_cycles * around * (1 + int(packs_per_call))
+        # loops chosen here (none given) run on one thread where the threads' saving does not
+        # pay for their forks: a small nest (PolyBench's MINI sizes) forks for microseconds of
+        # work; a one-thread run reads no line another core holds
+        alone = compute + memory
+        if not schedule.parallel and not final.private_sums and alone <= cost:
+            # (the order spelled out: without one, no parallel loops means "choose them")
+            one = replace(final, parallel=(), order=final.order or plan.order)
+            return RankedSchedule(one, alone, tuple(ws), traffic, compute, 1.0)
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
