@@ -35,8 +35,8 @@ from polydl.ir import (
     is_integer_value,
 )
 
-# Generated identifiers start with "_pd" or "_t"; the frontends reject user names with "_".
-ITERATOR_PREFIX = "_t"
+# Generated identifiers start with "_pd" or "_t" (loop iterators, `poly.ast_order`); the
+# frontends reject user names with "_".
 
 C_HELPERS = """\
 static inline long _pd_floord(long a, long b) { return (a >= 0) ? a / b : -((-a + b - 1) / b); }

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polydl.poly.isl_parts import out_width
+
+# Loop iterators of the generated code start with "_t" (the frontends reject user names with
+# "_"), then the loop's depth.
+ITERATOR_PREFIX = "_t"
+
 _OP = isl.ast_expr_op_type
 _BINARY = {_OP.add: "+", _OP.sub: "-", _OP.mul: "*"}
 _COMPARE = {_OP.eq: "=", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=", _OP.gt: ">"}
@@ -40,12 +46,31 @@ class _Place:
         return _Place(self.iterators, self.time, (*self.conditions, condition))
 
 
-def tree_ast(tree: isl.Schedule, iterators: isl.IdList | None = None) -> isl.AstNode:
-    """isl's AST of a schedule tree: the one code is printed from and the one checked here."""
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    if iterators is not None:
-        build = build.set_iterators(iterators)
-    return build.node_from_schedule(tree)
+def tree_ast(tree: isl.Schedule) -> isl.AstNode:
+    """isl's AST of a schedule tree, its loops' iterators named `ITERATOR_PREFIX` and their
+    depth: the one code is printed from and the one checked here, built once (isl takes
+    seconds on some trees; `_ASTS`)."""
+    key = tree.to_str()
+    node = _ASTS.get(key)
+    if node is None:
+        ctx = tree.get_ctx()
+        # a tree's bands may have been tiled and split: its map's width, plus room, bounds
+        # the loops on any path
+        width = out_width(tree.get_map()) + 8
+        iterators = isl.IdList.alloc(ctx, width)
+        for d in range(width):
+            iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
+        build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
+        node = build.node_from_schedule(tree)
+        if len(_ASTS) >= _KEPT_ASTS:
+            _ASTS.pop(next(iter(_ASTS)))
+        _ASTS[key] = node
+    return node
+
+
+# the ASTs of the last trees built, by the tree's text
+_ASTS: dict[str, isl.AstNode] = {}
+_KEPT_ASTS = 16
 
 
 def ast_schedule(root: isl.AstNode) -> isl.UnionMap | None:

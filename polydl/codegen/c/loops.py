@@ -16,8 +16,8 @@ import islpy as isl
 
 from polydl.codegen.c.accumulators import AccumulatorPrinter, Instance
 from polydl.codegen.c.register_tiles import RowTilePrinter
-from polydl.codegen.c_expr import AST_FOR, AST_IF, ITERATOR_PREFIX, ast_expr_to_c
-from polydl.poly.ast_order import tree_ast
+from polydl.codegen.c_expr import AST_FOR, AST_IF, ast_expr_to_c
+from polydl.poly.ast_order import ITERATOR_PREFIX, tree_ast
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
@@ -28,15 +28,13 @@ InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
 
 
 def build_ast(plan: GroupPlan) -> isl.AstNode:
+    if plan.tree is not None:  # the AST the plan checked (`poly.ast_order`)
+        return tree_ast(plan.tree)
     ctx = plan.schedule_map.get_ctx()
-    # a tree's bands may have been tiled and split: its map's width, plus room, bounds the
-    # loops on any path
-    width = out_width(plan.schedule_map) + (8 if plan.tree is not None else 0)
+    width = out_width(plan.schedule_map)
     iterators = isl.IdList.alloc(ctx, width)
     for d in range(width):
         iterators = iterators.add(isl.Id(f"{ITERATOR_PREFIX}{d}", context=ctx))
-    if plan.tree is not None:  # the AST the plan checked (`poly.ast_order`)
-        return tree_ast(plan.tree, iterators)
     build = isl.AstBuild.from_context(isl.Set("{ : }")).set_iterators(iterators)
     # The schedule map is already restricted to the instances it runs (statements or calls).
     return build.node_from_schedule_map(plan.schedule_map)
