@@ -85,20 +85,34 @@ def evaluate(
     result = _evaluate(model, target, schedule, memo)
     if (schedule.parallel or result is None or not result.schedule.parallel
             or schedule.microkernel is None or target.cores < 2):
-        return result  # plain nests keep theirs (see decisions: Parallel loops where the outermost leave cores idle)
+        # plain nests keep theirs (see decisions: Parallel loops where the outermost leave cores idle)
+        return _or_alone(model, target, schedule, memo, result)
     units = math.prod(trip_count(model, result.schedule, loop) for loop in result.schedule.parallel)
     if units >= target.cores:
-        return result
+        return _or_alone(model, target, schedule, memo, result)
     for choice in parallel_choices(model, schedule, memo):
         other = _evaluate(model, target, replace(schedule, parallel=choice), memo)
         if other is not None and other.cost < result.cost:
             result = other
-    return result
+    return _or_alone(model, target, schedule, memo, result)
+
+
+def _or_alone(model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo,
+              result: RankedSchedule | None) -> RankedSchedule | None:
+    """`result`, or the nest on one thread where the ranking chose the parallel loops (none
+    given) and the model's one-thread cost is lower than the best threaded one with its forks:
+    a small nest (PolyBench's MINI sizes) forks for microseconds of work."""
+    if schedule.parallel or result is None or not result.schedule.parallel or target.cores < 2:
+        return result
+    alone = _evaluate(model, target, schedule, memo, alone=True)
+    return alone if alone is not None and alone.cost < result.cost else result
 
 
 def _evaluate(
-    model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo
+    model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo, alone: bool = False
 ) -> RankedSchedule | None:
+    """The cost of `schedule` with its parallel loops (`_with_parallel`); with `alone`, of the
+    same loops run on one thread."""
     found = _with_parallel(model, schedule, target, memo)
     if found is None:
         return None
@@ -192,14 +206,11 @@ def _evaluate(
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         if around > 1 or not (mk is not None and mk.batch):
             cost += target.fork_join_cycles * around * (1 + int(packs_per_call))
-        # loops chosen here (none given) run on one thread where the threads' saving does not
-        # pay for their forks: a small nest (PolyBench's MINI sizes) forks for microseconds of
-        # work; a one-thread run reads no line another core holds
-        alone = compute + memory
-        if not schedule.parallel and not final.private_sums and alone <= cost:
-            # (the order spelled out: without one, no parallel loops means "choose them")
-            one = replace(final, parallel=(), order=final.order or plan.order)
-            return RankedSchedule(one, alone, tuple(ws), traffic, compute, 1.0)
+    if alone and threaded and not final.private_sums:
+        # one thread reads no line another core holds, and forks nothing (the order spelled
+        # out: without one, no parallel loops means "choose them")
+        one = replace(final, parallel=(), order=final.order or plan.order)
+        return RankedSchedule(one, compute + memory, tuple(ws), traffic, compute, 1.0)
     return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
 
 
