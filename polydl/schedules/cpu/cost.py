@@ -71,6 +71,9 @@ class RankedSchedule:
     traffic_bytes: dict[str, int]
     compute_cycles: float
     balance: float
+    # the same loops on one thread, where the ranking chose the parallel loops (none given):
+    # forks nothing and reads no line another core holds
+    one_thread: RankedSchedule | None = None
 
 
 def evaluate(
@@ -83,36 +86,27 @@ def evaluate(
     see decisions: Parallel loops where the outermost leave cores idle"""
     memo = {} if memo is None else memo
     result = _evaluate(model, target, schedule, memo)
-    if (schedule.parallel or result is None or not result.schedule.parallel
-            or schedule.microkernel is None or target.cores < 2):
-        # plain nests keep theirs (see decisions: Parallel loops where the outermost leave cores idle)
-        return _or_alone(model, target, schedule, memo, result)
-    units = math.prod(trip_count(model, result.schedule, loop) for loop in result.schedule.parallel)
-    if units >= target.cores:
-        return _or_alone(model, target, schedule, memo, result)
-    for choice in parallel_choices(model, schedule, memo):
-        other = _evaluate(model, target, replace(schedule, parallel=choice), memo)
-        if other is not None and other.cost < result.cost:
-            result = other
-    return _or_alone(model, target, schedule, memo, result)
-
-
-def _or_alone(model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo,
-              result: RankedSchedule | None) -> RankedSchedule | None:
-    """`result`, or the nest on one thread where the ranking chose the parallel loops (none
-    given) and the model's one-thread cost is lower than the best threaded one with its forks:
-    a small nest (PolyBench's MINI sizes) forks for microseconds of work."""
-    if schedule.parallel or result is None or not result.schedule.parallel or target.cores < 2:
-        return result
-    alone = _evaluate(model, target, schedule, memo, alone=True)
-    return alone if alone is not None and alone.cost < result.cost else result
+    if result is None:
+        return None
+    one_thread = result.one_thread
+    # plain nests keep theirs (see decisions: Parallel loops where the outermost leave cores idle)
+    if (not schedule.parallel and result.schedule.parallel and schedule.microkernel is not None
+            and target.cores >= 2 and math.prod(trip_count(model, result.schedule, loop)
+                                                for loop in result.schedule.parallel) < target.cores):
+        for choice in parallel_choices(model, schedule, memo):
+            other = _evaluate(model, target, replace(schedule, parallel=choice), memo)
+            if other is not None and other.cost < result.cost:
+                result = other
+    # the nest on one thread where that beats the best threaded choice with its forks: a small
+    # nest (PolyBench's MINI sizes) forks for microseconds of work
+    return one_thread if one_thread is not None and one_thread.cost < result.cost else result
 
 
 def _evaluate(
-    model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo, alone: bool = False
+    model: PolyModel, target: CpuTarget, schedule: Schedule, memo: Memo
 ) -> RankedSchedule | None:
-    """The cost of `schedule` with its parallel loops (`_with_parallel`); with `alone`, of the
-    same loops run on one thread."""
+    """The cost of `schedule` with its parallel loops (`_with_parallel`), and where none were
+    given, of the same loops on one thread (`RankedSchedule.one_thread`)."""
     found = _with_parallel(model, schedule, target, memo)
     if found is None:
         return None
@@ -206,12 +200,12 @@ def _evaluate(
         around = math.prod(trip_count(model, final, loop) for loop in order[:first])
         if around > 1 or not (mk is not None and mk.batch):
             cost += target.fork_join_cycles * around * (1 + int(packs_per_call))
-    if alone and threaded and not final.private_sums:
-        # one thread reads no line another core holds, and forks nothing (the order spelled
-        # out: without one, no parallel loops means "choose them")
+    one_thread = None
+    if threaded and not schedule.parallel and not final.private_sums:
+        # (the order spelled out: without one, no parallel loops means "choose them")
         one = replace(final, parallel=(), order=final.order or plan.order)
-        return RankedSchedule(one, compute + memory, tuple(ws), traffic, compute, 1.0)
-    return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance)
+        one_thread = RankedSchedule(one, compute + memory, tuple(ws), traffic, compute, 1.0)
+    return RankedSchedule(final, cost, tuple(ws), traffic, compute, balance, one_thread)
 
 
 def _with_parallel(
