@@ -85,22 +85,25 @@ def current_toolchain() -> Toolchain:
     return Toolchain(compiler, chosen + sanitizer_flags())
 
 
-@cache
 def is_gcc(compiler: str) -> bool:
     """Whether `compiler` is GCC (its `--version` names the FSF; clang's and others' do not)."""
-    path = shutil.which(compiler)
-    if path is None:
-        return False
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        version = _version(compiler)[1]
+    except CompileError:  # no compiler: the build says so
         return False
-    return "Free Software Foundation" in out.stdout and "clang" not in out.stdout.lower()
+    return "Free Software Foundation" in version and "clang" not in version.lower()
+
+
+def compiler_identity(compiler: str) -> str:
+    """The compiler's path and first `--version` line: part of every cache key."""
+    path, version = _version(compiler)
+    first = version.strip().splitlines()
+    return f"{os.path.realpath(path)} {first[0] if first else ''}"
 
 
 @cache
-def compiler_identity(compiler: str) -> str:
-    """The compiler's path and first `--version` line: part of every cache key."""
+def _version(compiler: str) -> tuple[str, str]:
+    """The compiler's path and what its `--version` prints."""
     path = shutil.which(compiler)
     if path is None:
         raise CompileError(compiler, [compiler], f"C compiler '{compiler}' not found on PATH (set POLYDL_CC)")
@@ -108,8 +111,7 @@ def compiler_identity(compiler: str) -> str:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CompileError(compiler, [path, "--version"], str(exc)) from None
-    first = (out.stdout or out.stderr).strip().splitlines()
-    return f"{os.path.realpath(path)} {first[0] if first else ''}"
+    return path, out.stdout or out.stderr
 
 
 def build_shared_library(code: GeneratedCode, toolchain: Toolchain | None = None) -> Path:
