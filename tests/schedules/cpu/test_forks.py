@@ -20,6 +20,7 @@ from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target import resolve_target
 from tests.kernels import compile_c, run_and_check
 from tests.schedules.cpu.test_general_scheduler import JACOBI_2D as JACOBI
+from tests.schedules.cpu.test_general_scheduler import SYRK_AAT
 
 ROOT = Path(__file__).resolve().parents[3]
 TWO_CORES = replace(resolve_target("c", "x86-64-v3"), cores=2)
@@ -28,13 +29,6 @@ FREE_FORKS = replace(TWO_CORES, fork_join_cycles=1.0, barrier_cycles=1.0)
 
 FLOYD = (ROOT / "benchmarks" / "general" / "floyd_warshall.c").read_text()
 FDTD = (ROOT / "benchmarks" / "general" / "fdtd_2d.c").read_text()
-SYRK_AAT = """
-void syrk(int N, int M, double C[N][N], const double A[N][M]) {
-  for (int i = 0; i < N; i++)
-    for (int k = 0; k < M; k++)
-      for (int j = 0; j <= i; j++)
-        C[i][j] += A[i][k] * A[j][k];
-}"""
 
 
 def _model(source: str, **params: int):  # type: ignore[no-untyped-def]
