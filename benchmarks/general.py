@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, args.sizes, tuple(args.sides.split(",")), args.rounds, args.threads[0])
         return 0
+    cores = len(os.sched_getaffinity(0))
+    if max(args.threads) > cores:  # each count runs pinned to as many cores
+        parser.error(f"--threads {max(args.threads)}: this process may use {cores} cores")
     names = [k for k in args.kernels.split(",") if k] or kernels_of(args.suite)
     unknown = [k for k in names if k not in CORPUS]
     if unknown:

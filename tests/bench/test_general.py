@@ -8,6 +8,7 @@ import ctypes
 import importlib.util
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 from types import ModuleType
@@ -109,10 +110,20 @@ def test_thread_counts_parse_a_list() -> None:
             module.thread_counts(bad)
 
 
+def test_more_threads_than_cores_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    cores = len(os.sched_getaffinity(0))
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--kernels", "leaky_relu", "--threads", f"1,{cores + 1}"])
+    assert exit_info.value.code == 2
+    assert f"--threads {cores + 1}: this process may use {cores} cores" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_driver_writes_every_row_to_json(tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("runs 2 threads pinned to 2 cores")
     out = tmp_path / "general.json"
     code = _script().main(["--kernels", "leaky_relu,embedding", "--sizes", "test", "--rounds",
                            "1", "--threads", "1,2", "--json", str(out)])
