@@ -84,7 +84,7 @@ LIBMVEC_RELEASES = ("2.22", "2.35")
 
 # What may reach the compiler's command line from a description file: a -march name and
 # machine options (-m...), nothing that names files, plugins or linker input.
-_MARCH = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+MARCH_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 _MACHINE_FLAG = re.compile(r"-m[a-z0-9][a-z0-9._,=-]{0,63}")
 # Fields the cost models read (bandwidths, fork and join); a description may override them.
 COST_FIELDS = ("l1_bytes_per_cycle", "l2_bytes_per_cycle", "memory_bytes_per_cycle",
@@ -96,6 +96,11 @@ class CpuTarget:
     name: str = "custom"
     isa: str = "avx2"
     march: str = ""  # the -march value; "" means the ISA's x86-64 level (ISA_MARCH)
+    # The -mtune value: the compiler's own name for the CPU where polydl cannot check that
+    # name's features (so it is no -march); "" means the -march's own tuning. Tuning picks
+    # instruction order, unrolling and vector width, never instructions: short loops ran 1.5x
+    # apart between generic tuning and the CPU's (benchmarks/README.md: Tuning for the CPU).
+    tune: str = ""
     cores: int = 1
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
@@ -128,9 +133,11 @@ class CpuTarget:
     def __post_init__(self) -> None:
         if self.isa not in ISAS:
             raise TargetError(f"unknown ISA '{self.isa}'; known: {', '.join(ISAS)}", self.name)
-        if self.march and not _MARCH.fullmatch(self.march):
+        if self.march and not MARCH_NAME.fullmatch(self.march):
             raise TargetError(f"'{self.march}' is not a -march name", self.name)
-        if self.march == "native":
+        if self.tune and not MARCH_NAME.fullmatch(self.tune):
+            raise TargetError(f"'{self.tune}' is not a -mtune name", self.name)
+        if self.march == "native" or self.tune == "native":
             raise TargetError("march 'native' names whatever machine compiles, not a target: "
                               "save `polydl machine --json` on the target host instead", self.name)
         if self.libmvec not in ("", *LIBMVEC_RELEASES):
@@ -184,12 +191,14 @@ class CpuTarget:
     def compile_flags(self) -> tuple[str, ...]:
         """Flags that make the compiler generate code for this target (never -march=native)."""
         march = self.effective_march
-        tune = (f"-mtune={MARCH_TUNE[march]}",) if march in MARCH_TUNE else ()
+        cpu = self.tune or march
+        tune = (f"-mtune={MARCH_TUNE.get(cpu, cpu)}",) if cpu in MARCH_TUNE or self.tune else ()
         return ((f"-march={march}",) if march else ()) + tune + ISA_FLAGS[self.isa] + self.cflags
 
     def portable_flags(self) -> tuple[str, ...]:
-        """The same ISA by its x86-64 level, for a compiler that does not know `march`."""
-        return replace(self, march="").compile_flags()
+        """The same ISA by its x86-64 level, for a compiler that does not know `march` or
+        `tune`."""
+        return replace(self, march="", tune="").compile_flags()
 
     def required_features(self) -> frozenset[str]:
         """CPU features a kernel built for this target may execute."""
@@ -201,13 +210,13 @@ class CpuTarget:
     # ------------------------------------------------------------------ identity and text
     def key(self) -> str:
         """Identity for caches and the tuning database: every field that changes generated
-        code or a measured time (the name is only a label). A cost field or `libmvec` at its
-        default is left out: keys made before those fields existed (trials in a tuning
+        code or a measured time (the name is only a label). A cost field, `libmvec` or `tune` at
+        its default is left out: keys made before those fields existed (trials in a tuning
         database, cached code) stay those of the targets they were made for, and a target that
         sets one differs."""
         data = self.to_dict()
         del data["name"]
-        for f in (*COST_FIELDS, "libmvec"):
+        for f in (*COST_FIELDS, "libmvec", "tune"):
             if data[f] == _DEFAULTS[f]:
                 del data[f]
         return json.dumps(data, sort_keys=True)
@@ -215,7 +224,8 @@ class CpuTarget:
     def describe(self) -> str:
         kib = 1024
         return (
-            f"{self.name}: {self.model}, {self.isa} (-march={self.effective_march or 'none'}), "
+            f"{self.name}: {self.model}, {self.isa} (-march={self.effective_march or 'none'}"
+            f"{f' -mtune={self.tune}' if self.tune else ''}), "
             f"{self.cores} cores, L1 {self.l1_bytes // kib} KiB, L2 {self.l2_bytes // kib} KiB, "
             f"L3 {self.l3_bytes // kib} KiB, {self.cache_line_bytes}-byte lines"
         )
@@ -246,7 +256,7 @@ class CpuTarget:
                               f"{', '.join(sorted(known))}", source)
         values = dict(data)
         values.pop("kind", None)
-        for f in ("name", "isa", "march", "model", "libmvec"):
+        for f in ("name", "isa", "march", "tune", "model", "libmvec"):
             if f in values and not isinstance(values[f], str):
                 raise TargetError(f"'{f}' must be a string, not {values[f]!r}", source)
         if "cflags" in values:

@@ -4,7 +4,8 @@ kernels.
 Only the API boundary asks this module (the default `machine="native"`, the check that a kernel
 can run here, `polydl machine`); every stage below it is handed a target value. The detected
 -march is the name the C compiler gives this CPU (`-march=native` resolved), so a description
-saved here and used on another machine says what it means. `POLYDL_ISA` lowers the native
+saved here and used on another machine says what it means; a name whose features polydl cannot
+check is the -mtune instead (the ISA's x86-64 level is the -march). `POLYDL_ISA` lowers the native
 target's ISA (and -march to that ISA's x86-64 level), e.g. `scalar` for the portable fallback.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from polydl import settings
 from polydl.errors import TargetError
-from polydl.target.cpu import COST_FIELDS, ISAS, LIBMVEC_RELEASES, MARCH_FEATURES, CpuTarget
+from polydl.target.cpu import COST_FIELDS, ISAS, LIBMVEC_RELEASES, MARCH_FEATURES, MARCH_NAME, CpuTarget
 
 
 def _cpuinfo() -> str:
@@ -82,6 +83,20 @@ def _cache_line() -> int | None:
 def compiler_march(compiler: str) -> str | None:
     """The name `compiler` gives this CPU (gcc: `-march=native -Q --help=target`); None where
     it does not say or names a CPU polydl cannot check features for."""
+    name = compiler_cpu_name(compiler)
+    return name if name in MARCH_FEATURES else None
+
+
+def compiler_tune(compiler: str) -> str:
+    """The -mtune for this CPU where its -march is not `compiler_march`'s: the compiler's own
+    name for it ("" where the compiler names none, or the name is a -march polydl knows)."""
+    name = compiler_cpu_name(compiler)
+    return name if name and name not in MARCH_FEATURES else ""
+
+
+@cache
+def compiler_cpu_name(compiler: str) -> str | None:
+    """The name `compiler` gives this CPU, whatever it is; None where it says none."""
     path = shutil.which(compiler)
     if path is None:
         return None
@@ -92,7 +107,7 @@ def compiler_march(compiler: str) -> str | None:
         return None
     match = re.search(r"^\s*-march=\s+(\S+)\s*$", out.stdout, re.MULTILINE)
     name = match.group(1) if match else None
-    return name if name in MARCH_FEATURES else None
+    return name if name and MARCH_NAME.fullmatch(name) and name != "native" else None
 
 
 def libmvec_release() -> str:
@@ -142,6 +157,7 @@ def detect(compiler: str = "cc") -> CpuTarget:
         name="native",
         isa=isa,
         march=march or "",
+        tune=compiler_tune(compiler) if isa != "scalar" else "",
         cores=max(cores, 1),
         l1_bytes=_cache_bytes(1, ("Data", "Unified")) or defaults.l1_bytes,
         l2_bytes=_cache_bytes(2, ("Unified", "Data")) or defaults.l2_bytes,

@@ -55,6 +55,7 @@ def test_this_machine_is_detected_once_and_sane() -> None:
     m = host_target()
     assert m is host_target()
     assert m.march != "native"  # a concrete name, meaningful on another machine
+    assert m.tune != "native" and not (m.tune and m.tune == m.march)
     assert m.cores >= 1 and m.l1_bytes <= m.l2_bytes <= m.l3_bytes
     assert m.cache_line_bytes in (32, 64, 128)
 

@@ -97,6 +97,27 @@ def test_sapphire_rapids_code_is_tuned_for_the_core_before_it() -> None:
     assert replace(spr, cflags=("-mtune=generic",)).compile_flags()[-1] == "-mtune=generic"
 
 
+def test_a_cpu_polydl_cannot_check_is_a_tune_not_a_march() -> None:
+    """A CPU whose name the compiler knows but whose features polydl cannot check builds for the
+    ISA's x86-64 level tuned for that CPU (generic tuning ran short loops 1.5x slower); the
+    portable fallback drops the tune too, and the key and the description carry it."""
+    odd = CpuTarget(name="vm", isa="avx512", tune="rocketlake")
+    assert odd.compile_flags()[:2] == ("-march=x86-64-v4", "-mtune=rocketlake")
+    assert not any(f.startswith("-mtune") for f in odd.portable_flags())
+    assert odd.key() != replace(odd, tune="").key()
+    assert "-mtune=rocketlake" in odd.describe()
+    assert CpuTarget.from_dict(odd.to_dict()) == odd
+    assert CpuTarget(tune="graniterapids").compile_flags()[1] == "-mtune=icelake-server"
+    for bad in ("native", "-O0", "x; rm"):
+        with pytest.raises(polydl.TargetError):
+            CpuTarget(tune=bad)
+    made_up = replace(odd, tune="zen99")
+    with pytest.warns(polydl.ToolchainWarning, match="does not know -mtune=zen99"):
+        kernel = polydl.matmul(M=8, N=8, K=8, machine=made_up)
+    np.testing.assert_allclose(kernel(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)),
+                               np.full((8, 8), 8.0))
+
+
 def test_cache_keys_include_the_target() -> None:
     v3 = polydl.matmul(M=24, N=24, K=24, machine="x86-64-v3")
     v4 = polydl.matmul(M=24, N=24, K=24, machine="x86-64-v4")

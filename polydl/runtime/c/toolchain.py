@@ -56,9 +56,10 @@ OPENMP_FLAG = "-fopenmp"
 # What compilers say when they lack OpenMP: gcc/clang option errors, a missing libgomp/libomp.
 _NO_OPENMP = re.compile(r"fopenmp|openmp|-lgomp|-lomp|omp\.h", re.IGNORECASE)
 _DISK_FULL = "No space left on device"
-# What compilers say of a -march they do not know (gcc: "bad value", clang: "unknown target CPU").
-_UNKNOWN_MARCH = re.compile(r"bad value .*-march|unknown target CPU|-march=.*(unknown|invalid)",
-                            re.IGNORECASE)
+# What compilers say of a -march or -mtune they do not know (gcc: "bad value", clang: "unknown
+# target CPU").
+_UNKNOWN_MARCH = re.compile(
+    r"bad value .*-m(arch|tune)|unknown target CPU|-m(arch|tune)=.*(unknown|invalid)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def _cached_build(entry: Path, code: GeneratedCode, toolchain: Toolchain) -> Pat
 
 def compile_for_target(toolchain: Toolchain, source: Path, library: Path, code: GeneratedCode) -> None:
     """Compile `code` (written at `source`) for its target; by the ISA's x86-64 level where the
-    compiler does not know the target's -march."""
+    compiler does not know the target's -march or -mtune."""
     try:
         compile_library(toolchain, source, library, code.compile_flags, code.target_flags)
     except CompileError as exc:
@@ -174,7 +175,8 @@ def compile_for_target(toolchain: Toolchain, source: Path, library: Path, code: 
         compile_library(toolchain, source, library, code.compile_flags, code.fallback_flags)
         warnings.warn(
             ToolchainWarning(
-                f"C compiler '{toolchain.compiler}' does not know {' '.join(code.target_flags[:1])}; "
+                f"C compiler '{toolchain.compiler}' does not know "
+                f"{' '.join(f for f in code.target_flags if f not in code.fallback_flags)}; "
                 f"built with {' '.join(code.fallback_flags)} (the same ISA)"
             ),
             stacklevel=4,
