@@ -21,9 +21,11 @@ from polydl.poly.isl_parts import out_width
 ITERATOR_PREFIX = "_t"
 
 _OP = isl.ast_expr_op_type
-_BINARY = {_OP.add: "+", _OP.sub: "-", _OP.mul: "*"}
-_COMPARE = {_OP.eq: "=", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=", _OP.gt: ">"}
-_LOGIC = {_OP.and_: "and", _OP.and_then: "and", _OP.or_: "or", _OP.or_else: "or"}
+_BINARY: dict[object, str] = {_OP.add: "+", _OP.sub: "-", _OP.mul: "*"}
+_COMPARE: dict[object, str] = {_OP.eq: "=", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=", _OP.gt: ">"}
+# islpy's type stubs lack the members named after C keywords (and_, or_)
+_LOGIC: dict[object, str] = {_OP.and_: "and", _OP.and_then: "and",  # type: ignore[attr-defined]
+                             _OP.or_: "or", _OP.or_else: "or"}  # type: ignore[attr-defined]
 
 
 class Unreadable(Exception):

@@ -34,3 +34,21 @@ def affs_of(value: isl.PwAff) -> list[isl.Aff]:
 def out_width(union: isl.UnionMap) -> int:
     """How many output dimensions the maps of `union` have (a schedule's time dimensions)."""
     return max((m.dim(isl.dim_type.out) for m in maps_of(union)), default=0)
+
+
+def single_set(union: isl.UnionSet) -> isl.Set | None:
+    """The one set of `union`; None where it has several spaces (or none)."""
+    sets = sets_of(union)
+    return sets[0] if len(sets) == 1 else None
+
+
+def middle_point(points: isl.Set) -> isl.Set:
+    """A point of `points` near the middle of its bounding box, dimension by dimension."""
+    point = points
+    for d in range(points.dim(isl.dim_type.set)):
+        low, high = point.dim_min_val(d).to_python(), point.dim_max_val(d).to_python()
+        point = point.fix_val(isl.dim_type.set, d, isl.Val.int_from_si(points.get_ctx(),
+                                                                          (low + high) // 2))
+        if point.is_empty():
+            return points.lexmin()
+    return point

@@ -88,7 +88,8 @@ MARCH_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 _MACHINE_FLAG = re.compile(r"-m[a-z0-9][a-z0-9._,=-]{0,63}")
 # Fields the cost models read (bandwidths, fork and join); a description may override them.
 COST_FIELDS = ("l1_bytes_per_cycle", "l2_bytes_per_cycle", "memory_bytes_per_cycle",
-               "socket_copy_bytes_per_s", "fork_join_cycles", "barrier_cycles")
+               "socket_copy_bytes_per_s", "fork_join_cycles", "barrier_cycles",
+               "core_transfer_bytes_per_cycle")
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,10 @@ class CpuTarget:
     # inside a region that forked once): a fraction of a fork and join (see benchmarks/README.md:
     # Fork and barrier costs).
     barrier_cycles: float = 6500.0
+    # Bytes per cycle that move between two cores' caches where one core reads or writes lines
+    # another core's thread touched last (a parallel loop beside sequential code over the same
+    # arrays; see benchmarks/README.md: Data that moves between cores).
+    core_transfer_bytes_per_cycle: float = 4.0
 
     def __post_init__(self) -> None:
         if self.isa not in ISAS:
@@ -237,7 +242,8 @@ class CpuTarget:
             f"bandwidth per core: L1 {self.l1_bytes_per_cycle:g}, L2 {self.l2_bytes_per_cycle:g}, "
             f"memory {self.memory_bytes_per_cycle:g} bytes/cycle; line copies "
             f"{self.socket_copy_bytes_per_s / 1e9:g} GB/s per socket; fork and join "
-            f"{self.fork_join_cycles:g} cycles, barrier {self.barrier_cycles:g} cycles"
+            f"{self.fork_join_cycles:g} cycles, barrier {self.barrier_cycles:g} cycles; "
+            f"between cores {self.core_transfer_bytes_per_cycle:g} bytes/cycle"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,7 +18,8 @@ KIB, MIB = 1024, 1024 * 1024
 # tuned with (none is measured per preset yet); `CpuTarget`'s defaults, so presets rank as before.
 SERVER_CORE = CpuTarget(l1_bytes_per_cycle=64.0, l2_bytes_per_cycle=32.0,
                         memory_bytes_per_cycle=8.0, socket_copy_bytes_per_s=8e9,
-                        fork_join_cycles=13000.0, barrier_cycles=6500.0)
+                        fork_join_cycles=13000.0, barrier_cycles=6500.0,
+                        core_transfer_bytes_per_cycle=4.0)
 
 CPU_PRESETS: dict[str, CpuTarget] = {
     # AVX2 + FMA: Haswell to Alder Lake, Zen 1-3

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -37,7 +37,15 @@ from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
-from polydl.poly.isl_parts import affs_of, maps_of, out_width, pw_affs_of, sets_of
+from polydl.poly.isl_parts import (
+    affs_of,
+    maps_of,
+    middle_point,
+    out_width,
+    pw_affs_of,
+    sets_of,
+    single_set,
+)
 from polydl.poly.model import PolyModel
 from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
@@ -166,24 +174,30 @@ class _Scheduler:
         self.deps = dependences_of(model).all
         self.bands: list[BandDecision] = []
         self.accesses = model.reads.union(model.writes)
+        # `fill`: the visit marks every loop inside a loop that can run parallel, paying alone
+        # or not; `fillable`: the visit left such a loop sequential
+        self.fill = False
+        self.fillable = False
 
     def run(self) -> AffineSchedule:
         """First with isl asked for a parallel outermost loop of each band (which it gets by
         distributing a time loop, or by a point-level wavefront); where no parallel loop pays
-        its forks that way, again without, for permutable bands whose tiles run as a
-        wavefront."""
+        its forks that way, or the threads save less than half of what they could, again
+        without, for permutable bands whose tiles run as a wavefront (the cheaper of the two
+        by the model)."""
         try:
             first = self._try(outer_coincidence=True, seconds=SCHEDULE_SECONDS)
         except ScheduleTimeout as exc:
             return self.written_order(str(exc))
-        if first is not None and first.parallel:
+        if first is not None and first.parallel and _saves_half(first, self.target.cores):
             return first
         try:
             # a second opinion only: half the time
             second = self._try(outer_coincidence=False, seconds=SCHEDULE_SECONDS / 2)
         except ScheduleTimeout:
             second = None
-        if second is not None and (second.parallel or first is None):
+        if second is not None and (first is None or (
+                second.parallel and (not first.parallel or second.cycles < first.cycles))):
             return second
         if first is None:
             raise ScheduleError("isl's scheduler found no schedule for this nest")
@@ -217,8 +231,26 @@ class _Scheduler:
         return self.bands_of(written_order_tree(self.model), f"written order ({why})")
 
     def bands_of(self, tree: isl.Schedule, origin: str) -> AffineSchedule:
-        """`tree` with its bands tiled and parallelised."""
+        """`tree` with its bands tiled and parallelised: each loop parallel where it pays
+        alone; or, where that leaves parallel loops inside a loop that do not pay alone,
+        every such loop parallel too (they may then share one region, and the cells they
+        share stay on their threads' cores); or nothing parallel; whichever the model
+        (`tree_cycles`) prices lowest."""
+        chosen = self._variant(tree, origin, fill=False)
+        if self.fillable:
+            filled = self._variant(tree, origin, fill=True)
+            if filled.cycles < chosen.cycles:
+                chosen = filled
+        if chosen.parallel and chosen.cycles > chosen.sequential_cycles:
+            bands = tuple(replace(b, parallel="") for b in chosen.bands)
+            plain = _without_parallel(chosen.tree.get_root()).get_schedule()
+            chosen = AffineSchedule(plain, bands, origin, chosen.sequential_cycles,
+                                    chosen.sequential_cycles)
+        return chosen
+
+    def _variant(self, tree: isl.Schedule, origin: str, fill: bool) -> AffineSchedule:
         self.bands = []
+        self.fill, self.fillable = fill, False
         root = _with_regions(self._visit(tree.get_root(), False))
         scheduled = root.get_schedule()
         marks = (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK)
@@ -274,6 +306,11 @@ class _Scheduler:
         if not parallel_above:
             first = next((i for i in range(n) if coincident[i]), None)
             priced = None if first is None else self._pays(node, first)
+            if priced is None and first is not None and _inside_a_loop(node):
+                # alone it does not pay; beside other parallel loops it may (`bands_of`)
+                self.fillable = True
+                if self.fill:
+                    priced = self._price(node, first)
             if first is not None and priced is not None:
                 # a second loop joins only where the first leaves cores idle or unevenly
                 # loaded: collapsing them stops gcc vectorising the inner one
@@ -303,6 +340,15 @@ class _Scheduler:
         """Whether running member `member` of the band in parallel saves more than its starts
         cost: a fork and join each, or a barrier where the band alone fills a loop around it
         (the threads then fork once around that loop, `_with_regions`)."""
+        priced = self._price(band, member)
+        start = (self.target.barrier_cycles if _fills_a_loop_around(band)
+                 else self.target.fork_join_cycles)
+        return priced if priced is not None and priced.pays(start) else None
+
+    def _price(self, band: isl.ScheduleNode, member: int) -> ParallelLoop | None:
+        """Member `member` of the band as its threads would run it (None on one core)."""
+        if self.target.cores <= 1:
+            return None
         domain = band.get_domain()
         outer = band.get_prefix_schedule_union_map()
         partial = band.band_get_partial_schedule()
@@ -310,12 +356,7 @@ class _Scheduler:
             outer = outer.flat_range_product(
                 isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(d)))
         loop = isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(member))
-        if self.target.cores <= 1:
-            return None
-        priced = price_loop(domain, outer, loop, self.target.cores, self._instance_cycles)
-        start = (self.target.barrier_cycles if _fills_a_loop_around(band)
-                 else self.target.fork_join_cycles)
-        return priced if priced.pays(start) else None
+        return price_loop(domain, outer, loop, self.target.cores, self._instance_cycles)
 
     def _instance_cycles(self, statement: str) -> float:
         """An instance's cycles as if vectorised: the least work a fork may count on."""
@@ -376,7 +417,7 @@ class _Scheduler:
         when the band's loops are all shorter than the smallest tile."""
         partial = band.band_get_partial_schedule_union_map()
         points = partial.intersect_domain(band.get_domain())
-        times = _single_set(points.range())
+        times = single_set(points.range())
         if times is None:
             return 0, 0
         n = times.dim(isl.dim_type.set)
@@ -385,12 +426,12 @@ class _Scheduler:
         if all(hi - lo + 1 <= TILE_SIZES[-1] for lo, hi in zip(low, high, strict=True)):
             return 0, 0
         prefix = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
-        outer = _single_set(prefix.range())
+        outer = single_set(prefix.range())
         if outer is not None and outer.dim(isl.dim_type.set) > 0:
             # one iteration of the loops outside the band (a middle one: a corner of a skewed
             # space is nearly empty); the tiles rerun for each
             points = points.intersect_domain(prefix.intersect_range(
-                isl.UnionSet.from_set(_middle_point(outer))).domain())
+                isl.UnionSet.from_set(middle_point(outer))).domain())
         budget = self.target.l2_bytes * L2_SHARE
         best = (TILE_SIZES[-1], 0)
         for size in TILE_SIZES:
@@ -426,6 +467,34 @@ def _fills_a_loop_around(band: isl.ScheduleNode) -> bool:
                 return True
             return False
     return False
+
+
+def _saves_half(schedule: AffineSchedule, cores: int) -> bool:
+    """Whether the threads save at least half of what `cores` threads could (the work over
+    the cores, against one thread)."""
+    could = schedule.sequential_cycles * (1.0 - 1.0 / cores)
+    return schedule.sequential_cycles - schedule.cycles >= could / 2
+
+
+def _inside_a_loop(node: isl.ScheduleNode) -> bool:
+    """Whether a band is above `node`."""
+    while node.has_parent():
+        node = node.parent()
+        if node.get_type() == isl.schedule_node_type.band:
+            return True
+    return False
+
+
+def _without_parallel(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The tree at `node` with its parallel and region marks deleted; returns the node at
+    `node`'s position."""
+    if node.get_type() == isl.schedule_node_type.mark:
+        name = node.mark_get_id().get_name()
+        if name == PARALLEL_REGION_MARK or read_parallel_mark(name) is not None:
+            return _without_parallel(node.delete())
+    for i in range(node.n_children()):
+        node = _without_parallel(node.child(i)).parent()
+    return node
 
 
 def _with_regions(node: isl.ScheduleNode) -> isl.ScheduleNode:
@@ -545,18 +614,6 @@ def _members(band: isl.ScheduleNode) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _middle_point(points: isl.Set) -> isl.Set:
-    """A point of `points` near the middle of its bounding box, dimension by dimension."""
-    point = points
-    for d in range(points.dim(isl.dim_type.set)):
-        low, high = point.dim_min_val(d).to_python(), point.dim_max_val(d).to_python()
-        point = point.fix_val(isl.dim_type.set, d, isl.Val.int_from_si(points.get_ctx(),
-                                                                          (low + high) // 2))
-        if point.is_empty():
-            return points.lexmin()
-    return point
-
-
 def _is_skewed(band: isl.ScheduleNode) -> bool:
     """Whether some band loop is a combination of two or more iterators of a statement."""
     schedule = band.band_get_partial_schedule()
@@ -567,8 +624,3 @@ def _is_skewed(band: isl.ScheduleNode) -> bool:
         for piece in pw_affs_of(schedule.get_union_pw_aff(d))
         for aff in affs_of(piece)
     )
-
-
-def _single_set(union: isl.UnionSet) -> isl.Set | None:
-    sets = sets_of(union)
-    return sets[0] if len(sets) == 1 else None

@@ -8,6 +8,10 @@ pays where the busiest thread's saving exceeds its starts' cost by `FORK_MARGIN`
 scheduler keeps the others sequential (`affine.py`) and compares its schedule with the written
 order by `tree_cycles` (`nests.py`).
 
+Cache lines move between cores where a parallel loop's threads touch what sequential code in
+the same iteration of the loops around it touches too (`moved_bytes`): the other threads' share
+of those cells crosses to their cores and back once per start of the loop.
+
 An instance costs its operations and accesses, over the vector's lanes where its innermost loop
 walks every access at unit stride (or holds it in a register) and carries no dependence other
 than a sum into a register, as gcc vectorises such a loop of the written order; at one lane
@@ -22,9 +26,10 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries
-from polydl.poly.isl_parts import maps_of, sets_of
+from polydl.poly.isl_parts import maps_of, middle_point, sets_of, single_set
 from polydl.poly.model import PolyModel
 from polydl.poly.sums import addend_of
 from polydl.schedules.cpu.threads import balance
@@ -205,7 +210,12 @@ def tree_cycles(model: PolyModel, target: CpuTarget, tree: isl.Schedule,
     total = _work(tree.get_domain(), cycles)
     if cores <= 1:  # one thread forks and waits for nobody: a call and some bookkeeping
         return total
-    for node, in_region in _marked(tree.get_root(), parallel_marks, region_mark, False):
+    marked = _marked(tree.get_root(), parallel_marks, region_mark, False)
+    parallel = isl.UnionSet.empty(tree.get_domain().get_space())
+    for node, _ in marked:
+        parallel = parallel.union(node.get_domain())
+    others = 1.0 - 1.0 / cores  # the share of a loop's cells that other threads touch
+    for node, in_region in marked:
         band = node.child(0)
         domain = band.get_domain()
         outer = band.get_prefix_schedule_union_map()
@@ -214,9 +224,46 @@ def tree_cycles(model: PolyModel, target: CpuTarget, tree: isl.Schedule,
         loop = price_loop(domain, outer, first, cores, cycles)
         total -= loop.saved_cycles
         total += loop.entries * (target.barrier_cycles if in_region else target.fork_join_cycles)
+        total += (moved_bytes(model, node, parallel, tree.get_domain()) * others
+                  / target.core_transfer_bytes_per_cycle)
     total += sum(target.fork_join_cycles for _ in _marked(
         tree.get_root(), (region_mark,), "", False))
     return total
+
+
+def moved_bytes(model: PolyModel, mark: isl.ScheduleNode, parallel: isl.UnionSet,
+                domain: isl.UnionSet) -> float:
+    """Bytes of the cells that the parallel loop under `mark` and the sequential instances
+    (those of `domain` outside `parallel`) both touch in one iteration of the loops around it,
+    twice (to the loop's threads and back) for each start of the loop; once where no loop is
+    around it (one start)."""
+    around = mark.parent()
+    while around.get_type() not in (isl.schedule_node_type.band, isl.schedule_node_type.domain):
+        around = around.parent()
+    instances = mark.get_domain()
+    if around.get_type() == isl.schedule_node_type.domain:
+        sequential = domain.subtract(parallel)
+        return 0.0 if sequential.is_empty() else _shared_bytes(model, instances, sequential)
+    sequential = around.get_domain().subtract(parallel)
+    if sequential.is_empty():
+        return 0.0
+    prefix = around.child(0).get_prefix_schedule_union_map()
+    times = single_set(prefix.intersect_domain(instances).range())
+    if times is None:
+        return 0.0
+    one = isl.UnionSet.from_set(middle_point(times))
+    shared = _shared_bytes(model, prefix.intersect_range(one).domain().intersect(instances),
+                           prefix.intersect_range(one).domain().intersect(sequential))
+    return 2.0 * _count(times) * shared
+
+
+def _shared_bytes(model: PolyModel, first: isl.UnionSet, second: isl.UnionSet) -> float:
+    """Bytes of the cells both instance sets touch."""
+    accesses = model.reads.union(model.writes)
+    cells = accesses.intersect_domain(first).range().intersect(
+        accesses.intersect_domain(second).range())
+    return float(sum(_count(c) * DTYPES[model.nest.array(c.get_tuple_name()).dtype].bytes
+                     for c in sets_of(cells)))
 
 
 def _marked(node: isl.ScheduleNode, names: tuple[str, ...], region_mark: str,

@@ -110,3 +110,42 @@ def test_the_written_order_is_kept_where_isl_only_reorders() -> None:
     plans = plan_nests(model, TWO_CORES, with_main=True)
     assert all(p.how.startswith("written order") for p in plans.values())
     run_and_check(compile_c(FDTD, {"TMAX": 4, "NX": 20, "NY": 30}, target=TWO_CORES))
+
+
+def test_loops_of_one_time_step_run_parallel_together_in_one_region() -> None:
+    """fdtd-2d at PolyBench's MEDIUM size: alone, only hz's rows pay their fork, and running
+    them beside sequential ex and ey updates moves half of all three fields between the cores
+    each step (4x slower than one thread on a 2-core Xeon). Together every loop of a step is
+    parallel: one region, a barrier per loop, each thread's rows staying on its core."""
+    kernel = compile_c(FDTD, {"TMAX": 100, "NX": 200, "NY": 240}, target=TWO_CORES)
+    body = kernel.source[kernel.source.index("int fdtd_2d("):]
+    assert body.count("#pragma omp parallel\n") == 1 and "parallel for" not in body
+    assert body.count("#pragma omp for") == 4
+    assert body.index("#pragma omp parallel\n") < body.index("for (")
+    run_and_check(compile_c(FDTD, {"TMAX": 3, "NX": 20, "NY": 24}, target=FREE_FORKS))
+
+
+BESIDE_A_RECURRENCE = """
+void step(int T, int N, float A[N][N], float B[N][N]) {
+  for (int t = 0; t < T; t++) {
+    for (int i = 1; i < N; i++)
+      for (int j = 0; j < N; j++)
+        A[i][j] = 0.5f * A[i - 1][j] + A[i][j];
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < N; j++)
+        B[i][j] = B[i][j] + A[i][j];
+  }
+}
+"""
+
+
+def test_a_parallel_loop_beside_sequential_code_pays_for_the_cells_that_move() -> None:
+    """B's rows would pay their fork, but each step the threads read A's rows, which the
+    sequential recurrence wrote on the first core: they move over and back every step."""
+    model = _model(BESIDE_A_RECURRENCE, T=10, N=512)
+    (plan,) = plan_nests(model, TWO_CORES, with_main=True).values()
+    assert not any("parallel" in b and "sequential" not in b for b in plan.bands), plan.bands
+    free = replace(TWO_CORES, core_transfer_bytes_per_cycle=1e9)
+    (plan,) = plan_nests(_model(BESIDE_A_RECURRENCE, T=10, N=512), free, with_main=True).values()
+    assert any(b.endswith("parallel loop 0") for b in plan.bands), plan.bands
+    run_and_check(compile_c(BESIDE_A_RECURRENCE, {"T": 2, "N": 9}, target=FREE_FORKS))
