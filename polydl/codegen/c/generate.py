@@ -28,6 +28,7 @@ from polydl.schedules.apply import GroupPlan, ScheduledNest
 from polydl.schedules.contraction import local_storage
 from polydl.schedules.cpu.amx_pairs import pairs_b
 from polydl.schedules.cpu.register_blocking import unit_for
+from polydl.schedules.cpu.vector_width import wide_vectors
 from polydl.schedules.fusion import reduction_vector_dims, vector_dims
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
@@ -283,6 +284,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         body=body,
         # microkernels that reuse a packed constant input across calls count the calls
         tile_generation=any(mk.counts_calls for mk in calls.microkernels.values()),
+        wide_vectors=wide_vectors(scheduled, target),
     )
     kept_inputs = tuple(dict.fromkeys([*(call.b.array for call in kept_calls),
                                        *calls.paired]))

@@ -1,0 +1,60 @@
+"""How wide the vectors are that the C compiler makes of a kernel's loops by itself.
+
+Takes a `ScheduledNest` and a `CpuTarget`; returns whether the kernel asks for 512-bit vectors.
+gcc tuned for an AVX-512 server core vectorises with 256-bit vectors, as `-march=native` does:
+loops of a few dozen iterations and triangular loops, whose every start runs a different
+remainder, run faster so. Long rectangular loops run faster with 512-bit vectors (stencils
+1.06-1.25x, see benchmarks/README.md: Vector width). A kernel asks for them where every
+innermost loop the compiler vectorises runs the same trip count at each start, at least
+`WIDE_LOOP_VECTORS` 512-bit vectors of its statement's elements. Microkernels choose their
+registers themselves; a kernel that calls one asks nothing.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polydl.dtypes import DTYPES
+from polydl.poly.isl_parts import maps_of
+from polydl.schedules.apply import ScheduledNest
+from polydl.target.cpu import CpuTarget
+
+# An innermost loop takes 512-bit vectors from this many of them per start.
+WIDE_LOOP_VECTORS = 4
+WIDE_VECTOR_BYTES = 64
+
+
+def wide_vectors(scheduled: ScheduledNest, target: CpuTarget) -> bool:
+    """Whether the kernel's own loops should run in 512-bit vectors (see the module)."""
+    if not target.has_avx512 or any(plan.calls for plan in scheduled.groups):
+        return False
+    loops = 0
+    for plan in scheduled.groups:
+        for smap in maps_of(plan.schedule_map):
+            s = scheduled.model.statement(smap.get_tuple_name(isl.dim_type.in_))
+            lanes = (WIDE_VECTOR_BYTES
+                     // DTYPES[scheduled.model.nest.array(s.statement.target.array).dtype].bytes)
+            trip = rectangular_trip(smap.intersect_domain(s.domain).range())
+            if trip is None:
+                continue  # one instance: no loop
+            if trip < WIDE_LOOP_VECTORS * lanes:
+                return False
+            loops += 1
+    return loops > 0
+
+
+def rectangular_trip(times: isl.Set) -> int | None:
+    """The span of the innermost loop over the time points `times` where it is the same at
+    every start (0 where it differs or is unbounded); None where no dimension varies."""
+    n = times.dim(isl.dim_type.set)
+    for d in reversed(range(n)):
+        upto = times.project_out(isl.dim_type.set, d + 1, n - d - 1)
+        outer = upto.project_out(isl.dim_type.set, d, 1)
+        inner = upto.project_out(isl.dim_type.set, 0, d)
+        if inner.is_singleton():
+            continue
+        low, high = inner.dim_min_val(0), inner.dim_max_val(0)
+        if not (low.is_int() and high.is_int()) or not upto.is_equal(outer.flat_product(inner)):
+            return 0
+        return high.to_python() - low.to_python() + 1
+    return None
