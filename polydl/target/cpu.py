@@ -99,8 +99,8 @@ class CpuTarget:
     march: str = ""  # the -march value; "" means the ISA's x86-64 level (ISA_MARCH)
     # The -mtune value: the compiler's own name for the CPU where polydl cannot check that
     # name's features (so it is no -march); "" means the -march's own tuning. Tuning picks
-    # instruction order, unrolling and vector width, never instructions: short loops ran 1.5x
-    # apart between generic tuning and the CPU's (benchmarks/README.md: Tuning for the CPU).
+    # instruction order, unrolling and vector width, never instructions (benchmarks/README.md:
+    # Data that moves between cores; tuning and vector width).
     tune: str = ""
     cores: int = 1
     l1_bytes: int = 32 * 1024
@@ -132,7 +132,7 @@ class CpuTarget:
     barrier_cycles: float = 6500.0
     # Bytes per cycle that move between two cores' caches where one core reads or writes lines
     # another core's thread touched last (a parallel loop beside sequential code over the same
-    # arrays; see benchmarks/README.md: Data that moves between cores).
+    # arrays; see benchmarks/README.md: Data that moves between cores; tuning and vector width).
     core_transfer_bytes_per_cycle: float = 4.0
 
     def __post_init__(self) -> None:

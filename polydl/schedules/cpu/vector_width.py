@@ -3,11 +3,11 @@
 Takes a `ScheduledNest` and a `CpuTarget`; returns whether the kernel asks for 512-bit vectors.
 gcc tuned for an AVX-512 server core vectorises with 256-bit vectors, as `-march=native` does:
 loops of a few dozen iterations and triangular loops, whose every start runs a different
-remainder, run faster so. Long rectangular loops run faster with 512-bit vectors (stencils
-1.06-1.25x, see benchmarks/README.md: Vector width). A kernel asks for them where every
-innermost loop the compiler vectorises runs the same trip count at each start, at least
-`WIDE_LOOP_VECTORS` 512-bit vectors of its statement's elements. Microkernels choose their
-registers themselves; a kernel that calls one asks nothing.
+remainder, run faster so. Long rectangular loops run faster with 512-bit vectors (see
+benchmarks/README.md: Data that moves between cores; tuning and vector width). A kernel asks
+for them where every innermost loop the compiler vectorises runs the same trip count at each
+start, at least `WIDE_LOOP_VECTORS` 512-bit vectors of its statement's elements. Microkernels
+choose their registers themselves; a kernel that calls one asks nothing.
 """
 
 from __future__ import annotations
