@@ -258,7 +258,8 @@ def loop_candidates(model: PolyModel, target: CpuTarget, band_vars: tuple[str, .
     if band_vars and not streams_along(model, band_vars[-1]):
         orders += [tuple(v for v in band_vars if v != inner) + (inner,)
                    for inner in band_vars[:-1] if streams_along(model, inner)][:1]
-    out = [Schedule()]
+    # a transpose's tiles first: the ranking keeps the first of equals
+    out = [Schedule(), *transpose_candidates(model, target, band_vars)]
     for order in orders:
         big = [v for v in order if loop_extent(model, v) > 64]
         for size in (32, 64, 128):
@@ -268,6 +269,51 @@ def loop_candidates(model: PolyModel, target: CpuTarget, band_vars: tuple[str, .
             tile_order = [tile_loop(v) for v in order if v in tiles]
             out.append(Schedule(order=tuple(tile_order) + order, tiles=tuple(sorted(tiles.items()))))
     return out
+
+
+# Tile sizes of a transpose's two loops, in cache lines of its elements (a tile row of one
+# line first, which the ranking keeps among equals): square blocks of both arrays, in L1
+# together.
+TRANSPOSE_TILE_LINES = (1.0, 0.5, 2.0)
+
+
+def transpose_candidates(model: PolyModel, target: CpuTarget,
+                         band_vars: tuple[str, ...]) -> list[Schedule]:
+    """Where no loop walks every access at unit stride but two loops each walk some (a
+    transpose: one array's rows are the other's columns), square tiles of those two loops
+    innermost, their tile loops right outside, the other loops outermost in the written
+    order: each tile reads and writes whole runs of lines of both arrays while they sit in
+    L1, where the written order writes one element per line and comes back to each line
+    only a whole plane later."""
+    if any(streams_along(model, v) for v in band_vars):
+        return []
+    accesses = [a.access for s in group_statements(model)[main_group(model)] for a in s.accesses]
+    unit = [v for v in band_vars
+            if any(element_stride(model, a, v) in (1, -1) for a in accesses)]
+    if len(unit) != 2:
+        return []
+    out = []
+    outer = tuple(v for v in band_vars if v not in unit)
+    element = max(element_bytes(model, a) for a in accesses)
+    for lines in TRANSPOSE_TILE_LINES:
+        size = max(int(lines * target.cache_line_bytes // element), 2)
+        tiles = {v: size for v in unit if loop_extent(model, v) > size}
+        if len(tiles) < 2 or 2 * size * size * element > target.l1_bytes // 2:
+            continue
+        # the loop the written array streams along innermost first: a vector stores whole
+        # lines and the strided side is loads
+        for points in sorted((tuple(unit), tuple(reversed(unit))),
+                             key=lambda p: not _written_streams(model, p[-1])):
+            out.append(Schedule(order=outer + tuple(tile_loop(v) for v in points) + points,
+                                tiles=tuple(sorted(tiles.items()))))
+    return out
+
+
+def _written_streams(model: PolyModel, var: str) -> bool:
+    """Whether every array the main nest writes is at unit stride along `var`."""
+    return all(element_stride(model, a.access, var) in (1, -1)
+               for s in group_statements(model)[main_group(model)] for a in s.accesses
+               if a.is_write)
 
 
 def candidates(model: PolyModel, target: CpuTarget) -> list[Schedule]:
