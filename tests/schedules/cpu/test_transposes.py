@@ -3,22 +3,17 @@ of those two loops innermost, whatever their extents."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import polydl
 from polydl.target import CpuTarget
 
+ROOT = Path(__file__).resolve().parents[3]
 TARGET = CpuTarget(name="server", isa="avx2", cores=2)
 
-NCHW_TO_NHWC = """
-void nchw_to_nhwc(int N, int C, int H, int W, float y[N][H][W][C], const float x[N][C][H][W]) {
-  for (int n = 0; n < N; n++)
-    for (int c = 0; c < C; c++)
-      for (int h = 0; h < H; h++)
-        for (int w = 0; w < W; w++)
-          y[n][h][w][c] = x[n][c][h][w];
-}
-"""
+NCHW_TO_NHWC = (ROOT / "benchmarks" / "general" / "nchw_to_nhwc.c").read_text()
 
 
 def test_a_layout_change_is_tiled_by_cache_lines_of_both_arrays() -> None:
