@@ -19,6 +19,10 @@ bands. Then, per band, outermost first:
   diagonals, a time loop around parallel rows), the threads fork once around the outermost of
   them (a `parallel region` mark: `#pragma omp parallel`, each parallel loop an `omp for`
   whose end is a barrier), and a start of a parallel loop inside costs a barrier, not a fork.
+- **Together or not at all.** A parallel loop beside sequential code over the same cells moves
+  them between cores (`forks.moved_bytes`). Where loops inside a loop stay sequential because
+  none pays alone, the tree with every one of them parallel is priced too (one region); and a
+  tree whose threads cost more than they save runs on one thread (`bands_of`).
 
 Every parallel loop is checked exactly against the dependences before it is marked (the
 `parallel` mark the code generator reads); the tree itself is legal by construction (isl keeps
