@@ -64,6 +64,20 @@ def test_compiler_without_openmp_falls_back_to_serial_kernels(
     run_and_check(k, lambda x: 3 * x)
 
 
+def test_an_error_about_an_openmp_construct_is_no_missing_openmp(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcc refusing a construct in the code is a fault of the code, reported: a serial rebuild
+    would hide it behind a warning that the compiler lacks OpenMP."""
+    _use(monkeypatch, fake_compiler(tmp_path, "strictcc", (
+        'for a in "$@"; do [ "$a" = "-fopenmp" ] && { echo "k.c:9:5: error: OpenMP constructs '
+        'other than \'simd\' may not be nested inside \'simd\' region" >&2; exit 1; }; done\n'
+        'exec "$REAL_CC" "$@"'
+    )))
+    with pytest.raises(CompileError, match="OpenMP constructs"):
+        polydl.compile(SPEC, {"N": 7})
+
+
 def test_compiler_that_writes_nothing(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, fake_compiler(tmp_path, "lazycc", "exit 0"))
     with pytest.raises(CompileError, match="wrote no library"):

@@ -168,12 +168,13 @@ class LoopPrinter:
                 pragma = re.sub(r"\bfor\b", f"for collapse({depth})", pragma, count=1)
                 self.collapsed_left = depth - 1
             out.append(pad + pragma)
-        elif (self._map_dim(node) in self.simd_dims and own is not None
-              and self._simd_body(node.for_get_body())):
+        # a loop every thread of a region runs prints its statements one by one (each once,
+        # `omp single`), which OpenMP allows in no `omp simd` loop
+        shared = self.in_region and not (in_parallel or parallel_here)
+        if (not parallel_here and not shared and self._map_dim(node) in self.simd_dims
+                and own is not None and self._simd_body(node.for_get_body())):
             out.append(pad + "#pragma omp simd" + _private(own or ()))
         header = _header(node)
-        # a loop every thread of a region runs prints its statements one by one (each once)
-        shared = self.in_region and not (in_parallel or parallel_here)
         if not out and not parallel_here and not shared and self.row_tiles is not None:
             tile = self.row_tiles.match(node, self.plain_statements, _header)
             if tile is not None:

@@ -5,6 +5,7 @@ where the fault lay. An `xfail` names what is still wrong; it is strict, so a fi
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -197,3 +198,22 @@ def test_a_local_that_outlives_an_iteration_is_not_private(tmp_path: Path) -> No
     with parallel_wherever_legal():
         k = polydl.compile(OUTLIVING_LOCAL, sizes, machine=machine_value("small-caches"))
     assert not differences_from_gcc(OUTLIVING_LOCAL, sizes, k, tmp_path, calls=2)
+
+
+# Found at N=8, T=4 (seed 803416, native target, parallel loops wherever legal): gcc refused the
+# kernel with -fopenmp ("OpenMP constructs ... may not be nested inside 'simd' region"), and
+# the toolchain took the error for a compiler without OpenMP, built the kernel serially and
+# warned. Inside the parallel region around the triangle's wavefront, isl split off a part
+# where the marked loop was no parallel loop; the printer declared it `omp simd` and printed
+# each of its statements `omp single`.
+SIMD_SINGLE = open(Path(__file__).with_name("differential_simd_single.c")).read()
+
+
+def test_no_simd_loop_holds_the_single_statements_of_a_region(tmp_path: Path) -> None:
+    sizes = {"N": 8, "T": 4}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a serial fallback would be a ToolchainWarning
+        with parallel_wherever_legal():
+            k = polydl.compile(SIMD_SINGLE, sizes, machine=machine_value("native"))
+    assert "#pragma omp parallel\n" in k.source and "omp single" in k.source
+    assert not differences_from_gcc(SIMD_SINGLE, sizes, k, tmp_path, calls=2)
