@@ -251,9 +251,9 @@ def moved_bytes(model: PolyModel, mark: isl.ScheduleNode, parallel: isl.UnionSet
     times = single_set(prefix.intersect_domain(instances).range())
     if times is None:
         return 0.0
-    one = isl.UnionSet.from_set(middle_point(times))
-    shared = _shared_bytes(model, prefix.intersect_range(one).domain().intersect(instances),
-                           prefix.intersect_range(one).domain().intersect(sequential))
+    # the instances of one middle iteration of the loops around
+    middle = prefix.intersect_range(isl.UnionSet.from_set(middle_point(times))).domain()
+    shared = _shared_bytes(model, middle.intersect(instances), middle.intersect(sequential))
     return 2.0 * _count(times) * shared
 
 

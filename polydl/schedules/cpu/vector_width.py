@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polydl.dtypes import DTYPES
 from polydl.poly.isl_parts import maps_of
 from polydl.schedules.apply import ScheduledNest
 from polydl.target.cpu import CpuTarget
 
 # An innermost loop takes 512-bit vectors from this many of them per start.
 WIDE_LOOP_VECTORS = 4
-WIDE_VECTOR_BYTES = 64
 
 
 def wide_vectors(scheduled: ScheduledNest, target: CpuTarget) -> bool:
@@ -32,8 +30,8 @@ def wide_vectors(scheduled: ScheduledNest, target: CpuTarget) -> bool:
     for plan in scheduled.groups:
         for smap in maps_of(plan.schedule_map):
             s = scheduled.model.statement(smap.get_tuple_name(isl.dim_type.in_))
-            lanes = (WIDE_VECTOR_BYTES
-                     // DTYPES[scheduled.model.nest.array(s.statement.target.array).dtype].bytes)
+            # an AVX-512 target's vectors are the 512-bit ones
+            lanes = target.vector_lanes(scheduled.model.nest.array(s.statement.target.array).dtype)
             trip = rectangular_trip(smap.intersect_domain(s.domain).range())
             if trip is None:
                 continue  # one instance: no loop
