@@ -15,7 +15,7 @@ from polydl.codegen.c.accumulators import AccumulatorPrinter
 from polydl.codegen.c.index_checks import IndexChecks, check_text, plan_index_checks
 from polydl.codegen.c.index_checks import helpers as index_helpers
 from polydl.codegen.c.line_copies import line_copies
-from polydl.codegen.c.loops import LoopPrinter
+from polydl.codegen.c.loops import LANE_STEP_LINES, LoopPrinter
 from polydl.codegen.c.microkernel_call import CallPrinter, kept_flag, pairs_copy_lines
 from polydl.codegen.c.register_tiles import RowTilePrinter
 from polydl.codegen.c.scratch_clearing import clearing
@@ -195,6 +195,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                   for name, held in local_storage(scheduled).items() if not held.whole}
     lifetimes = {name: held.level for name, held in local_storage(scheduled).items()
                  if not held.whole and held.level is not None}
+    lane_step = False
     for plan in (p for p in placed if p is not None):
         plan_calls = plan.calls
         # only fused epilogues or a body of several statements is declared SIMD (`LoopPrinter`):
@@ -202,17 +203,19 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         several = len(plan.printed_statements) > 1
         simd_dims = vector_dims(model, plan.schedule_map) if several else frozenset()
         reduction_dims = reduction_vector_dims(model, plan.schedule_map) if several else frozenset()
-        body += LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
+        loops = LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, reduction_dims=reduction_dims,
                             accumulators=sums, contracted=contracted, lifetimes=lifetimes,
                             threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,
-                                                     unit_for(target.isa).vector_bytes)).lines()
+                                                     unit_for(target.isa).vector_bytes))
+        body += loops.lines()
+        lane_step = lane_step or loops.printed_lanes
     # contracted locals: C locals of the function, each thread's own where a parallel loop's
     # body writes them (`LoopPrinter`)
     # (an array's cells flat, as the statements index them)
     body = [f"{layouts[a].c_type} {a}" + (f"[{math.prod(layouts[a].shape)}]" if layouts[a].shape else "")
-            + ";" for a in sorted(contracted)] + body
+            + ";" for a in sorted(contracted)] + (list(LANE_STEP_LINES) if lane_step else []) + body
     locals_ = []
     for a in (a for a in model.nest.locals if a.name not in contracted):
         zeroed, clear = clearing(model, layouts[a.name], a.filled)

@@ -22,6 +22,13 @@ from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
 from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
+from polydl.schedules.cpu.lanes import LANES_MARK
+
+# A lane loop's step, 1 at run time but opaque to the compiler (`LANE_STEP_LINES`): gcc
+# vectorises no access whose constant stride is a large one (a row apart, as the lanes read
+# theirs), while it loads one of an unknown stride element by element into a vector.
+LANE_STEP = "_pd_lane_step"
+LANE_STEP_LINES = (f"long {LANE_STEP} = 1;", f'__asm__("" : "+r"({LANE_STEP}));')
 
 # Renders one statement instance given C expressions for its iterators; returns lines.
 InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
@@ -76,6 +83,8 @@ class LoopPrinter:
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
         self.marked_dim = -1  # the schedule dimension of the marked loop
+        self.lanes_next = False  # set by a `lanes` mark: the next loop is a lane loop
+        self.printed_lanes = False  # a lane loop was printed (it needs `LANE_STEP_LINES`)
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
         # inside a `parallel region` mark: the threads run every loop, parallel ones share out
         # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
@@ -132,6 +141,11 @@ class LoopPrinter:
                 lines = self._node(node.mark_get_node(), indent + 1, in_parallel)
                 self.in_region = False
                 return [pad + "#pragma omp parallel", pad + "{", *lines, pad + "}"]
+            if name == LANES_MARK:
+                self.lanes_next = True
+                lines = self._node(node.mark_get_node(), indent, in_parallel)
+                self.lanes_next = False
+                return lines
             mark = read_parallel_mark(name)
             if mark is not None and not in_parallel:
                 self.marked_parallel, self.marked_dim = mark
@@ -145,6 +159,7 @@ class LoopPrinter:
         it = node.for_get_iterator().get_id().get_name()
         init = ast_expr_to_c(node.for_get_init())
         marked, self.marked_parallel = self.marked_parallel, 0
+        lanes, self.lanes_next = self.lanes_next, False
         if marked and _dim_of(it) != self.marked_dim:
             marked = 0  # the marked loop has one value in this part: isl left it out
         if node.for_is_degenerate():
@@ -171,6 +186,8 @@ class LoopPrinter:
         # a loop every thread of a region runs prints its statements one by one (each once,
         # `omp single`), which OpenMP allows in no `omp simd` loop
         shared = self.in_region and not (in_parallel or parallel_here)
+        if lanes and not parallel_here and not shared:
+            return self._lane_loop(node, indent, in_parallel)
         if (not parallel_here and not shared and self._map_dim(node) in self.simd_dims
                 and own is not None and self._simd_body(node.for_get_body())):
             out.append(pad + "#pragma omp simd" + _private(own or ()))
@@ -192,6 +209,28 @@ class LoopPrinter:
         out.append(pad + header)
         out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
+
+    def _lane_loop(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+        """A lane loop (`schedules.cpu.lanes`): SIMD, its iterator the lane times `LANE_STEP`.
+        Its iterations depend on none of each other (the lanes' loop carries nothing), so a
+        local that a lane writes is the lane's own, unless something outside the loop touches
+        it: then it keeps a cell per lane (`schedules.contraction`)."""
+        pad = "  " * indent
+        inside = _user_nodes(node.for_get_body())
+        own = tuple(sorted(
+            name for name, users in self.contracted.items()
+            if any(self.statements[u].statement.target.array == name for u in inside
+                   if u in self.statements)
+            and all(inside.get(u, 0) >= self.runs.get(u, 0) for u in users if u in self.runs)))
+        it = node.for_get_iterator().get_id().get_name()
+        lane = f"_pd_lane{it}"
+        init = ast_expr_to_c(node.for_get_init())
+        cond = re.sub(rf"\b{it}\b", lane, _strip(ast_expr_to_c(node.for_get_cond())))
+        self.printed_lanes = True
+        return [pad + "#pragma omp simd" + _private(own),
+                f"{pad}for (long {lane} = {init}; {cond}; {lane}++) {{",
+                f"{pad}  const long {it} = {lane} * {LANE_STEP};",
+                *self._node(node.for_get_body(), indent + 1, in_parallel), f"{pad}}}"]
 
     def _own_locals(self, node: isl.AstNode, held: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """The contracted locals that the body of loop `node` writes, which each of its

@@ -53,6 +53,7 @@ from polydl.poly.isl_parts import (
 from polydl.poly.model import PolyModel
 from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
+from polydl.schedules.cpu.lanes import LANES_MARK, LaneStrip, lane_strips
 from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
 
@@ -136,13 +137,15 @@ class AffineSchedule:
     # the model's cycles on the target's cores and on one thread (`forks.tree_cycles`)
     cycles: float = 0.0
     sequential_cycles: float = 0.0
+    lanes: tuple[LaneStrip, ...] = ()  # recurrences run across vector lanes (`lanes.py`)
 
     @property
     def parallel(self) -> bool:
         return any(b.parallel for b in self.bands)
 
     def describe(self) -> str:
-        return describe_bands(self.origin, [b.describe() for b in self.bands])
+        return describe_bands(self.origin, [b.describe() for b in self.bands]
+                              + [s.describe() for s in self.lanes])
 
 
 def describe_bands(origin: str, bands: Sequence[str]) -> str:
@@ -239,7 +242,9 @@ class _Scheduler:
         alone; or, where that leaves parallel loops inside a loop that do not pay alone,
         every such loop parallel too (they may then share one region, and the cells they
         share stay on their threads' cores); or nothing parallel; whichever the model
-        (`tree_cycles`) prices lowest."""
+        (`tree_cycles`) prices lowest. Recurrences that pay run across vector lanes first
+        (`lanes.py`)."""
+        tree, strips = lane_strips(self.model, self.target, self.deps, tree)
         chosen = self._variant(tree, origin, fill=False)
         if self.fillable:
             filled = self._variant(tree, origin, fill=True)
@@ -250,7 +255,7 @@ class _Scheduler:
             plain = _without_parallel(chosen.tree.get_root()).get_schedule()
             chosen = AffineSchedule(plain, bands, origin, chosen.sequential_cycles,
                                     chosen.sequential_cycles)
-        return chosen
+        return replace(chosen, lanes=strips)
 
     def _variant(self, tree: isl.Schedule, origin: str, fill: bool) -> AffineSchedule:
         self.bands = []
@@ -268,6 +273,9 @@ class _Scheduler:
 
     def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
         """Transform the subtree at `node`; returns the node at the same position."""
+        if (node.get_type() == isl.schedule_node_type.mark
+                and node.mark_get_id().get_name() == LANES_MARK):
+            return node  # a lane loop, and the statements its lanes run
         if node.get_type() != isl.schedule_node_type.band:
             for i in range(node.n_children()):
                 node = self._visit(node.child(i), parallel_above).parent()

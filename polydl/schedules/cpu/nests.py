@@ -167,7 +167,7 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
         raise ScheduleError(f"the general schedule of nest {group} violates a dependence")
     return GroupPlan(
         group, model.statements, (), (), {}, smap, (), tree=chosen.tree, how=chosen.origin,
-        bands=tuple(b.describe() for b in chosen.bands),
+        bands=tuple(b.describe() for b in chosen.bands) + tuple(s.describe() for s in chosen.lanes),
     )
 
 
