@@ -24,8 +24,11 @@ from polydl.ir import (
     Expr,
     IndexValue,
     Indirect,
+    IntBinary,
+    IntConst,
     IntExpr,
     IntOp,
+    IntVar,
     Load,
     Select,
     Statement,
@@ -144,6 +147,8 @@ class StatementPrinter:
         self.ctype = compute_type(layouts)
         self.integer_arrays = frozenset(
             name for name, a in layouts.items() if DTYPES[a.dtype].is_integer)
+        # the statement being printed: its iterators that a lane loop runs (`statement`)
+        self.lanes: dict[str, tuple[str, int]] = {}
 
     def is_integer(self, e: Expr) -> bool:
         return is_integer_value(e, self.integer_arrays)
@@ -161,13 +166,28 @@ class StatementPrinter:
         if layout.kept is None:
             texts = [self.subscript(acc, d, idx) for d, idx in enumerate(acc.indices)]
         else:  # a contracted local (never indexed through an index array): its kept subscripts
-            texts = [_Wrapped(_affine(acc.indices[k]), extent).to_c()
+            texts = [self._kept(_affine(acc.indices[k]), extent)
                      for k, extent in zip(layout.kept, layout.shape, strict=True)]
         for d, (text, stride) in enumerate(zip(texts, layout.strides, strict=True)):
             if layout.per_thread and d == 0:
                 text = "_pd_thread()"
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
         return " + ".join(terms) or "0"
+
+    def _kept(self, index: IntExpr, extent: int) -> str:
+        """A kept subscript wrapped to `extent`; inside a lane loop, one that is the lanes'
+        iterator (less a multiple of `extent`) is the lane's counter, at unit stride: the lane
+        loop runs the iterator less its strip, a multiple of the lanes (`schedules.cpu.lanes`)."""
+        offset = 0
+        var = index
+        if (isinstance(index, IntBinary) and index.op in "+-" and isinstance(index.left, IntVar)
+                and isinstance(index.right, IntConst)):
+            var, offset = index.left, index.right.value
+        if isinstance(var, IntVar) and var.name in self.lanes and offset % extent == 0:
+            counter, lanes = self.lanes[var.name]
+            if lanes % extent == 0:
+                return counter if lanes == extent else f"({counter} & {extent - 1}L)"
+        return _Wrapped(index, extent).to_c()
 
     def subscript(self, acc: Access, d: int, idx: IntExpr | Indirect) -> str:
         """One subscript; one read from an index array checked where `index_checks` says."""
@@ -247,7 +267,16 @@ class StatementPrinter:
             return f"({self.integer(e.left)} {e.op} {self.integer(e.right)})"
         return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
 
-    def statement(self, s: Statement) -> str:
+    def statement(self, s: Statement, lanes: dict[str, tuple[str, int]] | None = None) -> str:
+        """The C of `s`; `lanes`: its iterators that a lane loop runs, each with the loop's
+        counter and lanes (`codegen.c.loops`)."""
+        self.lanes = lanes or {}
+        try:
+            return self._statement(s)
+        finally:
+            self.lanes = {}
+
+    def _statement(self, s: Statement) -> str:
         target = self.element(s.target)
         dtype = DTYPES[self.layouts[s.target.array].dtype]
         if dtype.is_integer:

@@ -138,7 +138,8 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
     layouts, printer, calls, index_checks = _printers(scheduled, target, given)
     math_calls = math_form(target, model.nest.exact_math)
 
-    def instance(s: StatementModel | str, args: list[str]) -> list[str]:
+    def instance(s: StatementModel | str, args: list[str],
+                 lanes: dict[str, tuple[str, int]]) -> list[str]:
         if isinstance(s, str):  # the copy of a packed operand, named after its call
             if s in a_packs:
                 return calls.pack_a_lines(a_packs[s], args)
@@ -147,7 +148,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         if call is not None:
             return calls.lines(call, args)
         binds = [f"const long {var} = {arg};" for var, arg in zip(s.iterators, args, strict=True)]
-        return ["{", *("  " + b for b in binds), "  " + printer.statement(s.statement), "}"]
+        return ["{", *("  " + b for b in binds), "  " + printer.statement(s.statement, lanes), "}"]
 
     body: list[str] = []
     plan_calls: dict[str, MicrokernelCall] = {}

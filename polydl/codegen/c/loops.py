@@ -22,7 +22,7 @@ from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
 from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
-from polydl.schedules.cpu.lanes import LANES_MARK
+from polydl.schedules.cpu.lanes import read_lanes_mark
 
 # A lane loop's step, 1 at run time but opaque to the compiler (`LANE_STEP_LINES`): gcc
 # vectorises no access whose constant stride is a large one (a row apart, as the lanes read
@@ -30,8 +30,10 @@ from polydl.schedules.cpu.lanes import LANES_MARK
 LANE_STEP = "_pd_lane_step"
 LANE_STEP_LINES = (f"long {LANE_STEP} = 1;", f'__asm__("" : "+r"({LANE_STEP}));')
 
-# Renders one statement instance given C expressions for its iterators; returns lines.
-InstancePrinter = Callable[[StatementModel | str, list[str]], list[str]]
+# Renders one statement instance given C expressions for its iterators, and inside a lane loop
+# each iterator that the lane runs (iterator -> (the lane's counter, lanes)); returns lines.
+InstancePrinter = Callable[[StatementModel | str, list[str], dict[str, tuple[str, int]]],
+                           list[str]]
 
 
 def build_ast(plan: GroupPlan) -> isl.AstNode:
@@ -83,8 +85,9 @@ class LoopPrinter:
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
         self.marked_dim = -1  # the schedule dimension of the marked loop
-        self.lanes_next = False  # set by a `lanes` mark: the next loop is a lane loop
+        self.lanes_next = 0  # set by a `lanes` mark: the next loop is a loop of that many lanes
         self.printed_lanes = False  # a lane loop was printed (it needs `LANE_STEP_LINES`)
+        self.lane: tuple[str, str, int] | None = None  # (iterator, counter, lanes) of the loop
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
         # inside a `parallel region` mark: the threads run every loop, parallel ones share out
         # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
@@ -129,7 +132,8 @@ class LoopPrinter:
             name = call.get_op_arg(0).get_id().get_name()
             args = [ast_expr_to_c(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
             # a name that is no statement is a copy the schedule added (a packed operand)
-            body = self.print_instance(self.statements.get(name, name), args)
+            statement = self.statements.get(name, name)
+            body = self.print_instance(statement, args, self._lane_iterators(statement, args))
             if self.in_region and not in_parallel:
                 return [pad + "#pragma omp single", pad + "{", *("  " + pad + line for line in body),
                         pad + "}"]
@@ -141,10 +145,11 @@ class LoopPrinter:
                 lines = self._node(node.mark_get_node(), indent + 1, in_parallel)
                 self.in_region = False
                 return [pad + "#pragma omp parallel", pad + "{", *lines, pad + "}"]
-            if name == LANES_MARK:
-                self.lanes_next = True
+            lanes = read_lanes_mark(name)
+            if lanes is not None:
+                self.lanes_next = lanes
                 lines = self._node(node.mark_get_node(), indent, in_parallel)
-                self.lanes_next = False
+                self.lanes_next = 0
                 return lines
             mark = read_parallel_mark(name)
             if mark is not None and not in_parallel:
@@ -159,7 +164,7 @@ class LoopPrinter:
         it = node.for_get_iterator().get_id().get_name()
         init = ast_expr_to_c(node.for_get_init())
         marked, self.marked_parallel = self.marked_parallel, 0
-        lanes, self.lanes_next = self.lanes_next, False
+        lanes, self.lanes_next = self.lanes_next, 0
         if marked and _dim_of(it) != self.marked_dim:
             marked = 0  # the marked loop has one value in this part: isl left it out
         if node.for_is_degenerate():
@@ -187,7 +192,7 @@ class LoopPrinter:
         # `omp single`), which OpenMP allows in no `omp simd` loop
         shared = self.in_region and not (in_parallel or parallel_here)
         if lanes and not parallel_here and not shared:
-            return self._lane_loop(node, indent, in_parallel)
+            return self._lane_loop(node, indent, in_parallel, lanes)
         if (not parallel_here and not shared and self._map_dim(node) in self.simd_dims
                 and own is not None and self._simd_body(node.for_get_body())):
             out.append(pad + "#pragma omp simd" + _private(own or ()))
@@ -210,8 +215,22 @@ class LoopPrinter:
         out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
 
-    def _lane_loop(self, node: isl.AstNode, indent: int, in_parallel: bool) -> list[str]:
+    def _lane_iterators(self, statement: StatementModel | str,
+                        args: list[str]) -> dict[str, tuple[str, int]]:
+        """The iterator of `statement` that the lane loop being printed runs (the one its
+        iterator appears in: the lane band is that iterator less its strip), with the loop's
+        counter and lanes; {} outside lane loops."""
+        if self.lane is None or isinstance(statement, str):
+            return {}
+        iterator, counter, lanes = self.lane
+        return {var: (counter, lanes) for var, arg in zip(statement.iterators, args, strict=True)
+                if re.search(rf"\b{iterator}\b", arg)}
+
+    def _lane_loop(self, node: isl.AstNode, indent: int, in_parallel: bool,
+                   lanes: int) -> list[str]:
         """A lane loop (`schedules.cpu.lanes`): SIMD, its iterator the lane times `LANE_STEP`.
+        The counter runs the lane, the iterator's value less its strip: a local kept a cell
+        per lane is indexed by it (`StatementPrinter`), at unit stride.
         Its iterations depend on none of each other (the lanes' loop carries nothing), so a
         local that a lane writes is the lane's own, unless something outside the loop touches
         it: then it keeps a cell per lane (`schedules.contraction`)."""
@@ -227,10 +246,12 @@ class LoopPrinter:
         init = ast_expr_to_c(node.for_get_init())
         cond = re.sub(rf"\b{it}\b", lane, _strip(ast_expr_to_c(node.for_get_cond())))
         self.printed_lanes = True
+        self.lane = (it, lane, lanes)
+        body = self._node(node.for_get_body(), indent + 1, in_parallel)
+        self.lane = None
         return [pad + "#pragma omp simd" + _private(own),
                 f"{pad}for (long {lane} = {init}; {cond}; {lane}++) {{",
-                f"{pad}  const long {it} = {lane} * {LANE_STEP};",
-                *self._node(node.for_get_body(), indent + 1, in_parallel), f"{pad}}}"]
+                f"{pad}  const long {it} = {lane} * {LANE_STEP};", *body, f"{pad}}}"]
 
     def _own_locals(self, node: isl.AstNode, held: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """The contracted locals that the body of loop `node` writes, which each of its

@@ -53,7 +53,7 @@ from polydl.poly.isl_parts import (
 from polydl.poly.model import PolyModel
 from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
-from polydl.schedules.cpu.lanes import LANES_MARK, LaneStrip, lane_strips
+from polydl.schedules.cpu.lanes import LaneStrip, lane_strips, read_lanes_mark
 from polydl.schedules.cpu.written_tree import written_order_tree
 from polydl.target.cpu import CpuTarget
 
@@ -274,7 +274,7 @@ class _Scheduler:
     def _visit(self, node: isl.ScheduleNode, parallel_above: bool) -> isl.ScheduleNode:
         """Transform the subtree at `node`; returns the node at the same position."""
         if (node.get_type() == isl.schedule_node_type.mark
-                and node.mark_get_id().get_name() == LANES_MARK):
+                and read_lanes_mark(node.mark_get_id().get_name()) is not None):
             return node  # a lane loop, and the statements its lanes run
         if node.get_type() != isl.schedule_node_type.band:
             for i in range(node.n_children()):

@@ -30,7 +30,7 @@ from polydl.poly.model import PolyModel
 from polydl.poly.sums import addend_of, extremum_of
 from polydl.target.cpu import CpuTarget
 
-# the mark above a lane loop: the code generator declares it SIMD
+# the mark above a lane loop (`lanes_mark_name`): the code generator declares it SIMD
 LANES_MARK = "lanes"
 # a scalar libm call (expf, logf, tanhf) against one arithmetic instruction
 MATH_CALL_OPS = 12
@@ -38,6 +38,16 @@ MATH_CALL_OPS = 12
 LANES_MARGIN = 2.0
 # functions that are one instruction, or a compare and a blend, in either form
 _INSTRUCTIONS = frozenset({"fmaxf", "fminf", "fabsf", "fmax", "fmin", "fabs"})
+
+
+def lanes_mark_name(lanes: int) -> str:
+    return f"{LANES_MARK}@{lanes}"
+
+
+def read_lanes_mark(name: str) -> int | None:
+    """The lanes of a lanes mark's name; None for any other mark."""
+    kind, _, lanes = name.partition("@")
+    return int(lanes) if kind == LANES_MARK and lanes.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,8 @@ def _next_recurrence(node: isl.ScheduleNode, relation: isl.UnionMap,
                      done: set[str]) -> isl.ScheduleNode | None:
     """The first band (depth first) with no band below it whose innermost loop carries a
     dependence of `relation` among its instances, over statements not yet in `done`."""
-    if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == LANES_MARK:
+    if (node.get_type() == isl.schedule_node_type.mark
+            and read_lanes_mark(node.mark_get_id().get_name()) is not None):
         return None
     for i in range(node.n_children()):
         found = _next_recurrence(node.child(i), relation, done)
@@ -252,34 +263,34 @@ def _strip_mine(band: isl.ScheduleNode, member: int, lanes: int,
     node = node.band_set_permutable(permutable)
     for d, flag in enumerate(coincident):
         node = node.band_member_set_coincident(d, flag)
-    node = _place_lanes(node.child(0), lane, recurrence)
+    node = _place_lanes(node.child(0), lane, recurrence, lanes)
     return node.get_schedule(), text
 
 
-def _place_lanes(node: isl.ScheduleNode, lane: isl.UnionPwAff,
-                 recurrence: isl.UnionSet) -> isl.ScheduleNode:
+def _place_lanes(node: isl.ScheduleNode, lane: isl.UnionPwAff, recurrence: isl.UnionSet,
+                 lanes: int) -> isl.ScheduleNode:
     """Put the lane loop on every path from `node` to a leaf: right below the recurrence's
     innermost band, else as high as the recurrence leaves room. Returns the node at `node`'s
     position."""
     if node.get_type() == isl.schedule_node_type.filter:  # a part of a sequence: inside it
-        return _place_lanes(node.child(0), lane, recurrence).parent()
+        return _place_lanes(node.child(0), lane, recurrence, lanes).parent()
     domain = node.get_domain()
     if domain.intersect(recurrence).is_empty() or node.get_type() == isl.schedule_node_type.leaf:
-        return _lane_band(node, lane, marked=False)
+        return _lane_band(node, lane)
     if node.get_type() == isl.schedule_node_type.band and not _has_band_below(node):
-        return _lane_band(node.child(0), lane, marked=True).parent()
+        return _lane_band(node.child(0), lane, lanes).parent()
     for i in range(node.n_children()):
-        node = _place_lanes(node.child(i), lane, recurrence).parent()
+        node = _place_lanes(node.child(i), lane, recurrence, lanes).parent()
     return node
 
 
-def _lane_band(node: isl.ScheduleNode, lane: isl.UnionPwAff, marked: bool) -> isl.ScheduleNode:
+def _lane_band(node: isl.ScheduleNode, lane: isl.UnionPwAff, lanes: int = 0) -> isl.ScheduleNode:
     """A band of the lane loop (over `node`'s instances) inserted above `node`; under a lanes
-    mark where `marked`. Returns the node now at `node`'s position."""
+    mark where `lanes` is given. Returns the node now at `node`'s position."""
     schedule = isl.MultiUnionPwAff.from_union_pw_aff(lane.intersect_domain(node.get_domain()))
     node = node.insert_partial_schedule(schedule).band_member_set_coincident(0, 1)
-    if marked:
-        node = node.insert_mark(isl.Id(LANES_MARK, context=node.get_ctx()))
+    if lanes:
+        node = node.insert_mark(isl.Id(lanes_mark_name(lanes), context=node.get_ctx()))
     return node
 
 
