@@ -35,8 +35,14 @@ from polydl.ir import (
     ToFloat,
     ToInt,
     Unary,
+    int_vars,
     is_integer_value,
 )
+
+# Inside a lane loop (`codegen.c.loops`), an access a row apart along the lanes strides by its
+# row times this variable: 1 at run time, opaque to the compiler. gcc vectorises no access of a
+# large constant stride, while it loads one of an unknown stride element by element.
+LANE_STEP = "_pd_lane_step"
 
 # Generated identifiers start with "_pd" or "_t" (loop iterators, `poly.ast_order`); the
 # frontends reject user names with "_".
@@ -171,8 +177,15 @@ class StatementPrinter:
         for d, (text, stride) in enumerate(zip(texts, layout.strides, strict=True)):
             if layout.per_thread and d == 0:
                 text = "_pd_thread()"
+            if stride != 1 and layout.kept is None and self._moves_with_lanes(acc.indices[d]):
+                terms.append(f"({text}) * ({stride}L * {LANE_STEP})")
+                continue
             terms.append(text if stride == 1 else f"({text}) * {stride}L")
         return " + ".join(terms) or "0"
+
+    def _moves_with_lanes(self, index: IntExpr | Indirect) -> bool:
+        return bool(self.lanes) and not isinstance(index, Indirect) and bool(
+            int_vars(index) & self.lanes.keys())
 
     def _kept(self, index: IntExpr, extent: int) -> str:
         """A kept subscript wrapped to `extent`; inside a lane loop, one that is the lanes'

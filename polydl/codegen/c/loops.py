@@ -16,7 +16,7 @@ import islpy as isl
 
 from polydl.codegen.c.accumulators import AccumulatorPrinter, Instance
 from polydl.codegen.c.register_tiles import RowTilePrinter
-from polydl.codegen.c_expr import AST_FOR, AST_IF, ast_expr_to_c
+from polydl.codegen.c_expr import AST_FOR, AST_IF, LANE_STEP, ast_expr_to_c
 from polydl.poly.ast_order import ITERATOR_PREFIX, tree_ast
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
@@ -24,10 +24,7 @@ from polydl.schedules.apply import GroupPlan
 from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
 from polydl.schedules.cpu.lanes import read_lanes_mark
 
-# A lane loop's step, 1 at run time but opaque to the compiler (`LANE_STEP_LINES`): gcc
-# vectorises no access whose constant stride is a large one (a row apart, as the lanes read
-# theirs), while it loads one of an unknown stride element by element into a vector.
-LANE_STEP = "_pd_lane_step"
+# `LANE_STEP`, 1 at run time but opaque to the compiler (an empty asm that may change it)
 LANE_STEP_LINES = (f"long {LANE_STEP} = 1;", f'__asm__("" : "+r"({LANE_STEP}));')
 
 # Renders one statement instance given C expressions for its iterators, and inside a lane loop
@@ -87,7 +84,7 @@ class LoopPrinter:
         self.marked_dim = -1  # the schedule dimension of the marked loop
         self.lanes_next = 0  # set by a `lanes` mark: the next loop is a loop of that many lanes
         self.printed_lanes = False  # a lane loop was printed (it needs `LANE_STEP_LINES`)
-        self.lane: tuple[str, str, int] | None = None  # (iterator, counter, lanes) of the loop
+        self.lane: tuple[str, int] | None = None  # (iterator, lanes) of the lane loop printed
         self.collapsed_left = 0  # loops below a `collapse(n)` pragma still to print bare
         # inside a `parallel region` mark: the threads run every loop, parallel ones share out
         # their iterations (`omp for`), and a statement outside them runs on one (`omp single`)
@@ -219,21 +216,21 @@ class LoopPrinter:
                         args: list[str]) -> dict[str, tuple[str, int]]:
         """The iterator of `statement` that the lane loop being printed runs (the one its
         iterator appears in: the lane band is that iterator less its strip), with the loop's
-        counter and lanes; {} outside lane loops."""
+        iterator and lanes; {} outside lane loops."""
         if self.lane is None or isinstance(statement, str):
             return {}
-        iterator, counter, lanes = self.lane
-        return {var: (counter, lanes) for var, arg in zip(statement.iterators, args, strict=True)
+        iterator, lanes = self.lane
+        return {var: (iterator, lanes) for var, arg in zip(statement.iterators, args, strict=True)
                 if re.search(rf"\b{iterator}\b", arg)}
 
     def _lane_loop(self, node: isl.AstNode, indent: int, in_parallel: bool,
                    lanes: int) -> list[str]:
-        """A lane loop (`schedules.cpu.lanes`): SIMD, its iterator the lane times `LANE_STEP`.
-        The counter runs the lane, the iterator's value less its strip: a local kept a cell
-        per lane is indexed by it (`StatementPrinter`), at unit stride.
-        Its iterations depend on none of each other (the lanes' loop carries nothing), so a
-        local that a lane writes is the lane's own, unless something outside the loop touches
-        it: then it keeps a cell per lane (`schedules.contraction`)."""
+        """A lane loop (`schedules.cpu.lanes`): SIMD. Its iterator runs the lane, the strip-mined
+        iterator less its strip: a local kept a cell per lane is indexed by it, and an access a
+        row apart strides by `LANE_STEP` (`StatementPrinter`). Its iterations depend on none of
+        each other (the lanes' loop carries nothing), so a local that a lane writes is the
+        lane's own, unless something outside the loop touches it: then it keeps a cell per
+        lane (`schedules.contraction`)."""
         pad = "  " * indent
         inside = _user_nodes(node.for_get_body())
         own = tuple(sorted(
@@ -241,17 +238,11 @@ class LoopPrinter:
             if any(self.statements[u].statement.target.array == name for u in inside
                    if u in self.statements)
             and all(inside.get(u, 0) >= self.runs.get(u, 0) for u in users if u in self.runs)))
-        it = node.for_get_iterator().get_id().get_name()
-        lane = f"_pd_lane{it}"
-        init = ast_expr_to_c(node.for_get_init())
-        cond = re.sub(rf"\b{it}\b", lane, _strip(ast_expr_to_c(node.for_get_cond())))
         self.printed_lanes = True
-        self.lane = (it, lane, lanes)
+        self.lane = (node.for_get_iterator().get_id().get_name(), lanes)
         body = self._node(node.for_get_body(), indent + 1, in_parallel)
         self.lane = None
-        return [pad + "#pragma omp simd" + _private(own),
-                f"{pad}for (long {lane} = {init}; {cond}; {lane}++) {{",
-                f"{pad}  const long {it} = {lane} * {LANE_STEP};", *body, f"{pad}}}"]
+        return [pad + "#pragma omp simd" + _private(own), pad + _header(node), *body, f"{pad}}}"]
 
     def _own_locals(self, node: isl.AstNode, held: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """The contracted locals that the body of loop `node` writes, which each of its

@@ -51,6 +51,54 @@ void cumsum(int N, int D, float y[N][D], const float x[N][D]) {
 """
 
 
+# rows from 2 (a first strip in part), a triangle (each lane stops at its own row's end)
+TRIANGLE = """
+void tri(int N, float s[N], const float x[N][N]) {
+  for (int i = 2; i < N - 1; i++) {
+    float m = 0.0f;
+    for (int j = 0; j < i; j++)
+      m = m * expf(-x[i][j]) + tanhf(x[i][j]);
+    s[i] = m;
+  }
+}
+"""
+
+# the recurrence through the output itself, stored a row apart
+THROUGH_OUTPUT = """
+void decay(int N, int D, float y[N][D], const float a[N], const float x[N][D]) {
+  for (int i = 0; i < N; i++) {
+    y[i][0] = x[i][0];
+    for (int j = 1; j < D; j++)
+      y[i][j] = y[i][j - 1] * a[i] + expf(x[i][j]);
+  }
+}
+"""
+
+# doubles, a square root and a division, down each column (the lanes run along the rows)
+SWEEP = """
+void sweep(int N, int M, double p[N][M], const double a[N][M]) {
+  for (int j = 0; j < M; j++) {
+    double q = a[0][j];
+    for (int i = 1; i < N; i++) {
+      q = sqrt(a[i][j] + q * q) / (1.0 + a[i][j]);
+      p[i][j] = q;
+    }
+  }
+}
+"""
+
+
+def _tri(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    s = np.zeros(n)
+    for i in range(2, n - 1):
+        m = 0.0
+        for j in range(i):
+            m = m * np.exp(-float(x[i, j])) + np.tanh(float(x[i, j]))
+        s[i] = m
+    return s
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -65,6 +113,18 @@ def test_rows_of_a_running_maximum_run_in_lanes_and_match_numpy(n: int, d: int) 
     text = explain(lower(parse_c(ONLINE_SOFTMAX), {"N": n, "D": d}, AVX2))
     assert ("strip-mined into 8 vector lanes" in text) is laned
     run_and_check(kernel, lambda x: _softmax(x))
+
+
+@pytest.mark.parametrize("source, params", [
+    (TRIANGLE, {"N": 45}),
+    (THROUGH_OUTPUT, {"N": 23, "D": 17}),
+    (SWEEP, {"N": 13, "M": 37}),
+])
+def test_recurrences_of_every_form_run_in_lanes_and_match_the_reference(
+        source: str, params: dict[str, int]) -> None:
+    kernel = polydl.compile(source, params, target=AVX2)
+    assert "_pd_lane_step" in kernel.source
+    run_and_check(kernel, _tri if source is TRIANGLE else None)
 
 
 def test_a_cheap_recurrence_stays_one_element_at_a_time() -> None:
