@@ -260,7 +260,7 @@ class _Scheduler:
     def _variant(self, tree: isl.Schedule, origin: str, fill: bool) -> AffineSchedule:
         self.bands = []
         self.fill, self.fillable = fill, False
-        root = _with_regions(self._visit(tree.get_root(), False))
+        root = _with_regions(_separated(self._visit(tree.get_root(), False)))
         scheduled = root.get_schedule()
         marks = (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK)
 
@@ -465,6 +465,31 @@ class _Scheduler:
             dtype = self.model.nest.array(cell_set.get_tuple_name()).dtype
             total += count_points(cell_set) * DTYPES[dtype].bytes
         return total
+
+
+def _separated(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The tree at `node` with every band loop at one value of which a statement runs (an
+    initialisation fused into the band that sums into what it sets: `sum[p] = 0` at s = 0 of
+    the loops (s, p)) generated as separate loops, the iterations that run it apart from the
+    others. isl otherwise prints one loop with a guard on each of its iterations, inside the
+    loops below (a compare in the innermost loop, which then stays scalar). Returns the node
+    at `node`'s position."""
+    if node.get_type() == isl.schedule_node_type.band:
+        schedule = node.band_get_partial_schedule()
+        for d in range(node.band_n_member()):
+            constant = moving = False
+            for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
+                for aff in affs_of(piece):
+                    if any(not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()
+                           for i in range(aff.dim(isl.dim_type.in_))):
+                        moving = True
+                    else:
+                        constant = True
+            if constant and moving:
+                node = node.band_member_set_ast_loop_type(d, isl.ast_loop_type.separate)
+    for i in range(node.n_children()):
+        node = _separated(node.child(i)).parent()
+    return node
 
 
 def _fills_a_loop_around(band: isl.ScheduleNode) -> bool:
