@@ -132,7 +132,6 @@ def _strip_for(model: PolyModel, target: CpuTarget, dependences: isl.UnionMap,
     runs at least a vector of lanes), and the lanes; None where there is none or the lanes
     would not pay."""
     domain = recurrence.get_domain()
-    deps = dependences.intersect_domain(domain).intersect_range(domain)
     dtypes = {model.nest.array(model.statement(n).statement.target.array).dtype
               for n in _names(domain)}
     if len(dtypes) != 1:
@@ -145,7 +144,8 @@ def _strip_for(model: PolyModel, target: CpuTarget, dependences: isl.UnionMap,
     while True:
         for member in range(last, -1, -1):
             iterators = _plain_iterators(node, member, domain)
-            if iterators is None or not _carries_nothing(node, member, deps, domain):
+            # every instance under the band is strip-mined, the recurrence's and the others'
+            if iterators is None or not _carries_nothing(node, member, dependences):
                 continue
             if _values(node, member, domain) < lanes:
                 return None
@@ -160,8 +160,10 @@ def _strip_for(model: PolyModel, target: CpuTarget, dependences: isl.UnionMap,
         last = node.band_n_member() - 1
 
 
-def _carries_nothing(band: isl.ScheduleNode, member: int, deps: isl.UnionMap,
-                     domain: isl.UnionSet) -> bool:
+def _carries_nothing(band: isl.ScheduleNode, member: int, dependences: isl.UnionMap) -> bool:
+    """Whether the member carries no dependence among the instances under the band."""
+    domain = band.get_domain()
+    deps = dependences.intersect_domain(domain).intersect_range(domain)
     prefix = band.get_prefix_schedule_union_map().intersect_domain(domain)
     partial = band.band_get_partial_schedule()
     for d in range(member + 1):

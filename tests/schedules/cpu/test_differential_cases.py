@@ -222,3 +222,18 @@ def test_no_simd_loop_holds_the_single_statements_of_a_region(
             k = polydl.compile(SIMD_SINGLE, sizes, machine=machine_value("native"))
     assert "#pragma omp parallel\n" in k.source and "omp single" in k.source
     assert not differences_from_gcc(SIMD_SINGLE, sizes, k, tmp_path, calls=2)
+
+
+# Found at M=19, N=29 (seed 808431, native target): the i loop carried nothing among the
+# instances of the recurrence along the second k loop, and was strip-mined into lanes; it did
+# carry dependences of the other statements (both k loops touch y1 at columns that depend on
+# i), and the tree
+# broke that dependence (refused by the check on the chosen tree). The loop a recurrence's
+# lanes come from must carry nothing among every instance under its band.
+LANES_STRIP = open(Path(__file__).with_name("differential_lanes_strip.c")).read()
+
+
+def test_lanes_come_from_a_loop_that_carries_nothing_under_its_band(tmp_path: Path) -> None:
+    sizes = {"M": 19, "N": 29}
+    k = polydl.compile(LANES_STRIP, sizes, machine=machine_value("native"))
+    assert not differences_from_gcc(LANES_STRIP, sizes, k, tmp_path, calls=2)
