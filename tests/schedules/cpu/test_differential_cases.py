@@ -227,9 +227,8 @@ def test_no_simd_loop_holds_the_single_statements_of_a_region(
 # Found at M=19, N=29 (seed 808431, native target): the i loop carried nothing among the
 # instances of the recurrence along the second k loop, and was strip-mined into lanes; it did
 # carry dependences of the other statements (both k loops touch y1 at columns that depend on
-# i), and the tree
-# broke that dependence (refused by the check on the chosen tree). The loop a recurrence's
-# lanes come from must carry nothing among every instance under its band.
+# i), and the tree broke them (refused by the check on the chosen tree). The loop a
+# recurrence's lanes come from must carry nothing among every instance under its band.
 LANES_STRIP = open(Path(__file__).with_name("differential_lanes_strip.c")).read()
 
 
