@@ -208,7 +208,6 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
                             simd_dims=simd_dims, reduction_dims=reduction_dims,
                             accumulators=sums, contracted=contracted, lifetimes=lifetimes,
                             threads=target.cores,
-                            cells={a: math.prod(layouts[a].shape) for a in layouts},
                             row_tiles=RowTilePrinter(printer, plan.tiles,
                                                      unit_for(target.isa).vector_bytes))
         body += loops.lines()

@@ -21,7 +21,7 @@ from polydl.poly.ast_order import ITERATOR_PREFIX, tree_ast
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
-from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark, summed_arrays
+from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
 from polydl.schedules.cpu.lanes import read_lanes_mark
 
 # `LANE_STEP`, 1 at run time but opaque to the compiler (an empty asm that may change it)
@@ -63,7 +63,6 @@ class LoopPrinter:
         contracted: dict[str, frozenset[str]] | None = None,
         lifetimes: dict[str, int] | None = None,
         threads: int = 0,
-        cells: dict[str, int] | None = None,
     ) -> None:
         self.plan = plan
         self.print_instance = print_instance
@@ -83,7 +82,6 @@ class LoopPrinter:
         # (with the one after it, 2, where the mark says collapse)
         self.marked_parallel = 0
         self.marked_dim = -1  # the schedule dimension of the marked loop
-        self.marked_sums: tuple[str, ...] = ()  # the arrays it sums into, a copy per thread
         self.lanes_next = 0  # set by a `lanes` mark: the next loop is a loop of that many lanes
         self.printed_lanes = False  # a lane loop was printed (it needs `LANE_STEP_LINES`)
         self.lane: tuple[str, int] | None = None  # (iterator, lanes) of the lane loop printed
@@ -98,7 +96,6 @@ class LoopPrinter:
         # before this one (`LocalStorage.level`)
         self.lifetimes = lifetimes or {}
         self.threads = threads
-        self.cells = cells or {}  # each array's cells (a parallel loop's summed arrays)
         self.runs: dict[str, int] = {}  # how often the AST runs each statement (its user nodes)
 
     def lines(self) -> list[str]:
@@ -154,7 +151,6 @@ class LoopPrinter:
             mark = read_parallel_mark(name)
             if mark is not None and not in_parallel:
                 self.marked_parallel, self.marked_dim = mark
-                self.marked_sums = summed_arrays(name)
             lines = self._node(node.mark_get_node(), indent, in_parallel)
             self.marked_parallel = 0
             return lines
@@ -165,7 +161,6 @@ class LoopPrinter:
         it = node.for_get_iterator().get_id().get_name()
         init = ast_expr_to_c(node.for_get_init())
         marked, self.marked_parallel = self.marked_parallel, 0
-        sums, self.marked_sums = self.marked_sums, ()
         lanes, self.lanes_next = self.lanes_next, 0
         if marked and _dim_of(it) != self.marked_dim:
             marked = 0  # the marked loop has one value in this part: isl left it out
@@ -183,8 +178,7 @@ class LoopPrinter:
                          and own is not None)
         if parallel_here:
             depth = self._collapsible(node, marked)
-            pragma = self.parallel_pragma + _private(own or ()) + "".join(
-                f" reduction(+: {a}[0:{self.cells[a]}])" for a in (sums if marked else ()))
+            pragma = self.parallel_pragma + _private(own or ())
             if self.in_region:  # the threads are there: share out the iterations
                 pragma = pragma.replace("parallel for", "for", 1)
             if depth > 1:

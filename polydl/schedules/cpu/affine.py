@@ -19,13 +19,6 @@ bands. Then, per band, outermost first:
   diagonals, a time loop around parallel rows), the threads fork once around the outermost of
   them (a `parallel region` mark: `#pragma omp parallel`, each parallel loop an `omp for`
   whose end is a barrier), and a start of a parallel loop inside costs a barrier, not a fork.
-- **Sums into arrays.** A loop that carries only sums into arrays that nothing else in the
-  nest touches runs parallel where that pays, each thread summing into a zeroed copy of those
-  arrays of its own, added into them at the loop's end (OpenMP's `reduction`; `_summing`).
-- **Recurrences across lanes.** Before all this, `lanes.py` strip-mines a loop that carries
-  nothing into vector lanes below an innermost loop that carries a recurrence, where it pays.
-- **Separate loops.** A band loop at one value of which a statement runs is generated as
-  separate loops (`_separated`): no guard on its value inside the loops below.
 - **Together or not at all.** A parallel loop beside sequential code over the same cells moves
   them between cores (`forks.moved_bytes`). Where loops inside a loop stay sequential because
   none pays alone, the tree with every one of them parallel is priced too (one region); and a
@@ -38,7 +31,6 @@ every validity constraint, and tiling and wavefronts of a permutable band keep t
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -47,7 +39,6 @@ import islpy as isl
 
 from polydl.dtypes import DTYPES
 from polydl.errors import ScheduleError
-from polydl.ir import expr_loads
 from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.isl_parts import (
@@ -60,7 +51,6 @@ from polydl.poly.isl_parts import (
     single_set,
 )
 from polydl.poly.model import PolyModel
-from polydl.poly.sums import addend_of
 from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
 from polydl.schedules.cpu.isl_time_limit import ScheduleTimeout, compute_schedule
 from polydl.schedules.cpu.lanes import LaneStrip, lane_strips, read_lanes_mark
@@ -77,26 +67,18 @@ COLLAPSE_BELOW_ITERATIONS = 4
 ISL_ORIGIN = "affine scheduler"  # `AffineSchedule.origin` of a schedule isl computed
 
 
-def parallel_mark_name(depth: int, collapse: bool = False, sums: tuple[str, ...] = ()) -> str:
+def parallel_mark_name(depth: int, collapse: bool = False) -> str:
     """The name of a parallel mark over the band whose first loop is schedule dimension
     `depth`. isl's AST leaves a dimension out of a part of the domain where it has one value
     there; the mark then marks no loop of that part, never the next one (which may carry a
-    dependence), so the code generator needs the dimension. `sums`: the arrays the loop's
-    iterations sum into, each thread into a zeroed copy of its own (`summed_arrays`)."""
-    name = f"{PARALLEL_COLLAPSE_MARK if collapse else PARALLEL_MARK}@{depth}"
-    return name + (":" + ",".join(sums) if sums else "")
-
-
-def summed_arrays(name: str) -> tuple[str, ...]:
-    """The arrays a parallel mark's loop sums into with a copy per thread (`parallel_mark_name`)."""
-    _, _, sums = name.partition(":")
-    return tuple(sums.split(",")) if sums else ()
+    dependence), so the code generator needs the dimension."""
+    return f"{PARALLEL_COLLAPSE_MARK if collapse else PARALLEL_MARK}@{depth}"
 
 
 def read_parallel_mark(name: str) -> tuple[int, int] | None:
     """(how many loops run as one parallel loop, the schedule dimension of the first) of a
     parallel mark's name; None for any other mark."""
-    kind, _, depth = name.partition(":")[0].partition("@")
+    kind, _, depth = name.partition("@")
     if kind not in (PARALLEL_MARK, PARALLEL_COLLAPSE_MARK) or not depth.isdigit():
         return None
     return (2 if kind == PARALLEL_COLLAPSE_MARK else 1), int(depth)
@@ -123,7 +105,6 @@ class BandDecision:
     footprint_bytes: int = 0  # what one tile touches (tiled bands)
     skewed: bool = False  # a loop combines several of a statement's iterators
     innermost: str = ""  # the member moved innermost in each tile (for unit-stride accesses)
-    sums: tuple[str, ...] = ()  # arrays the parallel loop sums into, a copy per thread
 
     @property
     def parallel_from_first(self) -> bool:
@@ -142,9 +123,7 @@ class BandDecision:
         if self.parallel == "wavefront":
             parts.append("parallel: wavefront of tiles")
         elif self.parallel:
-            parts.append(f"parallel {self.parallel}" + (
-                f", each thread summing into a copy of {', '.join(self.sums)} of its own"
-                if self.sums else ""))
+            parts.append(f"parallel {self.parallel}")
         else:
             parts.append("sequential")
         return "; ".join(parts)
@@ -206,8 +185,6 @@ class _Scheduler:
         # or not; `fillable`: the visit left such a loop sequential
         self.fill = False
         self.fillable = False
-        # arrays summed into (`_sum_arrays`)
-        self.sums = _sum_arrays(model)
 
     def run(self) -> AffineSchedule:
         """First with isl asked for a parallel outermost loop of each band (which it gets by
@@ -338,7 +315,6 @@ class _Scheduler:
                     node = _permuted(node.child(0), order).parent()
                     innermost = members[order[-1]]
         parallel = ""
-        sums: tuple[str, ...] = ()
         if not parallel_above:
             first = next((i for i in range(n) if coincident[i]), None)
             priced = None if first is None else self._pays(node, first)
@@ -368,52 +344,9 @@ class _Scheduler:
                     node, extra = marked
                     depth += extra
                     parallel = "wavefront"
-            if not parallel and (summed := self._summing(node)) is not None:
-                node, extra, parallel, sums = summed
-                depth += extra
-        self.bands.append(BandDecision(statements, members, tiles, parallel, footprint, skewed,
-                                       innermost, sums))
+        self.bands.append(
+            BandDecision(statements, members, tiles, parallel, footprint, skewed, innermost))
         return node, depth, bool(parallel)
-
-    def _summing(
-        self, band: isl.ScheduleNode
-    ) -> tuple[isl.ScheduleNode, int, str, tuple[str, ...]] | None:
-        """The band's first loop that carries nothing but sums into arrays (`_sum_arrays`),
-        marked parallel with a zeroed copy of each of those arrays per thread, added into the
-        array at the loop's end (OpenMP's `reduction`); where it pays its forks and copies.
-        Returns the node now at the band's position, the levels it added, the decision's
-        words and the arrays summed with copies; None where no loop qualifies."""
-        if not self.sums:
-            return None
-        domain = band.get_domain()
-        names = set(_statement_names(domain))
-        arrays = tuple(sorted(a for a, (writers, touched) in self.sums.items()
-                              if writers & names and touched & names <= writers))
-        if not arrays:
-            return None
-        cells = sum(_cells(self.model, a) for a in arrays)
-        unsummed = _without_sums(self.deps, [self.sums[a][0] for a in arrays])
-        for member in range(band.band_n_member()):
-            node = band.band_split(member).child(0) if member else band
-            if not self._can_run_in_parallel(node, unsummed):
-                continue
-            priced = self._price(band, member)
-            # each thread zeroes its copies and adds them into the arrays, one after another
-            copies = cells * self.target.cores
-            start = (self.target.barrier_cycles if _fills_a_loop_around(band)
-                     else self.target.fork_join_cycles)
-            if priced is None or not priced.pays(start + copies):
-                return None
-            carried = tuple(a for a in arrays if not self._can_run_in_parallel(
-                node, self.deps.intersect_domain(_writers(self.model, self.sums[a][0], domain))))
-            mark = parallel_mark_name(node.get_schedule_depth(), sums=carried)
-            marked = node.insert_mark(isl.Id(mark, context=node.get_ctx()))
-            extra = 1 if member else 0
-            top = marked
-            for _ in range(extra):
-                top = top.parent()
-            return top, extra + 1, f"loop {member}", carried
-        return None
 
     def _pays(self, band: isl.ScheduleNode, member: int) -> ParallelLoop | None:
         """Whether running member `member` of the band in parallel saves more than its starts
@@ -478,20 +411,17 @@ class _Scheduler:
                 return marked.parent(), 2
         return None
 
-    def _can_run_in_parallel(self, band: isl.ScheduleNode,
-                             dependences: isl.UnionMap | None = None) -> bool:
-        """Whether the band's first loop is a loop in the code and carries no dependence (of
-        `dependences`, default all) among the instances under it. A loop with one value for
-        each iteration of the loops outside it (a tile loop over a dimension shorter than one
-        tile) is left out of the code, and a parallel mark above it would fall on the next
-        loop, which may carry one."""
+    def _can_run_in_parallel(self, band: isl.ScheduleNode) -> bool:
+        """Whether the band's first loop is a loop in the code and carries no dependence among
+        the instances under it. A loop with one value for each iteration of the loops outside
+        it (a tile loop over a dimension shorter than one tile) is left out of the code, and a
+        parallel mark above it would fall on the next loop, which may carry one."""
         domain = band.get_domain()
         prefix = band.get_prefix_schedule_union_map().intersect_domain(domain)
         first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_union_pw_aff(0))
         if prefix.reverse().apply_range(first.intersect_domain(domain)).is_single_valued():
             return False
-        deps = self.deps if dependences is None else dependences
-        relation = deps.intersect_domain(domain).intersect_range(domain)
+        relation = self.deps.intersect_domain(domain).intersect_range(domain)
         return not carries(relation, prefix.flat_range_product(first), out_width(prefix))
 
     def _tile_size(self, band: isl.ScheduleNode) -> tuple[int, int]:
@@ -560,58 +490,6 @@ def _separated(node: isl.ScheduleNode) -> isl.ScheduleNode:
     for i in range(node.n_children()):
         node = _separated(node.child(i)).parent()
     return node
-
-
-# The largest array a parallel loop may sum into with a copy per thread: the copies live on
-# the threads' stacks (OpenMP's `reduction`), far below a runtime's default thread stack.
-MAX_SUMMED_BYTES = 64 * 1024
-
-
-def _sum_arrays(model: PolyModel) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    """The arrays (none a local) that statements sum into, by name: (the statements that do,
-    as `a[...] += e` (or -=, or `a = a + e`) with an `e` that reads none of those arrays; every
-    statement that touches it). Inside a loop where only the first touch one, that loop may run
-    parallel with a zeroed copy of the array per thread, added into it at the end."""
-    local = {a.name for a in model.nest.locals}
-    touching: dict[str, set[str]] = {}
-    summing: dict[str, set[str]] = {}
-    for st in model.statements:
-        addend = addend_of(st.statement)
-        target = st.statement.target.array
-        for array in {a.access.array for a in st.accesses}:
-            touching.setdefault(array, set()).add(st.name)
-        if addend is not None and all(load.array != target for load in expr_loads(addend[0])):
-            summing.setdefault(target, set()).add(st.name)
-    out = {array: (frozenset(writers), frozenset(touching[array]))
-           for array, writers in summing.items()
-           if array not in local and _cells(model, array) * DTYPES[model.nest.array(array).dtype].bytes
-           <= MAX_SUMMED_BYTES}
-    # an addend that reads another summed array reads a partial sum
-    return {array: (writers, touched) for array, (writers, touched) in out.items()
-            if not any(load.array in out for name in writers
-                       for load in expr_loads(addend_of(model.statement(name).statement)[0]))}
-
-
-def _cells(model: PolyModel, array: str) -> int:
-    return math.prod(model.nest.array(array).concrete_shape(model.params))
-
-
-def _without_sums(deps: isl.UnionMap, writers: Sequence[frozenset[str]]) -> isl.UnionMap:
-    """`deps` less those between two statements that sum into the same array (each set of
-    `writers`: only that array can join them, as neither reads anything the other writes)."""
-    out = isl.UnionMap.empty(deps.get_space())
-    for m in maps_of(deps):
-        source, sink = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-        if not any(source in names and sink in names for names in writers):
-            out = out.union(isl.UnionMap.from_map(m))
-    return out
-
-
-def _writers(model: PolyModel, names: frozenset[str], domain: isl.UnionSet) -> isl.UnionSet:
-    out = isl.UnionSet.empty(domain.get_space())
-    for name in names:
-        out = out.union(isl.UnionSet.from_set(model.statement(name).domain))
-    return out.intersect(domain)
 
 
 def _fills_a_loop_around(band: isl.ScheduleNode) -> bool:

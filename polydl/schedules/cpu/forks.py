@@ -224,10 +224,6 @@ def tree_cycles(model: PolyModel, target: CpuTarget, tree: isl.Schedule,
         loop = price_loop(domain, outer, first, cores, cycles)
         total -= loop.saved_cycles
         total += loop.entries * (target.barrier_cycles if in_region else target.fork_join_cycles)
-        # a copy per thread of each array the loop sums into, zeroed and added in
-        total += loop.entries * cores * sum(
-            math.prod(model.nest.array(a).concrete_shape(model.params))
-            for a in _summed(node.mark_get_id().get_name()))
         total += (moved_bytes(model, node, parallel, tree.get_domain()) * others
                   / target.core_transfer_bytes_per_cycle)
     total += sum(target.fork_join_cycles for _ in _marked(
@@ -270,12 +266,6 @@ def _shared_bytes(model: PolyModel, first: isl.UnionSet, second: isl.UnionSet) -
                      for c in sets_of(cells)))
 
 
-def _summed(mark: str) -> tuple[str, ...]:
-    """The arrays a parallel mark's loop sums into (`affine.parallel_mark_name`)."""
-    _, _, sums = mark.partition(":")
-    return tuple(sums.split(",")) if sums else ()
-
-
 def _marked(node: isl.ScheduleNode, names: tuple[str, ...], region_mark: str,
             in_region: bool) -> list[tuple[isl.ScheduleNode, bool]]:
     """The mark nodes named `names` under `node` with a band below them (outermost only), and
@@ -283,8 +273,7 @@ def _marked(node: isl.ScheduleNode, names: tuple[str, ...], region_mark: str,
     if node.get_type() == isl.schedule_node_type.mark:
         name = node.mark_get_id().get_name()
         # a parallel mark's name carries its loop's dimension (`affine.parallel_mark_name`)
-        kind = name.partition(":")[0].partition("@")[0]
-        if kind in names and node.child(0).get_type() == isl.schedule_node_type.band:
+        if name.partition("@")[0] in names and node.child(0).get_type() == isl.schedule_node_type.band:
             return [(node, in_region)]
         if region_mark and name == region_mark:
             in_region = True
