@@ -19,6 +19,10 @@ bands. Then, per band, outermost first:
   diagonals, a time loop around parallel rows), the threads fork once around the outermost of
   them (a `parallel region` mark: `#pragma omp parallel`, each parallel loop an `omp for`
   whose end is a barrier), and a start of a parallel loop inside costs a barrier, not a fork.
+- **Recurrences across lanes.** Before all this, `lanes.py` strip-mines a loop that carries
+  nothing into vector lanes below an innermost loop that carries a recurrence, where it pays.
+- **Separate loops.** A band loop at one value of which a statement runs is generated as
+  separate loops (`_separated`): no guard on its value inside the loops below.
 - **Together or not at all.** A parallel loop beside sequential code over the same cells moves
   them between cores (`forks.moved_bytes`). Where loops inside a loop stay sequential because
   none pays alone, the tree with every one of them parallel is priced too (one region); and a
