@@ -844,6 +844,15 @@ class _FunctionReader:
                     f"the condition reads '{self._spelling(stmt.target.array)}', which its "
                     "branch writes before another assignment; compute the condition into "
                     "another array first", node)
+        if (len(then) == 1 and len(other) == 1 and isinstance(then[0], Statement)
+                and isinstance(other[0], Statement) and then[0].target == other[0].target
+                and then[0].op == other[0].op):
+            # one assignment to the same cell either way: one select of the two values, which
+            # reads the cell only where its own value does (an output a chain of cases writes
+            # is then not read first, nor stored three times)
+            yes, no = then[0], other[0]
+            return copies + (Statement(yes.name, yes.target, yes.op, self._select(
+                node.cond, yes.value, no.value, copied), yes.position),)
         return copies + tuple(self._predicate(n, node.cond, True, copied) for n in then) + tuple(
             self._predicate(n, node.cond, False, copied) for n in other)
 

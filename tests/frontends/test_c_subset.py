@@ -11,6 +11,8 @@ import pytest
 
 import polydl
 from polydl.errors import SpecError
+from polydl.frontends.c_loopnest import parse_c
+from polydl.ir import expr_loads, walk_statements
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,6 +193,27 @@ def test_conditions_on_data_select_values() -> None:
     want = want * np.where(chosen & (i < 3), 2.0, 1.0)
     np.testing.assert_allclose(k(x, 0.1), want, rtol=1e-6)
     np.testing.assert_allclose(k.reference(x, 0.1), want, rtol=1e-6)
+
+
+def test_a_chain_of_cases_that_each_set_one_cell_is_one_select_that_never_reads_it() -> None:
+    """`if / else if / else`, each case assigning y[i]: one statement, whose value does not
+    read y (an output the cases write is not read first: a fresh output's pages were faulted
+    in twice, a read and then a write)."""
+    spec = """void hs(int N, float y[N], const float x[N]) {
+      for (int i = 0; i < N; i++) {
+        float v = x[i];
+        if (v <= -3.0f) y[i] = 0.0f;
+        else if (v >= 3.0f) y[i] = v;
+        else y[i] = v * (v + 3.0f) / 6.0f;
+      }
+    }"""
+    nest = parse_c(spec)
+    (write,) = [s for s, _ in walk_statements(nest.body) if s.target.array == "y"]
+    assert all(load.array != "y" for load in expr_loads(write.value))
+    k = polydl.compile(spec, {"N": 40})
+    x = np.linspace(-5, 5, 40).astype(np.float32)
+    want = np.where(x <= -3, 0.0, np.where(x >= 3, x, x * (x + 3) / 6))
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
