@@ -211,8 +211,8 @@ def _pays(model: PolyModel, target: CpuTarget, domain: isl.UnionSet, iterators: 
     alone = across = 0.0
     for name in _names(domain):
         s = model.statement(name)
-        ops = s.statement.flops - _calls(s.statement.value)
-        calls = _calls(s.statement.value) * MATH_CALL_OPS
+        ops = s.statement.flops - math_calls(s.statement.value)
+        calls = math_calls(s.statement.value) * MATH_CALL_OPS
         alone += ops + calls + len(s.accesses)
         across += ops / lanes + (calls / lanes if vector_math else calls)
         for access in s.accesses:
@@ -230,17 +230,17 @@ def _moves(access: isl.Map, iterator: int) -> bool:
                for aff in affs_of(subscripts.get_pw_aff(k)))
 
 
-def _calls(expr: Expr) -> int:
-    """The math calls of `expr` that are no single instruction."""
+def math_calls(expr: Expr) -> int:
+    """The math calls of `expr` that are no single instruction (`expf`, not `fmaxf`)."""
     if isinstance(expr, Call):
         own = 0 if expr.function in _INSTRUCTIONS else 1
-        return own + sum(_calls(a) for a in expr.args)
+        return own + sum(math_calls(a) for a in expr.args)
     if isinstance(expr, Unary | ToFloat | ToInt):
-        return _calls(expr.operand)
+        return math_calls(expr.operand)
     if isinstance(expr, Binary | IntOp):
-        return _calls(expr.left) + _calls(expr.right)
+        return math_calls(expr.left) + math_calls(expr.right)
     if isinstance(expr, Select):
-        return sum(_calls(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
+        return sum(math_calls(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
     return 0
 
 

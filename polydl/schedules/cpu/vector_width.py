@@ -6,16 +6,23 @@ loops of a few dozen iterations and triangular loops, whose every start runs a d
 remainder, run faster so. Long rectangular loops run faster with 512-bit vectors (see
 benchmarks/README.md: Data that moves between cores; tuning and vector width). A kernel asks
 for them where every innermost loop the compiler vectorises runs the same trip count at each
-start, at least `WIDE_LOOP_VECTORS` 512-bit vectors of its statement's elements. Microkernels
+start, at least `WIDE_LOOP_VECTORS` 512-bit vectors of its statement's elements, and where its
+arrays fit the cores' L2 caches or its statements call math functions in vector form: a kernel
+of plain arithmetic over more streams from memory, where the wider vectors gain nothing and
+lost (benchmarks/README.md: Recurrences across vector lanes; separate loops). Microkernels
 choose their registers themselves; a kernel that calls one asks nothing.
 """
 
 from __future__ import annotations
 
+import math
+
 import islpy as isl
 
+from polydl.dtypes import DTYPES
 from polydl.poly.isl_parts import maps_of
 from polydl.schedules.apply import ScheduledNest
+from polydl.schedules.cpu.lanes import math_calls
 from polydl.target.cpu import CpuTarget
 
 # An innermost loop takes 512-bit vectors from this many of them per start.
@@ -25,6 +32,13 @@ WIDE_LOOP_VECTORS = 4
 def wide_vectors(scheduled: ScheduledNest, target: CpuTarget) -> bool:
     """Whether the kernel's own loops should run in 512-bit vectors (see the module)."""
     if not target.has_avx512 or any(plan.calls for plan in scheduled.groups):
+        return False
+    model = scheduled.model
+    arrays = sum(math.prod(a.concrete_shape(model.params)) * DTYPES[a.dtype].bytes
+                 for a in model.nest.arrays if a not in model.nest.locals)
+    computes = not model.nest.exact_math and any(
+        math_calls(s.statement.value) for s in model.statements)
+    if arrays > target.l2_bytes * target.cores and not computes:
         return False
     loops = 0
     for plan in scheduled.groups:

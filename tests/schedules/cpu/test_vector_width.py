@@ -39,6 +39,31 @@ TRIANGLE = """void lower(int N, double L[N][N], const double x[N]) {
 """
 
 
+STREAM = """void leaky(int N, int D, float y[N][D], const float x[N][D]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < D; j++)
+      y[i][j] = x[i][j] > 0.0f ? x[i][j] : 0.01f * x[i][j];
+}
+"""
+
+SWISH = """void swish(int N, int D, float y[N][D], const float x[N][D]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < D; j++)
+      y[i][j] = x[i][j] / (1.0f + expf(-x[i][j]));
+}
+"""
+
+
+@pytest.mark.parametrize("source, wide", [(STREAM, False), (SWISH, True)])
+def test_arrays_past_the_caches_take_wide_vectors_only_for_math(source: str, wide: bool) -> None:
+    """8 MiB of arrays against the target's L2: plain arithmetic streams from memory (256-bit
+    vectors), math calls keep the cores busy (512-bit)."""
+    kernel = polydl.compile(source, {"N": 1024, "D": 1024}, target=AVX512)
+    assert (WIDE in kernel.source) is wide
+    small = polydl.compile(source, {"N": 16, "D": 1024}, target=AVX512)
+    assert WIDE in small.source
+
+
 def test_the_innermost_loop_is_measured_where_each_start_runs_as_far() -> None:
     assert rectangular_trip(isl.Set("{ [t, 0, i] : 0 <= t < 5 and 1 <= i < 399 }")) == 398
     assert rectangular_trip(isl.Set("{ [i, j] : 0 <= i < 9 and 0 <= j <= i }")) == 0
