@@ -404,6 +404,24 @@ def count_flops(expr: Expr) -> int:
     return 0
 
 
+# functions that are one instruction, or a compare and a blend, in scalar and in vector form
+INSTRUCTION_FUNCTIONS = frozenset({"fmaxf", "fminf", "fabsf", "fmax", "fmin", "fabs"})
+
+
+def math_calls(expr: Expr) -> int:
+    """The math calls of one evaluation that are no single instruction (`expf`, not `fmaxf`)."""
+    if isinstance(expr, Call):
+        own = 0 if expr.function in INSTRUCTION_FUNCTIONS else 1
+        return own + sum(math_calls(a) for a in expr.args)
+    if isinstance(expr, Unary | ToFloat | ToInt):
+        return math_calls(expr.operand)
+    if isinstance(expr, Binary | IntOp):
+        return math_calls(expr.left) + math_calls(expr.right)
+    if isinstance(expr, Select):
+        return sum(math_calls(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
+    return 0
+
+
 # ----------------------------------------------------------------------------- structure
 
 

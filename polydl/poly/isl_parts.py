@@ -52,3 +52,28 @@ def middle_point(points: isl.Set) -> isl.Set:
         if point.is_empty():
             return points.lexmin()
     return point
+
+
+def iterators_of(aff: isl.Aff) -> list[int]:
+    """The input dimensions (a statement's iterators) `aff` has a nonzero coefficient on."""
+    return [i for i in range(aff.dim(isl.dim_type.in_))
+            if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()]
+
+
+def depends_on(value: isl.PwAff, iterator: int) -> bool:
+    """Whether some piece of `value` moves with input dimension `iterator`."""
+    return any(iterator in iterators_of(aff) for aff in affs_of(value))
+
+
+def statement_names(domain: isl.UnionSet) -> tuple[str, ...]:
+    """The statements of `domain`, S2 before S10."""
+    names = [s.get_tuple_name() for s in sets_of(domain)]
+    return tuple(sorted(names, key=lambda n: (len(n), n)))
+
+
+def member_text(band: isl.ScheduleNode, member: int) -> str:
+    """A band loop as a readable affine function of one statement's iterators (the longest
+    piece: the most telling)."""
+    pieces = pw_affs_of(band.band_get_partial_schedule().get_union_pw_aff(member))
+    text = max((str(p) for p in pieces), key=lambda t: (len(t), t))
+    return text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text

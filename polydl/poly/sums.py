@@ -8,7 +8,7 @@ generator (which holds them in a register) both read.
 from __future__ import annotations
 
 from polydl.ir import Binary, Call, Expr, Load, Select, Statement, expr_loads
-from polydl.poly.model import StatementModel
+from polydl.poly.model import PolyModel, StatementModel
 
 
 def addend_of(s: Statement) -> tuple[Expr, str] | None:
@@ -69,3 +69,10 @@ def reads_own_cell(s: StatementModel, addend: Expr) -> bool:
         if access.access in expr_loads(addend) and not access.relation.intersect(write).is_empty():
             return True
     return False
+
+
+def reduction_statements(model: PolyModel) -> frozenset[str]:
+    """The statements of `model` that sum or take an extremum into one cell (`addend_of`,
+    `extremum_of`): along a loop they run in registers."""
+    return frozenset(s.name for s in model.statements
+                     if addend_of(s.statement) is not None or extremum_of(s.statement) is not None)

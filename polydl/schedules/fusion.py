@@ -29,7 +29,7 @@ from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.isl_parts import maps_of, out_width
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.poly.reuse import working_sets
-from polydl.poly.sums import addend_of, extremum_of
+from polydl.poly.sums import reduction_statements
 from polydl.target.cpu import CpuTarget
 
 # The fused tile (the consumers' data in one iteration of the fusion level) must fit in this
@@ -223,8 +223,7 @@ def reduction_vector_dims(model: PolyModel, schedule_map: isl.UnionMap) -> froze
     """Schedule dimensions that carry no dependence of the nest but those of a sum or an
     extremum on its own cell (`poly.sums`): an innermost loop there may be declared SIMD once
     those reductions run in registers with a `reduction` clause (`codegen.c.accumulators`)."""
-    reductions = {s.name for s in model.statements
-                  if addend_of(s.statement) is not None or extremum_of(s.statement) is not None}
+    reductions = reduction_statements(model)
     relation = _union(m for m in maps_of(dependences_of(model).all)
                       if not (m.get_tuple_name(isl.dim_type.in_) in reductions
                               and m.get_tuple_name(isl.dim_type.out) == m.get_tuple_name(isl.dim_type.in_)))

@@ -47,12 +47,16 @@ from polydl.poly.counting import count_points
 from polydl.poly.dependences import carries, dependences_of
 from polydl.poly.isl_parts import (
     affs_of,
+    depends_on,
+    iterators_of,
     maps_of,
+    member_text,
     middle_point,
     out_width,
     pw_affs_of,
     sets_of,
     single_set,
+    statement_names,
 )
 from polydl.poly.model import PolyModel
 from polydl.schedules.cpu.forks import ParallelLoop, instance_cycles, price_loop, tree_cycles
@@ -300,7 +304,7 @@ class _Scheduler:
         """Tile and parallelise one band. Returns the node now at its position, how many
         levels below it the innermost band of the result is, and whether it runs parallel."""
         n = node.band_n_member()
-        statements = _statement_names(node.get_domain())
+        statements = statement_names(node.get_domain())
         members = _members(node)
         skewed = _is_skewed(node)
         coincident = [bool(node.band_member_get_coincident(i)) for i in range(n)]
@@ -484,8 +488,7 @@ def _separated(node: isl.ScheduleNode) -> isl.ScheduleNode:
             constant = moving = False
             for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
                 for aff in affs_of(piece):
-                    if any(not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()
-                           for i in range(aff.dim(isl.dim_type.in_))):
+                    if iterators_of(aff):
                         moving = True
                     else:
                         constant = True
@@ -586,8 +589,7 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
     iterator: list[dict[str, int]] = [{} for _ in range(n)]
     for d in range(n):
         for piece in pw_affs_of(schedule.get_union_pw_aff(d)):
-            used = {i for aff in affs_of(piece) for i in range(aff.dim(isl.dim_type.in_))
-                    if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()}
+            used = {i for aff in affs_of(piece) for i in iterators_of(aff)}
             if not used:  # a statement placed at one value of this loop (an initialisation)
                 continue
             if len(used) != 1:
@@ -610,7 +612,7 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
             v = iterator[d].get(statement)
             if v is None:
                 continue
-            moves = [_depends_on(subscripts.get_pw_aff(k), v) for k in range(rank)]
+            moves = [depends_on(subscripts.get_pw_aff(k), v) for k in range(rank)]
             if any(moves[:-1]):
                 score[d] -= 1
             else:  # unit stride, or invariant along the loop (a register): both stream well
@@ -619,11 +621,6 @@ def _unit_stride_last(band: isl.ScheduleNode, accesses: isl.UnionMap) -> tuple[i
     if best == n - 1 or score[best] <= score[n - 1]:
         return None
     return tuple(d for d in range(n) if d != best) + (best,)
-
-
-def _depends_on(value: isl.PwAff, iterator: int) -> bool:
-    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero()
-               for aff in affs_of(value))
 
 
 def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNode:
@@ -639,28 +636,16 @@ def _permuted(band: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNod
     return node
 
 
-def _statement_names(domain: isl.UnionSet) -> tuple[str, ...]:
-    names = [s.get_tuple_name() for s in sets_of(domain)]
-    return tuple(sorted(names, key=lambda n: (len(n), n)))
-
-
 def _members(band: isl.ScheduleNode) -> tuple[str, ...]:
-    """Each band loop as a readable affine function of the first statement's iterators."""
-    schedule = band.band_get_partial_schedule()
-    out = []
-    for d in range(band.band_n_member()):
-        pieces = pw_affs_of(schedule.get_union_pw_aff(d))
-        text = max((str(p) for p in pieces), key=lambda t: (len(t), t))  # the most telling
-        out.append(text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text)
-    return tuple(out)
+    """Each band loop as a readable affine function of a statement's iterators."""
+    return tuple(member_text(band, d) for d in range(band.band_n_member()))
 
 
 def _is_skewed(band: isl.ScheduleNode) -> bool:
     """Whether some band loop is a combination of two or more iterators of a statement."""
     schedule = band.band_get_partial_schedule()
     return any(
-        sum(not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()
-            for i in range(aff.dim(isl.dim_type.in_))) > 1
+        len(iterators_of(aff)) > 1
         for d in range(band.band_n_member())
         for piece in pw_affs_of(schedule.get_union_pw_aff(d))
         for aff in affs_of(piece)

@@ -23,11 +23,21 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polydl.ir import Binary, Call, Expr, IntOp, Select, ToFloat, ToInt, Unary
+from polydl.ir import math_calls
 from polydl.poly.dependences import carries
-from polydl.poly.isl_parts import affs_of, maps_of, out_width, pw_affs_of, sets_of
+from polydl.poly.isl_parts import (
+    affs_of,
+    depends_on,
+    iterators_of,
+    maps_of,
+    member_text,
+    out_width,
+    pw_affs_of,
+    sets_of,
+    statement_names,
+)
 from polydl.poly.model import PolyModel
-from polydl.poly.sums import addend_of, extremum_of
+from polydl.poly.sums import reduction_statements
 from polydl.target.cpu import CpuTarget
 
 # the mark above a lane loop (`lanes_mark_name`): the code generator declares it SIMD
@@ -36,8 +46,6 @@ LANES_MARK = "lanes"
 MATH_CALL_OPS = 12
 # the lanes run where they take this many times fewer cycles than one element at a time
 LANES_MARGIN = 2.0
-# functions that are one instruction, or a compare and a blend, in either form
-_INSTRUCTIONS = frozenset({"fmaxf", "fminf", "fabsf", "fmax", "fmin", "fabs"})
 
 
 def lanes_mark_name(lanes: int) -> str:
@@ -74,18 +82,17 @@ def lane_strips(model: PolyModel, target: CpuTarget, dependences: isl.UnionMap,
         return tree, ()
     done: set[str] = set()
     while True:
-        found = _next_recurrence(tree.get_root(), relation, done)
-        if found is None:
+        recurrence = _next_recurrence(tree.get_root(), relation, done)
+        if recurrence is None:
             return tree, tuple(strips)
-        recurrence = found
-        names = _names(recurrence.get_domain())
+        names = statement_names(recurrence.get_domain())
         done |= set(names)
         strip = _strip_for(model, target, dependences, recurrence)
         if strip is None:
             continue
         around, member, lanes = strip
         tree, described = _strip_mine(around, member, lanes, recurrence.get_domain())
-        strips.append(LaneStrip(described, _member_text(recurrence, recurrence.band_n_member() - 1),
+        strips.append(LaneStrip(described, member_text(recurrence, recurrence.band_n_member() - 1),
                                 lanes, names))
 
 
@@ -94,8 +101,7 @@ def _vector_blocking(model: PolyModel, dependences: isl.UnionMap) -> isl.UnionMa
     but a sum's or an extremum's on its own cell (which run in registers,
     `codegen.c.accumulators`). A loop that carries only dependences between different
     statements runs passes one after another (isl fuses them into one loop), no recurrence."""
-    reductions = {s.name for s in model.statements
-                  if addend_of(s.statement) is not None or extremum_of(s.statement) is not None}
+    reductions = reduction_statements(model)
     out = isl.UnionMap.empty(dependences.get_space())
     for m in maps_of(dependences):
         source, sink = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
@@ -116,7 +122,7 @@ def _next_recurrence(node: isl.ScheduleNode, relation: isl.UnionMap,
         if found is not None:
             return found
     if (node.get_type() != isl.schedule_node_type.band or _has_band_below(node)
-            or set(_names(node.get_domain())) & done):
+            or set(statement_names(node.get_domain())) & done):
         return None
     domain = node.get_domain()
     inner = relation.intersect_domain(domain).intersect_range(domain)
@@ -133,7 +139,7 @@ def _strip_for(model: PolyModel, target: CpuTarget, dependences: isl.UnionMap,
     would not pay."""
     domain = recurrence.get_domain()
     dtypes = {model.nest.array(model.statement(n).statement.target.array).dtype
-              for n in _names(domain)}
+              for n in statement_names(domain)}
     if len(dtypes) != 1:
         return None
     lanes = target.vector_lanes(dtypes.pop())
@@ -181,8 +187,7 @@ def _plain_iterators(band: isl.ScheduleNode, member: int,
     for piece in pw_affs_of(upa):
         name = piece.get_domain_space().get_tuple_name(isl.dim_type.set)
         for aff in affs_of(piece):
-            used = [i for i in range(aff.dim(isl.dim_type.in_))
-                    if not aff.get_coefficient_val(isl.dim_type.in_, i).is_zero()]
+            used = iterators_of(aff)
             if (len(used) != 1 or aff.get_coefficient_val(isl.dim_type.in_, used[0]).to_python() != 1
                     or out.get(name, used[0]) != used[0]):
                 return None
@@ -209,7 +214,7 @@ def _pays(model: PolyModel, target: CpuTarget, domain: isl.UnionSet, iterators: 
     at a time."""
     vector_math = not model.nest.exact_math
     alone = across = 0.0
-    for name in _names(domain):
+    for name in statement_names(domain):
         s = model.statement(name)
         ops = s.statement.flops - math_calls(s.statement.value)
         calls = math_calls(s.statement.value) * MATH_CALL_OPS
@@ -225,23 +230,8 @@ def _moves(access: isl.Map, iterator: int) -> bool:
     if not access.is_single_valued():
         return True
     subscripts = isl.PwMultiAff.from_map(access)
-    return any(not aff.get_coefficient_val(isl.dim_type.in_, iterator).is_zero()
-               for k in range(subscripts.dim(isl.dim_type.out))
-               for aff in affs_of(subscripts.get_pw_aff(k)))
-
-
-def math_calls(expr: Expr) -> int:
-    """The math calls of `expr` that are no single instruction (`expf`, not `fmaxf`)."""
-    if isinstance(expr, Call):
-        own = 0 if expr.function in _INSTRUCTIONS else 1
-        return own + sum(math_calls(a) for a in expr.args)
-    if isinstance(expr, Unary | ToFloat | ToInt):
-        return math_calls(expr.operand)
-    if isinstance(expr, Binary | IntOp):
-        return math_calls(expr.left) + math_calls(expr.right)
-    if isinstance(expr, Select):
-        return sum(math_calls(e) for e in (expr.left, expr.right, expr.if_true, expr.if_false))
-    return 0
+    return any(depends_on(subscripts.get_pw_aff(k), iterator)
+               for k in range(subscripts.dim(isl.dim_type.out)))
 
 
 def _strip_mine(band: isl.ScheduleNode, member: int, lanes: int,
@@ -250,7 +240,7 @@ def _strip_mine(band: isl.ScheduleNode, member: int, lanes: int,
     `lanes`), and the lane (the member less its strip) goes below the innermost band of the
     recurrence's instances `recurrence` (marked `LANES_MARK`), and at the top of every other
     part under the band."""
-    text = _member_text(band, member)
+    text = member_text(band, member)
     n = band.band_n_member()
     if member + 1 < n:  # the members after it go below the lanes' strips
         band = band.band_split(member + 1)
@@ -302,14 +292,3 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
         if child.get_type() == isl.schedule_node_type.band or _has_band_below(child):
             return True
     return False
-
-
-def _names(domain: isl.UnionSet) -> tuple[str, ...]:
-    names = [s.get_tuple_name() for s in sets_of(domain)]
-    return tuple(sorted(names, key=lambda n: (len(n), n)))
-
-
-def _member_text(band: isl.ScheduleNode, member: int) -> str:
-    pieces = pw_affs_of(band.band_get_partial_schedule().get_union_pw_aff(member))
-    text = max((str(p) for p in pieces), key=lambda t: (len(t), t))
-    return text[text.index("[(") + 2: text.rindex(")]")] if "[(" in text else text

@@ -20,9 +20,9 @@ import math
 import islpy as isl
 
 from polydl.dtypes import DTYPES
+from polydl.ir import math_calls
 from polydl.poly.isl_parts import maps_of
 from polydl.schedules.apply import ScheduledNest
-from polydl.schedules.cpu.lanes import math_calls
 from polydl.target.cpu import CpuTarget
 
 # An innermost loop takes 512-bit vectors from this many of them per start.

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,22 +23,9 @@ from tests.kernels import run_and_check
 
 AVX2 = CpuTarget(name="desktop", isa="avx2", cores=2)
 
-# a running maximum and a sum rescaled to it: the inner loop carries both
-ONLINE_SOFTMAX = """
-void softmax_online(int N, int D, float y[N][D], const float x[N][D]) {
-  for (int i = 0; i < N; i++) {
-    float m = x[i][0];
-    float s = 1.0f;
-    for (int j = 1; j < D; j++) {
-      float m_new = fmaxf(m, x[i][j]);
-      s = s * expf(m - m_new) + expf(x[i][j] - m_new);
-      m = m_new;
-    }
-    for (int j = 0; j < D; j++)
-      y[i][j] = expf(x[i][j] - m) / s;
-  }
-}
-"""
+# a running maximum and a sum rescaled to it: the inner loop carries both (the corpus kernel)
+ONLINE_SOFTMAX = (Path(__file__).resolve().parents[3] / "benchmarks" / "general"
+                  / "softmax_online.c").read_text()
 
 # a recurrence of one addition an element: loading it a row apart costs more than it saves
 CUMSUM = """
