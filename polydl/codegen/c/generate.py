@@ -30,6 +30,7 @@ from polydl.schedules.cpu.amx_pairs import pairs_b
 from polydl.schedules.cpu.register_blocking import unit_for
 from polydl.schedules.cpu.vector_width import wide_vectors
 from polydl.schedules.fusion import reduction_vector_dims, vector_dims
+from polydl.schedules.loop_spans import LoopSpans
 from polydl.schedules.microkernel import MicrokernelCall
 from polydl.schedules.postops import postop_plan, without_epilogues
 from polydl.schedules.start import start_statement
@@ -206,6 +207,7 @@ def generate_c(scheduled: ScheduledNest, target: CpuTarget) -> GeneratedCode:
         reduction_dims = reduction_vector_dims(model, plan.schedule_map) if several else frozenset()
         loops = LoopPrinter(plan, instance, parallel_pragma=parallel_pragma(plan, layouts),
                             simd_dims=simd_dims, reduction_dims=reduction_dims,
+                            spans=LoopSpans(plan.schedule_map),
                             accumulators=sums, contracted=contracted, lifetimes=lifetimes,
                             threads=target.cores,
                             row_tiles=RowTilePrinter(printer, plan.tiles,

@@ -23,6 +23,7 @@ from polydl.poly.model import StatementModel
 from polydl.schedules.apply import GroupPlan
 from polydl.schedules.cpu.affine import PARALLEL_REGION_MARK, read_parallel_mark
 from polydl.schedules.cpu.lanes import read_lanes_mark
+from polydl.schedules.loop_spans import LoopSpans
 
 # `LANE_STEP`, 1 at run time but opaque to the compiler (an empty asm that may change it)
 LANE_STEP_LINES = (f"long {LANE_STEP} = 1;", f'__asm__("" : "+r"({LANE_STEP}));')
@@ -57,6 +58,7 @@ class LoopPrinter:
         print_instance: InstancePrinter,
         parallel_pragma: str = "#pragma omp parallel for schedule(static)",
         simd_dims: frozenset[int] = frozenset(),
+        spans: LoopSpans | None = None,
         reduction_dims: frozenset[int] = frozenset(),
         accumulators: AccumulatorPrinter | None = None,
         row_tiles: RowTilePrinter | None = None,
@@ -72,6 +74,7 @@ class LoopPrinter:
         self.parallel_dims = set(plan.parallel_dims)
         self.parallel_pragma = parallel_pragma
         self.simd_dims = simd_dims
+        self.spans = spans  # loops' iteration counts (`_at_most_two`)
         # loops that carry only sums and extrema on their own cells: SIMD with those in registers
         self.reduction_dims = reduction_dims
         self.band_dims: dict[str, tuple[int, ...]] | None = None  # `_band_dims` of a tree plan
@@ -208,6 +211,8 @@ class LoopPrinter:
                     if self._map_dim(node) in self.reduction_dims else None)
                 lines = self.accumulators.loop(body, sums, header, it, init, _strip(cond), simd)
                 return [pad + line for line in lines]
+        if not out and not shared and self._at_most_two(node):
+            out.append(pad + "#pragma GCC unroll 2")
         out.append(pad + header)
         out += self._node(node.for_get_body(), indent + 1, bool(in_parallel or parallel_here))
         return out + [f"{pad}}}"]
@@ -341,6 +346,18 @@ class LoopPrinter:
         run-time overlap test of the output and input rows on every iteration)."""
         return self._only_epilogues(node) or len(self._instances(node)) > 1 or (
             bool(self.plan.prologues) and self._loop_free(node))
+
+    def _at_most_two(self, node: isl.AstNode) -> bool:
+        """True for an innermost loop (`node`) that runs at most two iterations. It is printed
+        `#pragma GCC unroll 2`: unrolled, never vectorised as a loop. gcc 12.2 at -O3 vectorises
+        such a loop in vectors of two behind a run-time overlap test and runs a whole vector
+        where one iteration is left (differential seed 810758); two iterations gain nothing
+        from a loop of vectors anyway."""
+        body, dim = node.for_get_body(), self._map_dim(node)
+        if self.spans is None or dim is None or not self._loop_free(body):
+            return False
+        widest = self.spans.widest(frozenset(_user_nodes(body)), dim)
+        return widest is not None and widest <= 1
 
     def _loop_free(self, node: isl.AstNode) -> bool:
         """True if `node` holds statements and no loop (degenerate ones aside)."""
