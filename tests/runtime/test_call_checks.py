@@ -86,6 +86,8 @@ def test_outputs_may_not_alias(split: polydl.Kernel) -> None:
     both = np.zeros(8, np.float32)
     assert _err(split, x, lo=both, hi=both).array == "lo"
     assert _err(split, x, lo=x).array == "lo"
+    assert _err(split, x, lo=x[:]).array == "lo"  # a view of an array that owns its memory
+    assert _err(split, x[:], lo=x).array == "lo"
     buffer = np.zeros(12, np.float32)
     err = _err(split, x, lo=buffer[:8], hi=buffer[4:])  # overlapping views
     assert err.array == "lo" and "hi" in str(err.given)

@@ -206,6 +206,7 @@ class _Slot:
     c_array: Any  # the cffi type `<c_type>[]` ffi.from_buffer gives it; None: a scalar input
     is_output: bool
     is_bfloat16: bool  # ml_dtypes.bfloat16 arrays are accepted and viewed as their bits
+    is_float: bool  # a float or double scalar
 
 
 class CallPlan:
@@ -221,7 +222,7 @@ class CallPlan:
         self.slots = tuple(
             _Slot(a, a.spelling, position.get(a.name, sys.maxsize), a.shape,
                   NUMPY_DTYPES[a.dtype], ffi.typeof(f"{a.c_type}[]") if a.shape else None,
-                  not a.is_input, a.dtype == "bfloat16")
+                  not a.is_input, a.dtype == "bfloat16", a.dtype in ("float32", "float64"))
             for a in arguments
         )
         # the pairs of arrays (by slot) that may not share memory: those with an output
@@ -239,6 +240,7 @@ class CallPlan:
         from_buffer = self.ffi.from_buffer
         c_values: list[Any] = []  # its from_buffer cdata keep the arrays alive
         arrays: list[np.ndarray | None] = []  # by slot; None for a scalar or an output not given
+        owning: list[bool] = []  # by slot: an array given that owns its memory (its own allocation)
         outputs: list[Any] = []  # None for an output not given
         named_taken = missing_outputs = 0
         for slot in self.slots:
@@ -251,37 +253,45 @@ class CallPlan:
                         return None
                     c_values.append(None)
                     arrays.append(None)
+                    owning.append(False)
                     outputs.append(None)
                     missing_outputs += 1
                     continue
                 named_taken += 1
             if slot.c_array is None:
-                number = _scalar_value(slot.argument, value)
+                # a float for a float or double parameter goes as it is: cffi rounds it to float
+                # as numpy does
+                number = value if slot.is_float and type(value) is float else _scalar_value(slot.argument, value)
                 if number is None:
                     return None
                 c_values.append(number)
                 arrays.append(None)
+                owning.append(False)
                 continue
             array = _checked_quickly(slot, value)
             if array is None:
                 return None
             c_values.append(from_buffer(slot.c_array, array))
             arrays.append(array)
+            owning.append(array.base is None and array.flags.owndata)
             if slot.is_output:
                 outputs.append(value)  # as given: a bfloat16 array, not its bits
         if named_taken != len(named):  # an unknown name, or an input given twice
             return None
-        if self._any_overlap(arrays):
+        if self._any_overlap(arrays, owning):
             return None
         if missing_outputs:
             self._allocate_outputs(c_values, outputs)
         return c_values, outputs
 
-    def _any_overlap(self, arrays: list[np.ndarray | None]) -> bool:
-        """Whether two of the arrays given that may not share memory may."""
+    def _any_overlap(self, arrays: list[np.ndarray | None], owning: list[bool]) -> bool:
+        """Whether two of the arrays given that may not share memory may. Two arrays that
+        each own their memory are two allocations, unless they are one array."""
         for i, j in self.separate_pairs:
             first, second = arrays[i], arrays[j]
-            if first is not None and second is not None and _may_share_memory(first, second):
+            if first is None or second is None:
+                continue
+            if first is second or not (owning[i] and owning[j]) and _may_share_memory(first, second):
                 return True
         return False
 
