@@ -37,6 +37,7 @@ from polydl.ir import (
     LoopNest,
     Node,
     Statement,
+    int_vars,
 )
 from polydl.names import fresh_name
 from polydl.poly.dependences import dependences_of
@@ -60,11 +61,24 @@ _ISOLATED: weakref.WeakKeyDictionary[PolyModel, PolyModel] = weakref.WeakKeyDict
 
 
 def is_gemm_shaped(statement: Statement, depth: int) -> bool:
-    """`C += X * Y` (or with a scalar factor) inside at least the three loops of a GEMM; a
-    gather or scatter through an index array is none (no microkernel reads it)."""
+    """`C += X * Y` (or with a scalar factor) inside at least the three loops of a GEMM, each
+    operand indexed as a GEMM's: by a loop that C and one operand follow and the other does not
+    (m, n), and by one both operands follow and C does not (k). A gather or scatter through an
+    index array is none (no microkernel reads it), nor a dot product `s += d * d`."""
     if statement.op != "+=" or depth < GEMM_LOOPS or statement.is_indirect:
         return False
-    return _product_loads(statement.value) is not None
+    form = _product_loads(statement.value)
+    if form is None:
+        return False
+    c, x, y = (_variables(a) for a in (statement.target, form[1].access, form[2].access))
+    return bool((c & x) - y and (c & y) - x and (x & y) - c)
+
+
+def _variables(access: Access) -> frozenset[str]:
+    out: frozenset[str] = frozenset()
+    for index in access.indices:
+        out |= int_vars(index)
+    return out
 
 
 def _distribute(model: PolyModel) -> LoopNest:

@@ -144,6 +144,25 @@ def test_no_scaled_copy_of_an_operand_the_nest_writes() -> None:
     assert isolate_gemms(model) is model
 
 
+
+def test_a_sum_of_squares_is_no_gemm_to_isolate() -> None:
+    """`v += d * d` over three loops has the loads of a GEMM but no m or n loop (both operands
+    are one cell): no microkernel takes it, so its nest stays whole and `d` a scalar."""
+    source = """
+    void f(int N, int C, int H, const float x[N][C][H], float v[N]) {
+      for (int n = 0; n < N; n++) {
+        float s = 0.0f;
+        for (int c = 0; c < C; c++)
+          for (int h = 0; h < H; h++) {
+            float d = x[n][c][h] - 1.0f;
+            s += d * d;
+          }
+        v[n] = s;
+      }
+    }"""
+    model = _model(source, N=4, C=3, H=5)
+    assert isolate_gemms(model) is model
+
 JACOBI_2D = """
 void jacobi2d(int T, int N, double A[N][N], double B[N][N]) {
   for (int t = 0; t < T; t++) {
