@@ -17,7 +17,10 @@ Where that finds a difference, the program is built once more with FMA contracti
 builds is added to s_i: a recurrence can carry one contracted rounding into a large relative
 difference (seed 303014: 5e-6 of a double, bit-exact with -ffp-contract=off).
 A NaN must be a NaN in both, an infinity the same infinity. An int element whose value differs
-between gcc's two builds depends on rounding (a float truncated to int) and is not compared.
+between gcc's two builds depends on rounding (a float truncated to int) and is not compared,
+nor the doubles of an array whose float build differs from it somewhere by a tenth of the
+array's magnitude or more: a chaotic recurrence has made their digits the product of roundings
+(seed 810842); NaNs and infinities are still checked.
 A skipped iteration or a wrong element moves a value by about one term of its sum, far more
 than eps * R for the sizes generated (R below a few thousand).
 """
@@ -172,6 +175,11 @@ def compare(program: Program, got: Mapping[str, np.ndarray], own: Mapping[str, n
             with np.errstate(invalid="ignore"):
                 diff = np.abs(gf - wf)
             sensitivity = np.where(np.isfinite(diff), diff, 0.0)
+            # where the float build's difference has grown anywhere to a tenth of the array's
+            # magnitude, a recurrence amplifies roundings past any bound (a chaotic one: seed
+            # 810842, where gcc's builds with and without FMA contraction end at 34.2 and
+            # 440.1): scaled down it bounds nothing, and the array's doubles are not compared
+            chaotic = a.ctype == "double" and bool(np.any(sensitivity > 0.1 * scale))
             if a.ctype == "double":
                 sensitivity = sensitivity * (EPS["double"] / EPS["float"])
             if contracted is not None:
@@ -180,7 +188,7 @@ def compare(program: Program, got: Mapping[str, np.ndarray], own: Mapping[str, n
                 sensitivity = sensitivity + np.where(np.isfinite(fused), fused, 0.0)
             allowed = 4 * sensitivity + eps * (16 + 4 * reduction) * (np.abs(gf) + floor)
             with np.errstate(invalid="ignore"):
-                wrong_finite = finite & ~(np.abs(pf - gf) <= allowed)
+                wrong_finite = finite & ~(np.abs(pf - gf) <= allowed) & (not chaotic)
             nan_wrong = np.isnan(pf) != np.isnan(gf)
             inf_wrong = np.isinf(gf) & (pf != gf)
             bad = wrong_finite | nan_wrong | inf_wrong
