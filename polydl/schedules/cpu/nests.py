@@ -155,7 +155,7 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
                                          "beat it by the margin")
         if not _beats(chosen, written):
             chosen = written
-    if chosen.origin == ISL_ORIGIN and not _code_keeps_order(chosen, model):
+    if chosen.origin == ISL_ORIGIN and not _code_keeps_order(chosen, model, unread=False):
         chosen = written_order_schedule(
             model, target, "isl's code for the affine scheduler's tree runs a dependence's sink "
             "before its source")
@@ -171,20 +171,24 @@ def affine_plan(model: PolyModel, target: CpuTarget, group: int) -> GroupPlan:
     )
 
 
-def _code_keeps_order(schedule: AffineSchedule, model: PolyModel) -> bool:
+def _code_keeps_order(schedule: AffineSchedule, model: PolyModel, unread: bool = True) -> bool:
     """Whether the loops isl's AST generator prints for the tree run every instance and every
     dependence's source before its sink (`poly.ast_order`: the generator can break a tree's
     order). An AST the check cannot read, or cannot check within `AST_CHECK_OPERATIONS` of
-    isl's operations (or where isl fails), is taken as it is."""
+    isl's operations (or where isl fails), is `unread`: taken as it is for the written order,
+    refused for the affine scheduler's (seed 811804: a skewed order whose guards the check
+    could not read ran two writes of a cell in the wrong order)."""
     ctx = schedule.tree.get_ctx()
     ctx.reset_operations()
     ctx.set_max_operations(AST_CHECK_OPERATIONS)
     try:
         order = ast_schedule(tree_ast(schedule.tree))
-        return order is None or (order.domain().is_equal(schedule.tree.get_domain())
-                                 and keeps(order, dependences_of(model).all))
+        if order is None:
+            return unread
+        return (order.domain().is_equal(schedule.tree.get_domain())
+                and keeps(order, dependences_of(model).all))
     except isl.Error:
-        return True
+        return unread
     finally:
         ctx.set_max_operations(0)
 
