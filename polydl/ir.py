@@ -125,6 +125,14 @@ def int_vars(expr: IntExpr | Indirect) -> frozenset[str]:
     return frozenset()
 
 
+def access_vars(access: Access) -> frozenset[str]:
+    """Names of variables any subscript of `access` mentions (`int_vars` of each)."""
+    out: frozenset[str] = frozenset()
+    for index in access.indices:
+        out |= int_vars(index)
+    return out
+
+
 def substitute(value: Any, name: str, by: IntExpr) -> Any:
     """`value` (an IR node, an expression, or a tuple of them) with every index use of the
     variable `name` replaced by `by` (positions kept)."""

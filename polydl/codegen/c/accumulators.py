@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from polydl.codegen.c_expr import StatementPrinter
 from polydl.dtypes import DTYPES
-from polydl.ir import Expr, Statement, expr_loads, int_vars
+from polydl.ir import Expr, Statement, access_vars, expr_loads
 from polydl.poly.model import StatementModel
 from polydl.poly.sums import addend_of, extremum_of, reads_own_cell
 
@@ -56,7 +56,7 @@ class Accumulation:
 
 def _target_vars(s: StatementModel) -> set[str]:
     """The iterators the statement's target cell is subscripted by."""
-    return set().union(*(int_vars(i) for i in s.statement.target.indices))
+    return set(access_vars(s.statement.target))
 
 
 def _mentions(text: str, iterator: str) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polydl.codegen.c_expr import AST_FOR, StatementPrinter, ast_expr_to_c
-from polydl.ir import Binary, Const, Expr, Load, Unary, int_vars
+from polydl.ir import Binary, Const, Expr, Load, Unary, access_vars, int_vars
 from polydl.poly.model import StatementModel
 from polydl.poly.sums import addend_of, extremum_of, reads_own_cell
 from polydl.schedules.cpu.register_tiles import ROW_BYTES, along_lanes
@@ -116,7 +116,7 @@ class RowTilePrinter:
             return None
         if not along_lanes(statement, lane):
             return None
-        moving = set().union(*(int_vars(i) for i in s.target.indices))
+        moving = access_vars(s.target)
         sums = names[:-2]
         if row not in moving or any(binds.get(v) in sums for v in moving):
             return None
@@ -151,7 +151,7 @@ class RowTilePrinter:
         s = tile.statement
         target = self.printer.element(s.statement.target)
         values = [_vector_expr(tile.addend, self.printer, tile.lane_var, vector, o) for o in offsets]
-        moving = set().union(*(int_vars(i) for i in s.statement.target.indices))
+        moving = access_vars(s.statement.target)
 
         def binds(i: int, only_target: bool) -> str:
             out = []

@@ -37,7 +37,7 @@ from polydl.ir import (
     LoopNest,
     Node,
     Statement,
-    int_vars,
+    access_vars,
 )
 from polydl.names import fresh_name
 from polydl.poly.dependences import dependences_of
@@ -70,15 +70,8 @@ def is_gemm_shaped(statement: Statement, depth: int) -> bool:
     form = _product_loads(statement.value)
     if form is None:
         return False
-    c, x, y = (_variables(a) for a in (statement.target, form[1].access, form[2].access))
+    c, x, y = (access_vars(a) for a in (statement.target, form[1].access, form[2].access))
     return bool((c & x) - y and (c & y) - x and (x & y) - c)
-
-
-def _variables(access: Access) -> frozenset[str]:
-    out: frozenset[str] = frozenset()
-    for index in access.indices:
-        out |= int_vars(index)
-    return out
 
 
 def _distribute(model: PolyModel) -> LoopNest:

@@ -17,7 +17,7 @@ import math
 from dataclasses import replace
 
 from polydl.errors import ScheduleError
-from polydl.ir import IntVar, int_vars
+from polydl.ir import IntVar, access_vars, int_vars
 from polydl.poly.model import PolyModel, StatementModel
 from polydl.schedules.apply import apply_schedule, group_statements, main_group
 from polydl.schedules.cpu.calls import loop_extent
@@ -80,7 +80,7 @@ def register_tiled(model: PolyModel, schedule: Schedule, target: CpuTarget) -> S
     if not lanes:
         return None
     s = group_statements(model)[main_group(model)][0]
-    moves = set().union(*(int_vars(i) for i in s.statement.target.indices))
+    moves = access_vars(s.statement.target)
 
     def sums_before(at: int) -> list[str]:
         """The loops of no output index right outside position `at`, innermost last."""

@@ -31,6 +31,7 @@ from polydl.ir import (
     Guard,
     Loop,
     Statement,
+    access_vars,
     eval_int,
     expr_loads,
     int_vars,
@@ -161,10 +162,7 @@ def _register_accumulator(
     sequential = {x.var for x in enclosing if isinstance(x, Loop)} - mapped
     if not sequential:
         return False
-    target_vars: set[str] = set()
-    for index in stmt.target.indices:
-        target_vars |= int_vars(index)
-    if target_vars & sequential:
+    if access_vars(stmt.target) & sequential:
         return False
     return all(acc.array != stmt.target.array for acc in stmt.reads[1:])
 
